@@ -1,0 +1,65 @@
+"""The `draftwise` command: parses arguments into a stage config and dispatches; no logic of its own."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .errors import DraftwiseError
+
+
+def _bench_parser(sub) -> None:
+    p = sub.add_parser("bench", help="speculative decoding with a drafter vs baselines, same prompts, same process",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--target", default="default", help="'default', a local HF model directory or a .gguf file")
+    p.add_argument("--drafter", help="a checkpoint directory, a .gguf file, or layers:i,j,... of the target")
+    p.add_argument("--gamma", type=int, default=4, help="lookahead: tokens drafted per round")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--suite", default="spec_bench", help="packaged suite(s): a name, a comma list or 'all'")
+    p.add_argument("--split", default="eval", choices=["train", "eval", "all"])
+    p.add_argument("--prompts", help="your own prompts: JSONL (prompt or turns per line) or text, one per line")
+    p.add_argument("--limit", type=int, default=10, help="number of prompts, spread over categories (0 = all)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--baseline", default="ar", help="comma list of ar, hf-generate, hf-assisted ('' for none)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--warmup", type=int, default=1, help="untimed runs of each method before measuring")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--backend", default="auto", choices=["auto", "lean", "transformers"])
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    p.add_argument("--out", required=True, help="run folder (rerun on the same folder to resume)")
+
+
+def _bench(args) -> None:
+    from .config import BenchConfig
+    from .stages import bench
+
+    config = BenchConfig(
+        target=args.target, drafter=args.drafter, gamma=args.gamma, temperature=args.temperature, top_p=args.top_p,
+        suite=args.suite, split=args.split, prompts=args.prompts, limit=args.limit or None,
+        max_new_tokens=args.max_new_tokens, baselines=tuple(b for b in args.baseline.split(",") if b),
+        seed=args.seed, warmup=args.warmup, dtype=args.dtype, device=args.device, backend=args.backend,
+        threads=args.threads,
+    )
+    bench.run(config, args.out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    parser = argparse.ArgumentParser(prog="draftwise", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    _bench_parser(sub)
+    args = parser.parse_args(argv)
+    try:
+        {"bench": _bench}[args.command](args)
+    except DraftwiseError as e:
+        print(f"draftwise: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

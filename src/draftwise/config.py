@@ -1,0 +1,80 @@
+"""Typed, frozen configuration of each stage, saved as `config.json` in its run folder.
+
+A config holds everything that decides a stage's result, so a run folder can be compared, resumed and reproduced
+from its config alone. Validation happens on construction and raises `DraftwiseError` with one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import DraftwiseError
+
+BASELINES = ("ar", "hf-generate", "hf-assisted")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """`draftwise bench`: SD with a drafter against baselines, on the same prompts in one process."""
+
+    target: str = "default"
+    drafter: str | None = None  # a checkpoint, a .gguf file, or layers:i,j,... of the target
+    gamma: int = 4  # lookahead γ: tokens drafted per round
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    suite: str = "spec_bench"  # packaged suites: a name, a comma list or 'all'
+    split: str = "eval"
+    prompts: str | None = None  # a user prompt file instead of the suites
+    limit: int | None = 10  # prompts, spread round-robin over categories; None = all
+    max_new_tokens: int = 128
+    baselines: tuple[str, ...] = ("ar",)
+    seed: int = 0
+    warmup: int = 1  # untimed runs of each method before measuring
+    dtype: str = "fp32"
+    device: str = "cpu"
+    backend: str = "auto"
+    threads: int | None = None  # torch intra-op threads; None = torch's default
+
+    def __post_init__(self):
+        object.__setattr__(self, "baselines", tuple(self.baselines))
+        unknown = [b for b in self.baselines if b not in BASELINES]
+        if unknown:
+            raise DraftwiseError(f"unknown baseline {unknown[0]!r}: choose from {', '.join(BASELINES)}")
+        if self.gamma < 1:
+            raise DraftwiseError(f"gamma (lookahead) must be >= 1, got {self.gamma}")
+        if self.drafter is None and "hf-assisted" in self.baselines:
+            raise DraftwiseError("baseline hf-assisted needs a drafter (--drafter)")
+        if self.drafter is None and not self.baselines:
+            raise DraftwiseError("nothing to run: give --drafter or at least one --baseline")
+        if self.limit is not None and self.limit < 1:
+            raise DraftwiseError(f"limit must be >= 1, got {self.limit}")
+        if self.max_new_tokens < 1:
+            raise DraftwiseError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise DraftwiseError(f"need temperature >= 0 and 0 < top_p <= 1, got {self.temperature}, {self.top_p}")
+        if self.threads is not None and self.threads < 1:
+            raise DraftwiseError(f"threads must be >= 1, got {self.threads}")
+
+
+def to_dict(config) -> dict[str, Any]:
+    return {"stage": type(config).__name__, **dataclasses.asdict(config)}
+
+
+def from_dict(cls, data: dict[str, Any]):
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - fields - {"stage"}
+    if unknown:
+        raise DraftwiseError(f"unknown {cls.__name__} field(s): {', '.join(sorted(unknown))}")
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in fields})
+
+
+def save(config, path: Path) -> None:
+    path.write_text(json.dumps(to_dict(config), indent=2) + "\n")
+
+
+def load(cls, path: Path):
+    return from_dict(cls, json.loads(path.read_text()))

@@ -1,0 +1,64 @@
+"""Figures derived from raw per-round records, with their definitions. Nothing here is stored by the stages: run
+folders keep raw records, and these functions recompute summaries from them.
+
+  TAR                      tokens emitted per target verify call (round), the recovered/bonus token included.
+                           AR has TAR 1 by construction.
+  α (alpha)                accepted / drafted, over all rounds: the per-token acceptance rate.
+  acceptance per position  a_k = fraction of the rounds that drafted a k-th token in which it was accepted
+                           (k = 1..γ); a drafted token is only tested if all before it were accepted.
+  tokens/s                 new tokens / wall seconds, summed over prompts (prefill included, as in generate()).
+  speedup vs AR            tokens/s of a method / tokens/s of AR through the same engine, same prompts, same process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+
+def tar(rounds: Sequence[dict]) -> float:
+    return sum(r["emitted"] for r in rounds) / len(rounds) if rounds else 0.0
+
+
+def alpha(rounds: Sequence[dict]) -> float | None:
+    drafted = sum(r["drafted"] for r in rounds)
+    return sum(r["accepted"] for r in rounds) / drafted if drafted else None
+
+
+def acceptance_per_position(rounds: Sequence[dict]) -> list[float]:
+    """a_k for k = 1..max γ: among rounds that drafted ≥ k tokens, the fraction whose k-th was accepted."""
+    depth = max((r["drafted"] for r in rounds), default=0)
+    out = []
+    for k in range(1, depth + 1):
+        tried = [r for r in rounds if r["drafted"] >= k]
+        out.append(sum(r["accepted"] >= k for r in tried) / len(tried))
+    return out
+
+
+def tokens_per_s(generations: Iterable[dict]) -> float:
+    gens = list(generations)
+    seconds = sum(g["seconds"] for g in gens)
+    return sum(g["new_tokens"] for g in gens) / seconds if seconds else 0.0
+
+
+def summarize_method(generations: Sequence[dict]) -> dict:
+    """One method's figures over its per-prompt records (each with `new_tokens`, `seconds` and optional `rounds`)."""
+    rounds = [r for g in generations for r in g.get("rounds", [])]
+    out = {"prompts": len(generations), "new_tokens": sum(g["new_tokens"] for g in generations),
+           "seconds": sum(g["seconds"] for g in generations), "tokens_per_s": tokens_per_s(generations)}
+    if rounds:
+        out.update(
+            rounds=len(rounds),
+            tar=tar(rounds),
+            alpha=alpha(rounds),
+            acceptance_per_position=acceptance_per_position(rounds),
+            draft_s=sum(r["draft_s"] for r in rounds),
+            verify_s=sum(r["verify_s"] for r in rounds),
+        )
+    return out
+
+
+def identical_fraction(a: Sequence[dict], b: Sequence[dict]) -> float | None:
+    """Fraction of prompts on which two methods produced the same tokens (matched by prompt id)."""
+    tokens_b = {g["prompt_id"]: g["tokens"] for g in b}
+    pairs = [(g["tokens"], tokens_b[g["prompt_id"]]) for g in a if g["prompt_id"] in tokens_b]
+    return sum(x == y for x, y in pairs) / len(pairs) if pairs else None

@@ -1,0 +1,226 @@
+"""Loading targets and drafters.
+
+`load(spec, options)` gives a `Model`: its config, tokenizer and `lm`, the object the engine runs —
+`LeanLlama` for the Llama family, else `HFCausalLM` over transformers. `load_drafter(spec, target, options)` also
+accepts `layers:i,j,...` (a fresh model made of some of the target's layers) and checks that the drafter speaks the
+target's vocabulary. Both are local only: nothing is fetched from a hub, and remote code runs only when asked.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..errors import DraftwiseError
+from . import hf
+from .llama import LeanLlama, unsupported_reason
+from .source import resolve
+
+BACKENDS = ("auto", "lean", "transformers")
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    dtype: str = "fp32"  # fp32 | bf16 | fp16
+    device: str = "cpu"  # cpu | cuda | cuda:N
+    backend: str = "auto"  # auto: lean when the architecture allows, else transformers
+    trust_remote_code: bool = False
+
+
+@dataclass
+class Model:
+    """A loaded causal LM. `lm` is what the engine calls; `hf_model()` builds its transformers twin (baselines)."""
+
+    name: str
+    config: object
+    tokenizer: object
+    lm: object  # LeanLlama | HFCausalLM
+    backend: str
+    path: Path | None = None
+    load_seconds: float = 0.0
+    _hf_factory: Callable[[], object] | None = field(default=None, repr=False)
+    _hf: object | None = field(default=None, repr=False)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.lm.vocab_size
+
+    def hf_model(self):
+        if self._hf is None:
+            self._hf = self.lm.model if isinstance(self.lm, hf.HFCausalLM) else self._hf_factory()
+        return self._hf
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of a user prompt, through the chat template when the tokenizer has one."""
+        tok = self.tokenizer
+        if getattr(tok, "chat_template", None):
+            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+            return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        return tok(text)["input_ids"]
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        """Tokens that end a generation: the tokenizer's EOS and the config's (an int or a list)."""
+        ids = set()
+        for source in (self.tokenizer.eos_token_id, getattr(self.config, "eos_token_id", None)):
+            ids.update(source if isinstance(source, (list, tuple)) else [source] if source is not None else [])
+        return frozenset(ids)
+
+    def parameter_count(self) -> int:
+        """Total parameters, a tied head counted once (the convention used in every draftwise table)."""
+        return sum(p.numel() for p in self.hf_model().parameters())
+
+
+def _check_device(device: str) -> None:
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise DraftwiseError(f"device {device!r} asked for, but torch sees no CUDA GPU on this machine")
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise DraftwiseError(f"unknown device {device!r}: use cpu, cuda or cuda:N")
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    state = {}
+    for file in sorted(path.glob("*.safetensors")):
+        state.update(load_file(file))
+    return state
+
+
+def _config_and_tokenizer(path: Path, options: ModelOptions):
+    from transformers import AutoConfig, AutoTokenizer
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=options.trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=options.trust_remote_code)
+    except (OSError, ValueError, KeyError) as e:
+        raise DraftwiseError(f"cannot load {path}: {str(e).splitlines()[0]}") from e
+    if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not getattr(config, "auto_map", None):
+        raise DraftwiseError(f"not a causal language model: {path} has model_type {config.model_type!r}")
+    return config, tokenizer
+
+
+def _engine_lm(config, state_dict, options: ModelOptions, hf_factory) -> tuple[object, str]:
+    reason = unsupported_reason(config)
+    if options.backend == "lean" and reason:
+        raise DraftwiseError(f"backend 'lean' cannot run this model: {reason}")
+    if options.backend == "transformers" or reason:
+        if options.backend == "auto":
+            print(f"draftwise: using the transformers backend ({reason})", file=sys.stderr)
+        return hf.HFCausalLM(hf_factory()), "transformers"
+    return LeanLlama(config, state_dict), "lean"
+
+
+def _to(state_dict: dict[str, torch.Tensor], options: ModelOptions) -> dict[str, torch.Tensor]:
+    dtype = hf.torch_dtype(options.dtype)
+    return {k: (v.to(options.device, dtype) if v.is_floating_point() else v.to(options.device)) for k, v in state_dict.items()}
+
+
+def load(spec: str, options: ModelOptions = ModelOptions()) -> Model:
+    """Load a target or drafter: 'default', a .gguf file, or a local Hugging Face directory."""
+    if options.backend not in BACKENDS:
+        raise DraftwiseError(f"unknown backend {options.backend!r}: choose one of {', '.join(BACKENDS)}")
+    _check_device(options.device)
+    start = time.perf_counter()
+    path = resolve(spec)
+    config, tokenizer = _config_and_tokenizer(path, options)
+    dtype = hf.torch_dtype(options.dtype)
+    factory = lambda: hf.from_pretrained(path, dtype, options.device, options.trust_remote_code)  # noqa: E731
+    state = _to(_read_weights(path), options) if unsupported_reason(config) is None else {}
+    lm, backend = _engine_lm(config, state, options, factory)
+    return Model(spec, config, tokenizer, lm, backend, path, time.perf_counter() - start, factory)
+
+
+def parse_layers(spec: str, num_layers: int) -> list[int]:
+    """`layers:0,29` -> [0, 29], checked against the target's depth."""
+    body = spec.split(":", 1)[1]
+    try:
+        ids = [int(tok) for tok in body.split(",") if tok.strip()]
+    except ValueError:
+        raise DraftwiseError(f"bad layer list {spec!r}: expected layers:i,j,... with integers") from None
+    if not ids:
+        raise DraftwiseError(f"bad layer list {spec!r}: name at least one layer")
+    bad = [i for i in ids if not 0 <= i < num_layers]
+    if bad:
+        raise DraftwiseError(f"bad layer list {spec!r}: the target has layers 0..{num_layers - 1}, not {bad}")
+    if len(set(ids)) != len(ids):
+        raise DraftwiseError(f"bad layer list {spec!r}: a layer is repeated")
+    return ids
+
+
+def layer_subset(config, state_dict: dict[str, torch.Tensor], ids: list[int]):
+    """Config and weights of a model made of layers `ids` of another (renumbered 0..k-1), sharing its embeddings."""
+    sub = config.__class__.from_dict(config.to_dict())
+    sub.num_hidden_layers = len(ids)
+    if getattr(sub, "layer_types", None):
+        sub.layer_types = [config.layer_types[i] for i in ids]
+    out = {k: v for k, v in state_dict.items() if not k.startswith("model.layers.")}
+    for new, old in enumerate(ids):
+        prefix = f"model.layers.{old}."
+        out.update({f"model.layers.{new}.{k[len(prefix):]}": v for k, v in state_dict.items() if k.startswith(prefix)})
+    return sub, out
+
+
+def _layers_drafter(spec: str, target: Model, options: ModelOptions) -> Model:
+    if target.path is None:
+        raise DraftwiseError(f"{spec}: the target must be loaded from a checkpoint")
+    ids = parse_layers(spec, target.config.num_hidden_layers)
+    dtype = hf.torch_dtype(options.dtype)
+
+    def subset_weights():
+        return layer_subset(target.config, _to(_read_weights(target.path), options), ids)
+
+    factory = lambda: hf.from_state_dict(*subset_weights(), dtype, options.device)  # noqa: E731
+    if isinstance(target.lm, LeanLlama) and options.backend != "transformers":
+        sub_config = layer_subset(target.config, {}, ids)[0]
+        lm, backend = target.lm.subset(ids, sub_config), "lean"  # shares the target's weights
+    else:
+        lm, backend = hf.HFCausalLM(factory()), "transformers"
+        sub_config = lm.config
+    return Model(spec, sub_config, target.tokenizer, lm, backend, None, 0.0, factory)
+
+
+def load_drafter(spec: str, target: Model, options: ModelOptions = ModelOptions()) -> Model:
+    """A drafter for `target`: a checkpoint (as `load`) or `layers:i,j,...` of the target itself."""
+    drafter = _layers_drafter(spec, target, options) if spec.startswith("layers:") else load(spec, options)
+    check_compatible(target, drafter)
+    return drafter
+
+
+def check_compatible(target: Model, drafter: Model) -> None:
+    """The drafter must map the same strings to the same token ids as the target, or its tokens mean nothing."""
+    if drafter.tokenizer is target.tokenizer:
+        return
+    tv, dv = target.tokenizer.get_vocab(), drafter.tokenizer.get_vocab()
+    if tv == dv:
+        return
+    differ = sorted(tok for tok in set(tv) | set(dv) if tv.get(tok) != dv.get(tok))
+    example = differ[0]
+    raise DraftwiseError(
+        f"drafter vocabulary incompatible with target: {len(differ)} tokens differ "
+        f"(e.g. {example!r}: target id {tv.get(example)}, drafter id {dv.get(example)}); "
+        "a drafter must use the target's tokenizer"
+    )
+
+
+def describe(model: Model) -> dict:
+    """What a run folder records about a model."""
+    return {
+        "spec": model.name,
+        "path": str(model.path) if model.path else None,
+        "backend": model.backend,
+        "model_type": model.config.model_type,
+        "layers": model.config.num_hidden_layers,
+        "hidden_size": model.config.hidden_size,
+        "vocab_size": model.vocab_size,
+        "load_seconds": round(model.load_seconds, 3),
+    }
+
+
+__all__ = ["ModelOptions", "Model", "load", "load_drafter", "check_compatible", "layer_subset", "parse_layers", "describe"]

@@ -1,0 +1,94 @@
+"""transformers models: building them from our checkpoints, and running any of them behind the engine's interface.
+
+`HFCausalLM` is the fallback for architectures the lean path does not cover: it keeps a `DynamicCache` and crops it
+when the engine rolls back, so the engine sees the same `reset` / `forward(ids, pos, n_logits)` as with `LeanLlama`.
+The same builders give the baselines (`generate()`, assisted generation) their transformers models.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..errors import DraftwiseError
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise DraftwiseError(f"unknown dtype {name!r}: choose one of {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def from_pretrained(path: Path, dtype: torch.dtype, device: str, trust_remote_code: bool = False):
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()  # a per-tensor bar for a sub-second load is noise beside draftwise's own
+
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=dtype, local_files_only=True, trust_remote_code=trust_remote_code, use_safetensors=True
+    )
+    return model.to(device).eval()
+
+
+def from_state_dict(config, state_dict: dict[str, torch.Tensor], dtype: torch.dtype, device: str):
+    """A transformers model of `config` holding exactly `state_dict` (a tied head may be absent from it)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise DraftwiseError(f"checkpoint does not fit its config: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    if config.tie_word_embeddings:
+        model.tie_weights()
+    return model.to(device).eval()
+
+
+class HFCausalLM:
+    """The engine interface over a transformers causal LM (see `LeanLlama` for the contract)."""
+
+    def __init__(self, model):
+        from transformers import DynamicCache
+
+        self.model = model
+        self.config = model.config
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        self._new_cache = lambda: DynamicCache(config=model.config)
+        self.cache = None
+        self.max_len = 0
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    def reset(self, batch_size: int, max_len: int) -> None:
+        self.cache, self.max_len, self.batch_size = self._new_cache(), max_len, batch_size
+
+    def kv_bytes(self) -> int:
+        if self.cache is None:
+            return 0
+        return sum(t.numel() * t.element_size() for layer in self.cache.layers for t in (layer.keys, layer.values) if t is not None)
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, pos: int, n_logits: int | None = None) -> torch.Tensor:
+        B, T = ids.shape
+        if self.cache is None or pos + T > self.max_len:
+            raise ValueError(f"cache holds {self.max_len} positions, need {pos + T}: call reset() first")
+        if self.cache.get_seq_length() > pos:
+            self.cache.crop(pos)  # roll back rejected positions
+        out = self.model(
+            input_ids=ids,
+            past_key_values=self.cache,
+            use_cache=True,
+            cache_position=torch.arange(pos, pos + T, device=ids.device),
+            logits_to_keep=n_logits or 0,
+        )
+        return out.logits  # [B, n, V]

@@ -1,0 +1,97 @@
+"""`linear(x, w, b)` and `rms_norm(x, w, eps)` for the lean forward, with a CPU fast path for decoding.
+
+On CPU in fp32 with a few rows (a decoding step, or a (γ+1)-token verify pass) it calls the small-batch kernel in
+`cpu_gemm.c`, compiled once with the system C compiler into the draftwise cache and loaded with ctypes; everything
+else (GPU, bf16, prefill, autograd, no compiler, no AVX2) goes to `torch.nn.functional.linear`. The kernel links the
+same OpenMP runtime as torch (soname libgomp.so.1, already loaded), so both share one thread pool.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import warnings
+from functools import lru_cache
+from importlib.resources import files
+
+import torch
+import torch.nn.functional as F
+
+from ..paths import cache_dir
+
+MAX_ROWS = 16  # above this, the GEMM is compute-bound and BLAS does well
+_FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC"]
+
+
+@lru_cache(maxsize=1)
+def _kernel():
+    """The compiled kernel library, or None (with one warning saying why) when it cannot be used here."""
+    if os.environ.get("DRAFTWISE_NO_KERNEL"):
+        return None
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        return None
+    compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        warnings.warn("draftwise: no C compiler found; CPU decoding falls back to torch matmul (slower)")
+        return None
+    source = files("draftwise.models").joinpath("cpu_gemm.c").read_text()
+    key = hashlib.sha256((source + " ".join(_FLAGS) + compiler).encode()).hexdigest()[:16]
+    lib = cache_dir("kernels") / f"cpu_gemm-{key}.so"
+    if not lib.exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            src, out = os.path.join(tmp, "cpu_gemm.c"), os.path.join(tmp, "cpu_gemm.so")
+            with open(src, "w") as f:
+                f.write(source)
+            done = subprocess.run([compiler, *_FLAGS, src, "-o", out], capture_output=True, text=True)
+            if done.returncode != 0:
+                warnings.warn(f"draftwise: compiling the CPU kernel failed, falling back to torch: {done.stderr.strip()[:300]}")
+                return None
+            os.replace(out, lib)  # atomic: a concurrent process sees the whole file or none
+    dll = ctypes.CDLL(str(lib))
+    dll.draftwise_small_gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int]
+    dll.draftwise_rms_norm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_float]
+    return dll
+
+
+def kernel_available() -> bool:
+    return _kernel() is not None
+
+
+def _on_fast_path(x: torch.Tensor, w: torch.Tensor) -> bool:
+    return (
+        x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and w.dtype == torch.float32
+        and w.is_contiguous()
+        and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))
+        and _kernel() is not None
+    )
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """x [..., K] @ w[N, K]^T (+ b) -> [..., N]."""
+    n_out, k = w.shape
+    rows = x.numel() // k
+    if rows > MAX_ROWS or k % 8 or n_out % 4 or not _on_fast_path(x, w):
+        return F.linear(x, w, b)
+    x2 = x.reshape(rows, k).contiguous()
+    y = torch.empty(rows, n_out, dtype=x.dtype)
+    _kernel().draftwise_small_gemm(x2.data_ptr(), w.data_ptr(), y.data_ptr(), rows, n_out, k, torch.get_num_threads())
+    if b is not None:
+        y += b
+    return y.view(*x.shape[:-1], n_out)
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dimension, as transformers' Llama computes it."""
+    d = w.shape[0]
+    if not _on_fast_path(x, w):
+        return F.rms_norm(x, (d,), w, eps)
+    x2 = x.contiguous()
+    y = torch.empty_like(x2)
+    _kernel().draftwise_rms_norm(x2.data_ptr(), w.data_ptr(), y.data_ptr(), x2.numel() // d, d, eps)
+    return y

@@ -1,0 +1,169 @@
+"""`draftwise bench`: speculative decoding with a drafter against its baselines, on the same prompts, in one process.
+
+Methods (each a function `(prompt ids, seed) -> record`):
+  sd           the draftwise engine with the drafter, lookahead γ
+  ar           the draftwise engine without a drafter (plain autoregressive decoding)
+  hf-generate  transformers `generate()`, autoregressive
+  hf-assisted  transformers assisted generation with the same drafter and a constant γ
+Methods are interleaved prompt by prompt (machine drift hits all alike) after untimed warm-up runs. Each finished
+(method, prompt) is appended to records.jsonl at once; a rerun on the same folder skips what is there.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .. import data, metrics
+from ..config import BenchConfig
+from ..errors import DraftwiseError
+from ..models import Model, ModelOptions, describe, load, load_drafter
+from ..rundir import RunDir
+from ..sd.engine import generate
+from ..sd.sampling import SamplingParams
+
+
+def select_prompts(config: BenchConfig) -> list[data.Prompt]:
+    if config.prompts:
+        prompts = data.read_prompt_file(config.prompts)
+        return prompts[: config.limit] if config.limit else prompts
+    return data.load_prompts(config.suite, config.split, config.limit)
+
+
+def engine_method(target: Model, drafter: Model | None, config: BenchConfig):
+    params = SamplingParams(config.temperature, config.top_p)
+
+    def run(ids: list[int], seed: int, max_new_tokens: int = config.max_new_tokens) -> dict:
+        gen = generate(
+            target.lm, ids, params, max_new_tokens, torch.Generator(device=target.lm.device).manual_seed(seed),
+            drafter=drafter.lm if drafter else None, gamma=config.gamma, eos=target.eos_ids,
+        )
+        return {"tokens": gen.tokens, "new_tokens": len(gen.tokens), "seconds": gen.seconds,
+                "rounds": [r.__dict__ for r in gen.rounds]}
+
+    return run
+
+
+def hf_method(target: Model, drafter: Model | None, config: BenchConfig):
+    """transformers generate(), plain or assisted by `drafter` with a constant γ (no dynamic schedule, no early stop)."""
+    from transformers import GenerationConfig
+
+    model = target.hf_model()
+    eos = sorted(target.eos_ids)
+    sampling = {"do_sample": False}
+    if config.temperature > 0:  # top_k=0: no top-k cut, so the distribution is the one the engine samples from
+        sampling = {"do_sample": True, "temperature": config.temperature, "top_p": config.top_p, "top_k": 0}
+    extra = {}
+    if drafter is not None:
+        assistant = drafter.hf_model()
+        gc = assistant.generation_config
+        gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = config.gamma, "constant", 0.0
+        extra = {"assistant_model": assistant}
+
+    def run(ids: list[int], seed: int, max_new_tokens: int = config.max_new_tokens) -> dict:
+        gen_config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos[0], **sampling)
+        inputs = torch.tensor([ids], device=model.device)
+        torch.manual_seed(seed)  # transformers samples from the global generator; it takes no Generator argument
+        if model.device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(inputs, attention_mask=torch.ones_like(inputs), generation_config=gen_config, **extra)
+        if model.device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        tokens = out[0, len(ids):].tolist()
+        return {"tokens": tokens, "new_tokens": len(tokens), "seconds": seconds}
+
+    return run
+
+
+def methods(config: BenchConfig, target: Model, drafter: Model | None) -> dict:
+    out = {"sd": engine_method(target, drafter, config)} if drafter else {}
+    builders = {
+        "ar": lambda: engine_method(target, None, config),
+        "hf-generate": lambda: hf_method(target, None, config),
+        "hf-assisted": lambda: hf_method(target, drafter, config),
+    }
+    out.update({name: builders[name]() for name in config.baselines})
+    return out
+
+
+def run(config: BenchConfig, out: str | Path) -> Path:
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    run_dir = RunDir(out, config)
+    prompts = select_prompts(config)
+    options = ModelOptions(config.dtype, config.device, config.backend)
+    target = load(config.target, options)
+    drafter = load_drafter(config.drafter, target, options) if config.drafter else None
+    encoded = [target.encode(p.text) for p in prompts]
+    empty = [p.id for p, ids in zip(prompts, encoded) if not ids]
+    if empty:
+        raise DraftwiseError(f"prompt {empty[0]} encodes to no tokens")
+    fns = methods(config, target, drafter)
+    done = {(r["method"], r["prompt_id"]) for r in run_dir.records()}
+    todo = [(i, name) for i in range(len(prompts)) for name in fns if (name, prompts[i].id) not in done]
+    if todo:
+        for name, fn in fns.items():  # warm-up: kernels compiled, caches allocated, weights paged in
+            for _ in range(config.warmup):
+                fn(encoded[0], config.seed, max_new_tokens=min(16, config.max_new_tokens))
+    bar = tqdm(todo, desc="bench", unit="gen", file=sys.stderr, dynamic_ncols=True, disable=not todo)
+    for i, name in bar:
+        prompt = prompts[i]
+        rec = fns[name](encoded[i], config.seed + i)
+        run_dir.append({"method": name, "prompt_id": prompt.id, "suite": prompt.suite, "category": prompt.category,
+                        "prompt_tokens": len(encoded[i]), **rec})
+        bar.set_postfix_str(f"{name} {rec['new_tokens'] / rec['seconds']:.1f} tok/s")
+    summary = summarize(run_dir.records(), config)
+    summary["target"] = describe(target)
+    summary["drafter"] = describe(drafter) if drafter else None
+    run_dir.write_json("summary.json", summary)
+    print(format_table(summary))
+    print(f"run folder: {run_dir.path}")
+    return run_dir.path
+
+
+def summarize(records: list[dict], config: BenchConfig) -> dict:
+    """summary.json, derived from the raw records alone (see `metrics` for the definitions)."""
+    by_method: dict[str, list[dict]] = {}
+    for r in records:
+        by_method.setdefault(r["method"], []).append(r)
+    per = {name: metrics.summarize_method(recs) for name, recs in by_method.items()}
+    ar_speed = per.get("ar", {}).get("tokens_per_s")
+    for name, s in per.items():
+        s["speedup_vs_ar"] = s["tokens_per_s"] / ar_speed if ar_speed else None
+        greedy_pair = config.temperature == 0 and name != "ar" and "ar" in by_method
+        s["identical_to_ar"] = metrics.identical_fraction(by_method[name], by_method["ar"]) if greedy_pair else None
+    head = per.get("sd") or per.get("ar") or next(iter(per.values()), {})
+    return {
+        "definitions": metrics.__doc__.strip(),
+        "method": "sd" if "sd" in per else "ar",
+        "gamma": config.gamma if "sd" in per else 0,
+        "tokens_per_s": head.get("tokens_per_s"),
+        "tar": head.get("tar"),
+        "alpha": head.get("alpha"),
+        "acceptance_per_position": head.get("acceptance_per_position"),
+        "speedup_vs_ar": head.get("speedup_vs_ar"),
+        "greedy_identical_to_ar": per["sd"]["identical_to_ar"] if "sd" in per else None,
+        "baselines": {name: {"tokens_per_s": s["tokens_per_s"], "identical_to_ar": s["identical_to_ar"]}
+                      for name, s in per.items() if name != "sd"},
+        "methods": per,
+    }
+
+
+def format_table(summary: dict) -> str:
+    def fmt(v, spec, scale=1.0, unit=""):
+        return "-" if v is None else format(v * scale, spec) + unit
+
+    lines = [f"{'method':<13}{'tokens/s':>9}{'vs AR':>8}{'TAR':>7}{'alpha':>7}{'same as AR':>12}"]
+    for name, s in summary["methods"].items():
+        lines.append(
+            f"{name:<13}{s['tokens_per_s']:>9.2f}{fmt(s['speedup_vs_ar'], '.2f', unit='x'):>8}{fmt(s.get('tar'), '.2f'):>7}"
+            f"{fmt(s.get('alpha'), '.3f'):>7}{fmt(s['identical_to_ar'], '.0f', 100, '%'):>12}"
+        )
+    return "\n".join(lines)
