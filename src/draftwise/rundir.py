@@ -22,9 +22,9 @@ class RunDir:
         self.records_path = self.path / "records.jsonl"
         saved = self.path / "config.json"
         if saved.exists():
-            old = json.loads(saved.read_text())
-            if old != cfg.to_dict(config):
-                changed = sorted(k for k in set(old) | set(cfg.to_dict(config)) if old.get(k) != cfg.to_dict(config).get(k))
+            old, new = json.loads(saved.read_text()), json.loads(json.dumps(cfg.to_dict(config)))
+            if old != new:
+                changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
                 raise DraftwiseError(
                     f"{self.path} holds a run with a different config ({', '.join(changed)} differ): "
                     "use another --out, or delete the folder to start over"

@@ -94,15 +94,12 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
 
 def _config_and_tokenizer(path: Path, options: ModelOptions):
     from transformers import AutoConfig, AutoTokenizer
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=options.trust_remote_code)
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=options.trust_remote_code)
     except (OSError, ValueError, KeyError) as e:
         raise DraftwiseError(f"cannot load {path}: {str(e).splitlines()[0]}") from e
-    if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not getattr(config, "auto_map", None):
-        raise DraftwiseError(f"not a causal language model: {path} has model_type {config.model_type!r}")
     return config, tokenizer
 
 

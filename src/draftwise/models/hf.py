@@ -71,6 +71,7 @@ class HFCausalLM:
 
     def reset(self, batch_size: int, max_len: int) -> None:
         self.cache, self.max_len, self.batch_size = self._new_cache(), max_len, batch_size
+        self.cache.activate_past_recording()  # sliding-window layers keep what a rollback needs
 
     def kv_bytes(self) -> int:
         if self.cache is None:
@@ -82,11 +83,12 @@ class HFCausalLM:
         B, T = ids.shape
         if self.cache is None or pos + T > self.max_len:
             raise ValueError(f"cache holds {self.max_len} positions, need {pos + T}: call reset() first")
-        if self.cache.get_seq_length() > pos:
-            self.cache.crop(pos)  # roll back rejected positions
+        surplus = self.cache.get_seq_length() - pos
+        if surplus > 0:
+            self.cache.crop(-surplus)  # roll back rejected positions
         out = self.model(
             input_ids=ids,
-            past_key_values=self.cache,
+            cache=self.cache,
             use_cache=True,
             cache_position=torch.arange(pos, pos + T, device=ids.device),
             logits_to_keep=n_logits or 0,

@@ -64,6 +64,10 @@ def check_hf_dir(path: Path) -> None:
     archs = config.get("architectures") or []
     if archs and not any(a.endswith("ForCausalLM") for a in archs):
         raise DraftwiseError(f"not a causal language model: {path} has architectures {archs} (need *ForCausalLM)")
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    if config.get("model_type") not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and "auto_map" not in config:
+        raise DraftwiseError(f"not a causal language model: {path} has model_type {config.get('model_type')!r}")
     if not list(path.glob("*.safetensors")):
         pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
         if pickles:

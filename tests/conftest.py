@@ -1,0 +1,82 @@
+"""Tiny random models and checkpoints, so the suite runs in minutes on 2 CPU cores.
+
+Weights are drawn wider than transformers' init (std 0.3 instead of 0.02) so that next-token distributions are
+neither uniform nor one-hot: acceptance tests then exercise accepted, recovered and bonus tokens alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+WORDS = [f"w{i}" for i in range(60)]
+
+
+def tiny_config(kind: str = "llama", vocab: int = 64, layers: int = 2, **overrides):
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+
+    cls = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config}[kind]
+    kw = dict(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=layers, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True, bos_token_id=1,
+              eos_token_id=2, pad_token_id=2)
+    kw.update(overrides)
+    return cls(**kw)
+
+
+def tiny_model(config, seed: int = 0, std: float = 0.3):
+    """A transformers causal LM of `config` with every weight (biases and norms included) drawn from a seeded normal."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(std * torch.randn(p.shape, generator=gen))
+    return model
+
+
+def tiny_tokenizer(vocab: int = 64, chat_template: bool = True):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    names = ["<unk>", "<s>", "</s>"] + WORDS
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(names[:vocab])}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="</s>")
+    if chat_template:
+        fast.chat_template = "{% for m in messages %}<s> {{ m['content'] }} {% endfor %}"
+    return fast
+
+
+def save_checkpoint(path, model, tokenizer) -> str:
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    """A 4-layer tiny Llama checkpoint directory (safetensors + tokenizer with a chat template)."""
+    path = tmp_path_factory.mktemp("tiny-llama")
+    return save_checkpoint(path, tiny_model(tiny_config(layers=4), seed=1), tiny_tokenizer())
+
+
+@pytest.fixture(scope="session")
+def tiny_drafter_dir(tmp_path_factory):
+    """A 1-layer tiny Llama with the same tokenizer: an independent drafter for `tiny_dir`."""
+    path = tmp_path_factory.mktemp("tiny-drafter")
+    return save_checkpoint(path, tiny_model(tiny_config(layers=1), seed=2), tiny_tokenizer())
+
+
+def write_json(path, obj) -> None:
+    path.write_text(json.dumps(obj))

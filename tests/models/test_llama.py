@@ -1,0 +1,84 @@
+import pytest
+import torch
+from conftest import tiny_config, tiny_model
+
+from draftwise.models import layer_subset
+from draftwise.models.llama import LeanLlama, unsupported_reason
+
+CONFIGS = {
+    "llama-gqa-tied": dict(kind="llama"),
+    "llama-mha-untied": dict(kind="llama", num_key_value_heads=4, tie_word_embeddings=False),
+    "llama-bias": dict(kind="llama", attention_bias=True, mlp_bias=True),
+    "llama3-rope": dict(kind="llama", rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
+                                                       "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                       "original_max_position_embeddings": 32}),
+    "linear-rope": dict(kind="llama", rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}),
+    "yarn-rope": dict(kind="llama", rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                     "original_max_position_embeddings": 64}),
+    "head-dim-not-hidden/heads": dict(kind="llama", head_dim=16),
+    "mistral": dict(kind="mistral", sliding_window=None),
+    "qwen2-qkv-bias": dict(kind="qwen2", tie_word_embeddings=False),
+}
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_lean_logits_equal_transformers(name):
+    config = tiny_config(**CONFIGS[name])
+    hf = tiny_model(config, seed=3)
+    lean = LeanLlama(config, hf.state_dict())
+    ids = torch.randint(0, config.vocab_size, (2, 11), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = hf(ids).logits
+    lean.reset(2, 40)
+    # prefill, a one-token step, then a 3-token "verify" pass: the cache must stitch them together exactly
+    got = torch.cat([lean(ids[:, :6], 0), lean(ids[:, 6:7], 6), lean(ids[:, 7:10], 7), lean(ids[:, 10:], 10)], dim=1)
+    torch.testing.assert_close(got, ref, atol=2e-4, rtol=2e-4)
+
+
+def test_rollback_overwrites_rejected_positions():
+    config = tiny_config()
+    hf = tiny_model(config, seed=4)
+    lean = LeanLlama(config, hf.state_dict())
+    ids = torch.randint(0, config.vocab_size, (1, 9), generator=torch.Generator().manual_seed(1))
+    lean.reset(1, 32)
+    lean(ids[:, :5], 0)
+    lean(torch.tensor([[7, 8, 9, 10]]), 5)  # a rejected draft of 4 tokens
+    got = lean(ids[:, 5:], 5)  # roll back to 5 and continue with the real tokens
+    with torch.no_grad():
+        ref = hf(ids).logits[:, 5:]
+    torch.testing.assert_close(got, ref, atol=2e-4, rtol=2e-4)
+
+
+def test_n_logits_and_cache_errors():
+    config = tiny_config()
+    lean = LeanLlama(config, tiny_model(config).state_dict())
+    lean.reset(1, 8)
+    assert lean(torch.tensor([[3, 4, 5]]), 0, n_logits=1).shape == (1, 1, config.vocab_size)
+    with pytest.raises(ValueError, match="reset"):
+        lean(torch.tensor([[3] * 6]), 3)
+
+
+def test_layer_subset_shares_weights_and_equals_transformers_subset():
+    config = tiny_config(layers=4)
+    hf = tiny_model(config, seed=5)
+    sd = hf.state_dict()
+    lean = LeanLlama(config, sd)
+    sub_config, sub_sd = layer_subset(config, sd, [0, 3])
+    sub = lean.subset([0, 3], sub_config)
+    assert sub.layers[1].wqkv.data_ptr() == lean.layers[3].wqkv.data_ptr()
+    ref_model = tiny_model(sub_config)
+    ref_model.load_state_dict(sub_sd, strict=False)
+    ids = torch.randint(0, config.vocab_size, (1, 7), generator=torch.Generator().manual_seed(2))
+    sub.reset(1, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(sub(ids, 0), ref_model(ids).logits, atol=2e-4, rtol=2e-4)
+
+
+def test_unsupported_architectures_are_named():
+    assert unsupported_reason(tiny_config()) is None
+    assert "sliding" in unsupported_reason(tiny_config(kind="mistral", sliding_window=16))
+    assert "depends on sequence length" in unsupported_reason(
+        tiny_config(rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}))
+    from transformers import GPT2Config
+
+    assert "model_type" in unsupported_reason(GPT2Config())

@@ -1,0 +1,123 @@
+import json
+
+import pytest
+import torch
+from conftest import save_checkpoint, tiny_config, tiny_model, tiny_tokenizer
+
+from draftwise.errors import DraftwiseError
+from draftwise.models import ModelOptions, load, load_drafter
+from draftwise.models.hf import HFCausalLM
+from draftwise.models.llama import LeanLlama
+
+
+def test_load_hf_directory(tiny_dir):
+    model = load(tiny_dir)
+    assert isinstance(model.lm, LeanLlama) and model.backend == "lean"
+    assert model.vocab_size == 64 and model.eos_ids == frozenset({2})
+    assert model.encode("w1 w2") == [1, 4, 5]  # through the chat template: "<s> w1 w2 "
+
+
+def test_transformers_backend_gives_the_same_logits(tiny_dir):
+    lean, hf = load(tiny_dir).lm, load(tiny_dir, ModelOptions(backend="transformers")).lm
+    assert isinstance(hf, HFCausalLM)
+    ids = torch.tensor([[1, 5, 9, 13, 17]])
+    for lm in (lean, hf):
+        lm.reset(1, 16)
+    torch.testing.assert_close(lean.forward(ids, 0), hf.forward(ids, 0), atol=2e-4, rtol=2e-4)
+    # rollback: the transformers cache is cropped back to the position asked for
+    hf.forward(torch.tensor([[3, 3]]), 5)
+    torch.testing.assert_close(hf.forward(torch.tensor([[21]]), 5), lean.forward(torch.tensor([[21]]), 5), atol=2e-4, rtol=2e-4)
+
+
+def test_layers_drafter(tiny_dir):
+    target = load(tiny_dir)
+    drafter = load_drafter("layers:0,3", target)
+    assert drafter.config.num_hidden_layers == 2 and drafter.backend == "lean"
+    hf = drafter.hf_model()
+    assert hf.config.num_hidden_layers == 2
+    ids = torch.tensor([[1, 7, 8]])
+    drafter.lm.reset(1, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(drafter.lm.forward(ids, 0), hf(ids).logits, atol=2e-4, rtol=2e-4)
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("layers:0,9", "the target has layers 0..3"),
+    ("layers:1,1", "repeated"),
+    ("layers:", "at least one layer"),
+    ("layers:a", "integers"),
+])
+def test_bad_layer_lists(tiny_dir, spec, message):
+    with pytest.raises(DraftwiseError, match=message):
+        load_drafter(spec, load(tiny_dir))
+
+
+def test_missing_path():
+    with pytest.raises(DraftwiseError, match="model not found: /no/such/model"):
+        load("/no/such/model")
+
+
+@pytest.mark.parametrize("config", [
+    {"model_type": "vit", "hidden_size": 32},  # no architectures field: judged by model_type
+    {"model_type": "bert", "architectures": ["BertForMaskedLM"]},
+])
+def test_not_a_causal_lm(tmp_path, config):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(DraftwiseError, match="not a causal language model"):
+        load(str(tmp_path))
+
+
+def test_pickle_weights_are_refused(tmp_path):
+    tiny_config().save_pretrained(tmp_path)
+    torch.save({"x": torch.zeros(1)}, tmp_path / "pytorch_model.bin")
+    with pytest.raises(DraftwiseError, match="refusing pickle weights .*pytorch_model.bin"):
+        load(str(tmp_path))
+
+
+def test_directory_without_config(tmp_path):
+    with pytest.raises(DraftwiseError, match="no config.json"):
+        load(str(tmp_path))
+
+
+def test_non_gguf_file(tmp_path):
+    f = tmp_path / "weights.txt"
+    f.write_text("x")
+    with pytest.raises(DraftwiseError, match="not .gguf"):
+        load(str(f))
+
+
+def test_drafter_vocabulary_must_match(tmp_path, tiny_dir):
+    tok = tiny_tokenizer()
+    other = {v: k for k, v in tok.get_vocab().items()}
+    # a tokenizer that swaps two ids: same size, different meaning
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {other[i]: i for i in range(len(other))}
+    vocab["w1"], vocab["w2"] = vocab["w2"], vocab["w1"]
+    t = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    t.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    swapped = PreTrainedTokenizerFast(tokenizer_object=t, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    path = save_checkpoint(tmp_path / "d", tiny_model(tiny_config(layers=1)), swapped)
+    with pytest.raises(DraftwiseError, match="drafter vocabulary incompatible with target: 2 tokens differ"):
+        load_drafter(path, load(tiny_dir))
+
+
+def test_unknown_options(tiny_dir):
+    with pytest.raises(DraftwiseError, match="unknown dtype"):
+        load(tiny_dir, ModelOptions(dtype="fp8"))
+    with pytest.raises(DraftwiseError, match="unknown backend"):
+        load(tiny_dir, ModelOptions(backend="vllm"))
+    if not torch.cuda.is_available():
+        with pytest.raises(DraftwiseError, match="no CUDA GPU"):
+            load(tiny_dir, ModelOptions(device="cuda"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_lean_matches_cpu(tiny_dir):
+    cpu, gpu = load(tiny_dir).lm, load(tiny_dir, ModelOptions(device="cuda")).lm
+    ids = torch.tensor([[1, 5, 9, 13]])
+    cpu.reset(1, 8)
+    gpu.reset(1, 8)
+    torch.testing.assert_close(gpu.forward(ids.cuda(), 0).cpu(), cpu.forward(ids, 0), atol=1e-3, rtol=1e-3)

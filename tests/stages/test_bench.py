@@ -1,0 +1,63 @@
+import json
+
+import pytest
+
+from draftwise.config import BenchConfig
+from draftwise.errors import DraftwiseError
+from draftwise.stages import bench
+
+
+def config(tiny_dir, **kw):
+    base = dict(target=tiny_dir, drafter="layers:0,2", gamma=3, suite="spec_bench", limit=3, max_new_tokens=12,
+                baselines=("ar", "hf-generate", "hf-assisted"), warmup=0)
+    base.update(kw)
+    return BenchConfig(**base)
+
+
+def test_bench_writes_run_folder_and_summary(tiny_dir, tmp_path, capsys):
+    out = bench.run(config(tiny_dir), tmp_path / "run")
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 3 * 4
+    assert json.loads((out / "config.json").read_text())["drafter"] == "layers:0,2"
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("tokens_per_s", "tar", "alpha", "acceptance_per_position", "speedup_vs_ar", "greedy_identical_to_ar"):
+        assert key in summary
+    assert set(summary["baselines"]) == {"ar", "hf-generate", "hf-assisted"}
+    assert summary["greedy_identical_to_ar"] == 1.0
+    # transformers' greedy decoding of the same weights gives the same tokens
+    assert summary["baselines"]["hf-generate"]["identical_to_ar"] == 1.0
+    assert summary["baselines"]["hf-assisted"]["identical_to_ar"] == 1.0
+    assert len(summary["acceptance_per_position"]) == 3
+    assert "hf-assisted" in capsys.readouterr().out
+
+
+def test_bench_resumes_without_redoing_finished_work(tiny_dir, tmp_path):
+    cfg = config(tiny_dir, baselines=("ar",))
+    out = bench.run(cfg, tmp_path / "run")
+    lines = (out / "records.jsonl").read_text().splitlines()
+    # simulate a crash: the last record was cut mid-write
+    (out / "records.jsonl").write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:20])
+    bench.run(cfg, out)
+    redone = (out / "records.jsonl").read_text().splitlines()
+    assert redone[:-1] == lines[:-1] and len(redone) == len(lines)
+    assert json.loads(redone[-1])["prompt_id"] == json.loads(lines[-1])["prompt_id"]
+
+
+def test_bench_refuses_a_folder_with_another_config(tiny_dir, tmp_path):
+    bench.run(config(tiny_dir, baselines=("ar",), limit=1), tmp_path / "run")
+    with pytest.raises(DraftwiseError, match="different config .*gamma"):
+        bench.run(config(tiny_dir, baselines=("ar",), limit=1, gamma=2), tmp_path / "run")
+
+
+def test_sampled_bench_runs(tiny_dir, tmp_path):
+    out = bench.run(config(tiny_dir, temperature=0.8, top_p=0.9, baselines=("ar", "hf-assisted"), limit=2), tmp_path / "r")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["greedy_identical_to_ar"] is None and summary["tar"] >= 1
+
+
+def test_user_prompt_file(tiny_dir, tmp_path):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("w1 w2 w3\nw4 w5\n")
+    out = bench.run(config(tiny_dir, prompts=str(prompts), baselines=()), tmp_path / "r")
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert [r["prompt_id"] for r in records] == ["user/1", "user/2"]
