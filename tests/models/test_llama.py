@@ -2,7 +2,7 @@ import pytest
 import torch
 from conftest import tiny_config, tiny_model
 
-from draftwise.models import layer_subset
+from draftwise.models import kernels, layer_subset
 from draftwise.models.llama import LeanLlama, unsupported_reason
 
 CONFIGS = {
@@ -21,8 +21,18 @@ CONFIGS = {
 }
 
 
+@pytest.fixture(params=["fast path", "torch path"])
+def path(request, monkeypatch):
+    """Run a test with the C kernels, then again with every op on torch (as on a GPU or without a compiler)."""
+    if request.param == "torch path":
+        monkeypatch.setattr(kernels, "_kernel", lambda: None)
+    elif not kernels.kernel_available():
+        pytest.skip("CPU kernel not available")
+    return request.param
+
+
 @pytest.mark.parametrize("name", CONFIGS)
-def test_lean_logits_equal_transformers(name):
+def test_lean_logits_equal_transformers(name, path):
     config = tiny_config(**CONFIGS[name])
     hf = tiny_model(config, seed=3)
     lean = LeanLlama(config, hf.state_dict())
@@ -35,7 +45,7 @@ def test_lean_logits_equal_transformers(name):
     torch.testing.assert_close(got, ref, atol=2e-4, rtol=2e-4)
 
 
-def test_rollback_overwrites_rejected_positions():
+def test_rollback_overwrites_rejected_positions(path):
     config = tiny_config()
     hf = tiny_model(config, seed=4)
     lean = LeanLlama(config, hf.state_dict())

@@ -91,6 +91,6 @@ class HFCausalLM:
             cache=self.cache,
             use_cache=True,
             cache_position=torch.arange(pos, pos + T, device=ids.device),
-            logits_to_keep=n_logits or 0,
+            logits_to_keep=1 if n_logits == 0 else n_logits or 0,  # transformers reads 0 as "all"
         )
-        return out.logits  # [B, n, V]
+        return out.logits[:, :0] if n_logits == 0 else out.logits  # [B, n, V]

@@ -1,9 +1,10 @@
-"""`linear(x, w, b)` and `rms_norm(x, w, eps)` for the lean forward, with a CPU fast path for decoding.
+"""The lean forward's kernels with a CPU fast path for decoding: `linear`, `rms_norm`, `attention`, `silu_mul`.
 
-On CPU in fp32 with a few rows (a decoding step, or a (γ+1)-token verify pass) it calls the small-batch kernel in
-`cpu_gemm.c`, compiled once with the system C compiler into the draftwise cache and loaded with ctypes; everything
-else (GPU, bf16, prefill, autograd, no compiler, no AVX2) goes to `torch.nn.functional.linear`. The kernel links the
-same OpenMP runtime as torch (soname libgomp.so.1, already loaded), so both share one thread pool.
+On CPU in fp32 with a few rows (a decoding step, or a (γ+1)-token verify pass) they call `cpu_kernels.c`, compiled
+once with the system C compiler into the draftwise cache and loaded with ctypes: at batch 1 a torch op costs
+5-60 us of dispatch, and a layer needs ~25 of them. Everything else (GPU, bf16, long prefill, autograd, no compiler,
+no AVX2) goes to torch, so results never depend on whether the fast path is available, only speed does. The library
+links the same OpenMP runtime as torch (soname libgomp.so.1, already loaded), so both share one thread pool.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 
 from ..paths import cache_dir
 
-MAX_ROWS = 16  # above this, the GEMM is compute-bound and BLAS does well
+MAX_ROWS = 64  # above this (long prefill) the work is compute-bound and torch's BLAS and SDPA do well
 _FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC"]
 
 
@@ -38,12 +39,12 @@ def _kernel():
     if compiler is None:
         warnings.warn("draftwise: no C compiler found; CPU decoding falls back to torch matmul (slower)")
         return None
-    source = files("draftwise.models").joinpath("cpu_gemm.c").read_text()
+    source = files("draftwise.models").joinpath("cpu_kernels.c").read_text()
     key = hashlib.sha256((source + " ".join(_FLAGS) + compiler).encode()).hexdigest()[:16]
-    lib = cache_dir("kernels") / f"cpu_gemm-{key}.so"
+    lib = cache_dir("kernels") / f"cpu_kernels-{key}.so"
     if not lib.exists():
         with tempfile.TemporaryDirectory() as tmp:
-            src, out = os.path.join(tmp, "cpu_gemm.c"), os.path.join(tmp, "cpu_gemm.so")
+            src, out = os.path.join(tmp, "cpu_kernels.c"), os.path.join(tmp, "cpu_kernels.so")
             with open(src, "w") as f:
                 f.write(source)
             done = subprocess.run([compiler, *_FLAGS, src, "-o", out], capture_output=True, text=True)
@@ -54,6 +55,8 @@ def _kernel():
     dll = ctypes.CDLL(str(lib))
     dll.draftwise_small_gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int]
     dll.draftwise_rms_norm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_float]
+    dll.draftwise_attention.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 6 + [ctypes.c_float, ctypes.c_int]
+    dll.draftwise_silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
     return dll
 
 
@@ -95,3 +98,36 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     y = torch.empty_like(x2)
     _kernel().draftwise_rms_norm(x2.data_ptr(), w.data_ptr(), y.data_ptr(), x2.numel() // d, d, eps)
     return y
+
+
+def fast_path(x: torch.Tensor) -> bool:
+    """Whether the C kernels handle this activation (CPU fp32, no autograd, library available)."""
+    return x.device.type == "cpu" and x.dtype == torch.float32 and not (torch.is_grad_enabled() and x.requires_grad) \
+        and _kernel() is not None
+
+
+def attention(qkv, rot, k_cache, v_cache, pos: int, n_heads: int, head_dim: int) -> torch.Tensor:
+    """Fast path of `llama.Layer`'s attention (see `draftwise_attention` in cpu_kernels.c).
+
+    qkv [B, T, (H+2KV)*hd] (rotated in place), rot [S, hd/2] complex, k_cache/v_cache [B, KV, S, hd] -> [B, T, H*hd].
+    """
+    B, T, _ = qkv.shape
+    kv, S = k_cache.shape[1], k_cache.shape[2]
+    out = torch.empty(B, T, n_heads * head_dim)
+    fn = _kernel().draftwise_attention
+    for b in range(B):
+        fn(qkv[b].data_ptr(), rot.data_ptr(), k_cache[b].data_ptr(), v_cache[b].data_ptr(), out[b].data_ptr(),
+           T, pos, n_heads, kv, head_dim, S, head_dim ** -0.5, torch.get_num_threads())
+    return out
+
+
+def silu_mul(gu: torch.Tensor) -> torch.Tensor:
+    """[..., 2F] (gate, up) -> [..., F] silu(gate) * up."""
+    f = gu.shape[-1] // 2
+    if not fast_path(gu):
+        gate, up = gu.chunk(2, dim=-1)
+        return torch.nn.functional.silu(gate) * up
+    gu = gu.contiguous()
+    out = torch.empty(*gu.shape[:-1], f)
+    _kernel().draftwise_silu_mul(gu.data_ptr(), out.data_ptr(), gu.numel() // (2 * f), f)
+    return out

@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .kernels import linear, rms_norm
+from . import kernels
+from .kernels import linear, rms_norm, silu_mul
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -119,24 +120,32 @@ class Layer(nn.Module):
         self.shape = shape
 
     def forward(self, x, rot, k_cache, v_cache, pos: int, mask):
-        # x [B, T, D]; rot [T, 1, hd/2] complex; k_cache, v_cache [B, KV, S, hd]
+        # x [B, T, D]; rot [S, hd/2] complex; k_cache, v_cache [B, KV, S, hd]; mask [T, pos+T] bool or None (T = 1)
         s = self.shape
-        B, T, _ = x.shape
-        H, KV, hd = s.num_heads, s.num_kv_heads, s.head_dim
-        h = rms_norm(x, self.ln1, s.rms_eps)
-        qkv = linear(h, self.wqkv, self.bqkv).view(B, T, H + 2 * KV, hd)
+        T = x.shape[1]
+        qkv = linear(rms_norm(x, self.ln1, s.rms_eps), self.wqkv, self.bqkv)  # [B, T, (H+2KV)*hd]
+        if kernels.fast_path(qkv) and T <= kernels.MAX_ROWS and s.head_dim % 8 == 0:
+            att = kernels.attention(qkv, rot, k_cache, v_cache, pos, s.num_heads, s.head_dim)
+        else:
+            att = self.attention(qkv, rot[pos : pos + T, None, :], k_cache, v_cache, pos, mask)
+        x = x + linear(att, self.wo, self.bo)  # att [B, T, H*hd]
+        gu = linear(rms_norm(x, self.ln2, s.rms_eps), self.wgu, self.bgu)  # [B, T, 2F]
+        return x + linear(silu_mul(gu), self.wd, self.bd)
+
+    def attention(self, qkv, rot, k_cache, v_cache, pos: int, mask):
+        """Torch attention: RoPE on q and k, cache write, SDPA. rot [T, 1, hd/2] -> [B, T, H*hd]."""
+        B, T, _ = qkv.shape
+        H, KV, hd = self.shape.num_heads, self.shape.num_kv_heads, self.shape.head_dim
+        qkv = qkv.view(B, T, H + 2 * KV, hd)
         qk = torch.view_as_complex(qkv[:, :, : H + KV].float().unflatten(-1, (hd // 2, 2)))  # [B, T, H+KV, hd/2]
-        qk = torch.view_as_real(qk * rot).flatten(-2).to(x.dtype)  # [B, T, H+KV, hd]
+        qk = torch.view_as_real(qk * rot).flatten(-2).to(qkv.dtype)  # [B, T, H+KV, hd]
         end = pos + T
         k_cache[:, :, pos:end] = qk[:, :, H:].transpose(1, 2)
         v_cache[:, :, pos:end] = qkv[:, :, H + KV :].transpose(1, 2)
         att = F.scaled_dot_product_attention(
             qk[:, :, :H].transpose(1, 2), k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, enable_gqa=KV != H
         )  # [B, H, T, hd]
-        x = x + linear(att.transpose(1, 2).reshape(B, T, H * hd), self.wo, self.bo)
-        h = rms_norm(x, self.ln2, s.rms_eps)
-        gate, up = linear(h, self.wgu, self.bgu).chunk(2, dim=-1)
-        return x + linear(F.silu(gate) * up, self.wd, self.bd)
+        return att.transpose(1, 2).reshape(B, T, H * hd)
 
 
 class LeanLlama(nn.Module):
@@ -199,12 +208,13 @@ class LeanLlama(nn.Module):
             raise ValueError(f"KV cache holds {self.max_len} positions for batch {self.k_cache.shape[1] if self.k_cache is not None else 0}; "
                              f"need {pos + T} for batch {B}: call reset() first")
         x = F.embedding(ids, self.embed)  # [B, T, D]
-        rot = self._rot[pos : pos + T, None, :]  # [T, 1, hd/2]
         mask = None
         if T > 1:  # query i (absolute position pos+i) sees keys 0..pos+i
             mask = torch.arange(pos + T, device=ids.device) <= torch.arange(pos, pos + T, device=ids.device)[:, None]
         for i, layer in enumerate(self.layers):
-            x = layer(x, rot, self.k_cache[i], self.v_cache[i], pos, mask)
+            x = layer(x, self._rot, self.k_cache[i], self.v_cache[i], pos, mask)
+        if n_logits == 0:  # prefill that only fills the cache
+            return x.new_empty(B, 0, self.vocab_size)
         if n_logits is not None:
             x = x[:, -n_logits:]
         x = rms_norm(x, self.norm, self.shape.rms_eps)

@@ -5,6 +5,10 @@ Models are anything with `reset(batch, max_len)`, `forward(ids [1, T], pos, n_lo
 `vocab_size` (see `models.LeanLlama`). A `Context` tracks how many leading tokens of the sequence a model's cache
 holds; it feeds a model whatever it has not seen yet, so prefill, catch-up after a fully accepted round and the
 verify pass are the same call, and rollback is a smaller length.
+
+Prefill takes the prompt but its last token, in both methods alike; every generated token's logits then come from
+a pass of at most γ+1 tokens. On the CPU fast path those passes compute each row exactly as a one-token step does,
+so greedy SD reproduces greedy AR bit for bit rather than up to rounding.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class Generation:
     tokens: list[int]  # the new tokens only
     rounds: list[Round] = field(default_factory=list)
     seconds: float = 0.0  # wall time of the whole call, prefill included
+    prefill_s: float = 0.0
     prompt_tokens: int = 0
 
 
@@ -95,6 +100,11 @@ def generate(
     seq, out = list(prompt), Generation([], prompt_tokens=len(prompt))
     _sync(dev)
     start = time.perf_counter()
+    for ctx in (p_ctx, q_ctx):
+        if ctx is not None and len(prompt) > 1:
+            ctx.feed(prompt[:-1], 0)
+    _sync(dev)
+    out.prefill_s = time.perf_counter() - start
     while len(out.tokens) < max_new_tokens and not (out.tokens and out.tokens[-1] in eos):
         t_round = time.perf_counter()
         g = min(gamma, max_new_tokens - len(out.tokens) - 1)  # never draft past max_new_tokens
