@@ -8,10 +8,14 @@ folders keep raw records, and these functions recompute summaries from them.
                            (k = 1..γ); a drafted token is only tested if all before it were accepted.
   tokens/s                 new tokens / wall seconds, summed over prompts (prefill included, as in generate()).
   speedup vs AR            tokens/s of a method / tokens/s of AR through the same engine, same prompts, same process.
+  verify ms (by γ)         median time of the target's pass over γ+1 positions (with the acceptance test), per γ;
+                           γ = 0 is one plain AR step. verify_over_ar_step = verify ms at γ / AR step ms.
+  draft step ms            median of draft_s / drafted over rounds that drafted: one drafter step.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Sequence
 
 
@@ -53,8 +57,22 @@ def summarize_method(generations: Sequence[dict]) -> dict:
             acceptance_per_position=acceptance_per_position(rounds),
             draft_s=sum(r["draft_s"] for r in rounds),
             verify_s=sum(r["verify_s"] for r in rounds),
+            verify_ms=verify_ms_by_gamma(rounds),
+            draft_step_ms=draft_step_ms(rounds),
         )
     return out
+
+
+def verify_ms_by_gamma(rounds: Sequence[dict]) -> dict[int, float]:
+    by: dict[int, list[float]] = {}
+    for r in rounds:
+        by.setdefault(r["drafted"], []).append(r["verify_s"])
+    return {g: 1e3 * statistics.median(v) for g, v in sorted(by.items())}
+
+
+def draft_step_ms(rounds: Sequence[dict]) -> float | None:
+    steps = [r["draft_s"] / r["drafted"] for r in rounds if r["drafted"]]
+    return 1e3 * statistics.median(steps) if steps else None
 
 
 def identical_fraction(a: Sequence[dict], b: Sequence[dict]) -> float | None:

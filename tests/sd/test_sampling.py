@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from draftwise.errors import DraftwiseError
-from draftwise.sd.sampling import SamplingParams, probs, sample
+from draftwise.sd.sampling import SamplingParams, argmax, probs, sample
 
 
 def test_greedy_is_one_hot_of_argmax():
@@ -29,3 +29,14 @@ def test_top_p_keeps_the_smallest_set_reaching_p():
 def test_bad_params(kw):
     with pytest.raises(DraftwiseError):
         SamplingParams(**kw)
+
+
+def test_argmax_takes_the_first_maximum():
+    logits = torch.tensor([[1.0, 3.0, 3.0], [5.0, 5.0, 0.0]])
+    assert argmax(logits).tolist() == [1, 0] == logits.argmax(-1).tolist()
+
+
+def test_sample_never_draws_a_zero_probability_token():
+    p = torch.tensor([0.0, 0.5, 0.0, 0.5, 0.0])
+    draws = sample(p.expand(4000, 5), torch.Generator().manual_seed(0))
+    assert set(draws.tolist()) == {1, 3} and abs((draws == 1).float().mean() - 0.5) < 0.05

@@ -5,7 +5,7 @@ import torch
 from chisquare import chisquare_pvalue
 
 from draftwise.sd.sampling import sample
-from draftwise.sd.verify import verify
+from draftwise.sd.verify import verify, verify_greedy
 
 V = 6
 
@@ -58,3 +58,12 @@ def test_greedy_accepts_while_argmaxes_agree():
     assert (verdict.accepted, verdict.next_token) == (2, 3)  # recovered = the target's argmax
     verdict = verify(torch.tensor([1, 2, 3]), torch.eye(V)[[1, 2, 3]], p, torch.Generator())
     assert (verdict.accepted, verdict.next_token) == (3, 4)  # all accepted: bonus from position γ+1
+
+
+def test_greedy_verification_is_the_one_hot_limit_of_the_rule():
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        targets = torch.randint(0, V, (4,), generator=gen)
+        drafts = torch.where(torch.rand(3, generator=gen) < 0.7, targets[:3], torch.randint(0, V, (3,), generator=gen))
+        one_hot = verify(drafts, torch.eye(V)[drafts], torch.eye(V)[targets], gen)
+        assert verify_greedy(drafts.tolist(), targets.tolist()) == one_hot

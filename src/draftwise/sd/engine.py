@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import DraftwiseError
-from .sampling import SamplingParams, probs, sample
-from .verify import verify
+from .sampling import SamplingParams, argmax, probs, sample
+from .verify import verify, verify_greedy
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,14 @@ def _match_vocab(logits: torch.Tensor, size: int) -> torch.Tensor:
     return logits
 
 
+def _draw(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator, qs: list) -> int:
+    """A draft token; under sampling its distribution q is kept in `qs` for the acceptance test."""
+    if params.greedy:
+        return int(argmax(logits))
+    qs.append(probs(logits, params))  # [V]
+    return int(sample(qs[-1], generator))
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -112,16 +120,18 @@ def generate(
         if g > 0:  # draft: γ serial drafter steps, the first fed whatever the drafter has not seen yet
             logits = q_ctx.feed(seq[q_ctx.length :], 1)[-1]  # [V]
             for i in range(g):
-                qs.append(probs(logits, params))
-                drafts.append(int(sample(qs[-1], generator)))
+                drafts.append(_draw(logits, params, generator, qs))
                 if i < g - 1:
                     logits = q_ctx.feed([drafts[-1]], 1)[-1]
         _sync(dev)
         t_drafted = time.perf_counter()
-        # verify: one target pass over the pending token(s) + the drafts -> γ+1 distributions
-        p = probs(p_ctx.feed(seq[p_ctx.length :] + drafts, g + 1), params)  # [g+1, V]
-        q = torch.stack(qs) if qs else p[:0]  # [g, V]
-        verdict = verify(torch.tensor(drafts, dtype=torch.long, device=p.device), q, p, generator)
+        # verify: one target pass over the pending token and the drafts -> γ+1 distributions
+        logits = p_ctx.feed(seq[p_ctx.length :] + drafts, g + 1)  # [g+1, V]
+        if params.greedy:
+            verdict = verify_greedy(drafts, argmax(logits).tolist())
+        else:
+            q = torch.stack(qs) if qs else logits[:0]  # [g, V]
+            verdict = verify(torch.tensor(drafts, dtype=torch.long, device=dev), q, probs(logits, params), generator)
         new = (drafts[: verdict.accepted] + [verdict.next_token])[: max_new_tokens - len(out.tokens)]
         new = new[: next((i + 1 for i, t in enumerate(new) if t in eos), len(new))]  # stop after EOS
         seq += new

@@ -27,6 +27,14 @@ class Verdict:
     next_token: int  # recovered token (n < γ) or bonus token (n == γ)
 
 
+def verify_greedy(drafts: list[int], targets: list[int]) -> Verdict:
+    """The greedy limit of `verify`: drafts [γ] against the target's argmaxes [γ+1] at the same positions."""
+    n = 0
+    while n < len(drafts) and drafts[n] == targets[n]:
+        n += 1
+    return Verdict(n, targets[n])
+
+
 def verify(drafts: torch.Tensor, q: torch.Tensor, p: torch.Tensor, generator: torch.Generator) -> Verdict:
     """drafts [γ] sampled from q [γ, V]; p [γ+1, V] the target's distributions at the same positions (+ one)."""
     gamma = drafts.shape[0]

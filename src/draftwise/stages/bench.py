@@ -140,6 +140,8 @@ def summarize(records: list[dict], config: BenchConfig) -> dict:
         greedy_pair = config.temperature == 0 and name != "ar" and "ar" in by_method
         s["identical_to_ar"] = metrics.identical_fraction(by_method[name], by_method["ar"]) if greedy_pair else None
     head = per.get("sd") or per.get("ar") or next(iter(per.values()), {})
+    ar_step = per.get("ar", {}).get("verify_ms", {}).get(0)
+    verify = per.get("sd", {}).get("verify_ms", {}).get(config.gamma)
     return {
         "definitions": metrics.__doc__.strip(),
         "method": "sd" if "sd" in per else "ar",
@@ -150,6 +152,10 @@ def summarize(records: list[dict], config: BenchConfig) -> dict:
         "acceptance_per_position": head.get("acceptance_per_position"),
         "speedup_vs_ar": head.get("speedup_vs_ar"),
         "greedy_identical_to_ar": per["sd"]["identical_to_ar"] if "sd" in per else None,
+        "ar_step_ms": ar_step,
+        "verify_ms": verify,
+        "verify_over_ar_step": verify / ar_step if verify and ar_step else None,
+        "draft_step_ms": per.get("sd", {}).get("draft_step_ms"),
         "baselines": {name: {"tokens_per_s": s["tokens_per_s"], "identical_to_ar": s["identical_to_ar"]}
                       for name, s in per.items() if name != "sd"},
         "methods": per,
@@ -161,9 +167,14 @@ def format_table(summary: dict) -> str:
         return "-" if v is None else format(v * scale, spec) + unit
 
     lines = [f"{'method':<13}{'tokens/s':>9}{'vs AR':>8}{'TAR':>7}{'alpha':>7}{'same as AR':>12}"]
+    notes = []
+    if summary.get("verify_over_ar_step"):
+        notes.append(f"verify pass over γ+1={summary['gamma'] + 1} tokens: {summary['verify_ms']:.1f} ms = "
+                     f"{summary['verify_over_ar_step']:.2f}x one AR step ({summary['ar_step_ms']:.1f} ms); "
+                     f"draft step {summary['draft_step_ms']:.1f} ms")
     for name, s in summary["methods"].items():
         lines.append(
             f"{name:<13}{s['tokens_per_s']:>9.2f}{fmt(s['speedup_vs_ar'], '.2f', unit='x'):>8}{fmt(s.get('tar'), '.2f'):>7}"
             f"{fmt(s.get('alpha'), '.3f'):>7}{fmt(s['identical_to_ar'], '.0f', 100, '%'):>12}"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + notes)
