@@ -28,6 +28,7 @@ def _bench_parser(sub) -> None:
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--backend", default="auto", choices=["auto", "lean", "transformers"])
+    p.add_argument("--compile", action="store_true", help="torch.compile the lean forward's layers (helps on GPUs)")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     p.add_argument("--out", required=True, help="run folder (rerun on the same folder to resume)")
 
@@ -41,7 +42,7 @@ def _bench(args) -> None:
         suite=args.suite, split=args.split, prompts=args.prompts, limit=args.limit or None,
         max_new_tokens=args.max_new_tokens, baselines=tuple(b for b in args.baseline.split(",") if b),
         seed=args.seed, warmup=args.warmup, dtype=args.dtype, device=args.device, backend=args.backend,
-        threads=args.threads,
+        compile=args.compile, threads=args.threads,
     )
     bench.run(config, args.out)
 

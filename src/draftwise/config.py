@@ -37,6 +37,7 @@ class BenchConfig:
     dtype: str = "fp32"
     device: str = "cpu"
     backend: str = "auto"
+    compile: bool = False  # torch.compile the lean forward's layers
     threads: int | None = None  # torch intra-op threads; None = torch's default
 
     def __post_init__(self):

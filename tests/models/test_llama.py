@@ -92,3 +92,15 @@ def test_unsupported_architectures_are_named():
     from transformers import GPT2Config
 
     assert "model_type" in unsupported_reason(GPT2Config())
+
+
+def test_compiled_forward_matches_eager():
+    """torch.compile'd layers (the GPU option) give the eager logits; on CPU they take the torch path."""
+    config = tiny_config(layers=1)
+    sd = tiny_model(config, seed=6).state_dict()
+    eager, compiled = LeanLlama(config, sd), LeanLlama(config, sd, compile=True)
+    ids = torch.tensor([[1, 5, 9, 13]])
+    for m in (eager, compiled):
+        m.reset(1, 8)
+    torch.testing.assert_close(compiled(ids, 0), eager(ids, 0), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(compiled(torch.tensor([[7]]), 4), eager(torch.tensor([[7]]), 4), atol=1e-4, rtol=1e-4)

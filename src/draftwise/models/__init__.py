@@ -29,6 +29,7 @@ class ModelOptions:
     dtype: str = "fp32"  # fp32 | bf16 | fp16
     device: str = "cpu"  # cpu | cuda | cuda:N
     backend: str = "auto"  # auto: lean when the architecture allows, else transformers
+    compile: bool = False  # torch.compile each layer of the lean forward (it then bypasses the CPU C kernels)
     trust_remote_code: bool = False
 
 
@@ -111,7 +112,7 @@ def _engine_lm(config, state_dict, options: ModelOptions, hf_factory) -> tuple[o
         if options.backend == "auto":
             print(f"draftwise: using the transformers backend ({reason})", file=sys.stderr)
         return hf.HFCausalLM(hf_factory()), "transformers"
-    return LeanLlama(config, state_dict), "lean"
+    return LeanLlama(config, state_dict, compile=options.compile), "lean"
 
 
 def _to(state_dict: dict[str, torch.Tensor], options: ModelOptions) -> dict[str, torch.Tensor]:

@@ -65,14 +65,7 @@ def kernel_available() -> bool:
 
 
 def _on_fast_path(x: torch.Tensor, w: torch.Tensor) -> bool:
-    return (
-        x.device.type == "cpu"
-        and x.dtype == torch.float32
-        and w.dtype == torch.float32
-        and w.is_contiguous()
-        and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))
-        and _kernel() is not None
-    )
+    return fast_path(x) and w.dtype == torch.float32 and w.is_contiguous() and not (torch.is_grad_enabled() and w.requires_grad)
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
@@ -101,9 +94,15 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def fast_path(x: torch.Tensor) -> bool:
-    """Whether the C kernels handle this activation (CPU fp32, no autograd, library available)."""
-    return x.device.type == "cpu" and x.dtype == torch.float32 and not (torch.is_grad_enabled() and x.requires_grad) \
+    """Whether the C kernels handle this activation: CPU fp32, no autograd, not being traced by torch.compile
+    (ctypes calls cannot be traced), and the library is available."""
+    return (
+        x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and not (torch.is_grad_enabled() and x.requires_grad)
+        and not torch.compiler.is_compiling()
         and _kernel() is not None
+    )
 
 
 def attention(qkv, rot, k_cache, v_cache, pos: int, n_heads: int, head_dim: int) -> torch.Tensor:

@@ -156,7 +156,7 @@ class LeanLlama(nn.Module):
     discards everything from `pos` on: that is the whole rollback.
     """
 
-    def __init__(self, config, state_dict: dict[str, torch.Tensor], layers: list[Layer] | None = None):
+    def __init__(self, config, state_dict: dict[str, torch.Tensor], layers: list[Layer] | None = None, compile: bool = False):
         super().__init__()
         reason = unsupported_reason(config)
         if reason:
@@ -172,6 +172,9 @@ class LeanLlama(nn.Module):
             layers if layers is not None else [Layer(sd, f"model.layers.{i}.", self.shape) for i in range(self.shape.num_layers)]
         )
         self.vocab_size = self.head.shape[0]
+        if compile:  # fuses each layer's elementwise ops (a win where op launches dominate, e.g. a GPU at batch 1)
+            for layer in self.layers:
+                layer.compile(dynamic=True)
         self._rot = rope_table(config, self.shape, 0)
         self.k_cache = self.v_cache = None
 

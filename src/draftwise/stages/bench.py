@@ -98,7 +98,7 @@ def run(config: BenchConfig, out: str | Path) -> Path:
         torch.set_num_threads(config.threads)
     run_dir = RunDir(out, config)
     prompts = select_prompts(config)
-    options = ModelOptions(config.dtype, config.device, config.backend)
+    options = ModelOptions(config.dtype, config.device, config.backend, config.compile)
     target = load(config.target, options)
     drafter = load_drafter(config.drafter, target, options) if config.drafter else None
     encoded = [target.encode(p.text) for p in prompts]
