@@ -47,15 +47,57 @@ def _bench(args) -> None:
     bench.run(config, args.out)
 
 
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _model_args(p) -> None:
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--backend", default="auto", choices=["auto", "lean", "transformers"])
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+
+
+def _profile_parser(sub) -> None:
+    p = sub.add_parser("profile", help="time the target's AR step and verify passes, drafter steps and the LM head",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--target", default="default")
+    p.add_argument("--drafter", action="append", default=[], help="a drafter to time (repeatable): checkpoint or layers:...")
+    p.add_argument("--depths", type=_ints, default=(1, 2, 4, 8, 16), help="full-width truncations of the target to time")
+    p.add_argument("--gammas", type=_ints, default=(1, 2, 3, 4, 6, 8, 12, 16))
+    p.add_argument("--batch", type=_ints, default=(1, 4, 8))
+    p.add_argument("--context", type=int, default=256, help="positions in the KV cache when timing")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=15)
+    _model_args(p)
+    p.add_argument("--out", required=True)
+
+
+def _profile(args) -> None:
+    from .config import ProfileConfig
+    from .stages import profile
+
+    config = ProfileConfig(
+        target=args.target, drafters=tuple(args.drafter), depths=args.depths, gammas=args.gammas, batches=args.batch,
+        context=args.context, warmup=args.warmup, repeats=args.repeats, dtype=args.dtype, device=args.device,
+        backend=args.backend, threads=args.threads,
+    )
+    profile.run(config, args.out)
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     parser = argparse.ArgumentParser(prog="draftwise", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     _bench_parser(sub)
+    _profile_parser(sub)
     args = parser.parse_args(argv)
     try:
-        {"bench": _bench}[args.command](args)
+        {"bench": _bench, "profile": _profile}[args.command](args)
     except DraftwiseError as e:
         print(f"draftwise: error: {e}", file=sys.stderr)
         return 2

@@ -61,6 +61,39 @@ class BenchConfig:
             raise DraftwiseError(f"threads must be >= 1, got {self.threads}")
 
 
+def _positive(name: str, values) -> None:
+    bad = [v for v in values if v < 1]
+    if bad:
+        raise DraftwiseError(f"{name} must all be >= 1, got {bad[0]}")
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """`draftwise profile`: the target's AR step and verify passes, drafter steps and the LM head, timed here."""
+
+    target: str = "default"
+    drafters: tuple[str, ...] = ()  # checkpoints or layers:i,j,... specs
+    depths: tuple[int, ...] = (1, 2, 4, 8, 16)  # full-width k-layer truncations of the target, timed as drafters
+    gammas: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16)
+    batches: tuple[int, ...] = (1, 4, 8)
+    context: int = 256  # positions already in the KV cache when a step is timed
+    warmup: int = 3
+    repeats: int = 15
+    seed: int = 0
+    dtype: str = "fp32"
+    device: str = "cpu"
+    backend: str = "auto"
+    threads: int | None = None
+
+    def __post_init__(self):
+        for name in ("drafters", "depths", "gammas", "batches"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        for name in ("depths", "gammas", "batches"):
+            _positive(name, getattr(self, name))
+        if self.context < 1 or self.repeats < 1 or self.warmup < 0:
+            raise DraftwiseError("context and repeats must be >= 1, warmup >= 0")
+
+
 def to_dict(config) -> dict[str, Any]:
     return {"stage": type(config).__name__, **dataclasses.asdict(config)}
 

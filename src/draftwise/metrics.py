@@ -7,6 +7,7 @@ folders keep raw records, and these functions recompute summaries from them.
   acceptance per position  a_k = fraction of the rounds that drafted a k-th token in which it was accepted
                            (k = 1..γ); a drafted token is only tested if all before it were accepted.
   tokens/s                 new tokens / wall seconds, summed over prompts (prefill included, as in generate()).
+  decode tokens/s          new tokens / (wall − prefill) seconds: the steady state a cost model predicts (engine only).
   speedup vs AR            tokens/s of a method / tokens/s of AR through the same engine, same prompts, same process.
   verify ms (by γ)         median time of the target's pass over γ+1 positions (with the acceptance test), per γ;
                            γ = 0 is one plain AR step. verify_over_ar_step = verify ms at γ / AR step ms.
@@ -49,6 +50,8 @@ def summarize_method(generations: Sequence[dict]) -> dict:
     rounds = [r for g in generations for r in g.get("rounds", [])]
     out = {"prompts": len(generations), "new_tokens": sum(g["new_tokens"] for g in generations),
            "seconds": sum(g["seconds"] for g in generations), "tokens_per_s": tokens_per_s(generations)}
+    if all("prefill_s" in g for g in generations):
+        out["decode_tokens_per_s"] = tokens_per_s({**g, "seconds": g["seconds"] - g["prefill_s"]} for g in generations)
     if rounds:
         out.update(
             rounds=len(rounds),

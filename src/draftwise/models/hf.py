@@ -94,3 +94,8 @@ class HFCausalLM:
             logits_to_keep=1 if n_logits == 0 else n_logits or 0,  # transformers reads 0 as "all"
         )
         return out.logits[:, :0] if n_logits == 0 else out.logits  # [B, n, V]
+
+    @torch.inference_mode()
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The final norm and LM head: hidden states [B, T, D] -> logits [B, T, V]."""
+        return self.model.get_output_embeddings()(self.model.model.norm(x))

@@ -220,8 +220,11 @@ class LeanLlama(nn.Module):
             return x.new_empty(B, 0, self.vocab_size)
         if n_logits is not None:
             x = x[:, -n_logits:]
-        x = rms_norm(x, self.norm, self.shape.rms_eps)
-        return linear(x, self.head)  # [B, n, V]
+        return self.logits(x)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The final norm and LM head: hidden states [B, T, D] -> logits [B, T, V]."""
+        return linear(rms_norm(x, self.norm, self.shape.rms_eps), self.head)
 
     def subset(self, layer_ids: list[int], config) -> "LeanLlama":
         """A model made of some of these layers (renumbered 0..k-1), sharing all weights with this one."""

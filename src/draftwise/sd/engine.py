@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import DraftwiseError
+from ..timing import sync
 from .sampling import SamplingParams, argmax, probs, sample
 from .verify import verify, verify_greedy
 
@@ -77,11 +78,6 @@ def _draw(logits: torch.Tensor, params: SamplingParams, generator: torch.Generat
     return int(sample(qs[-1], generator))
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def generate(
     target,
     prompt: list[int],
@@ -106,12 +102,12 @@ def generate(
         if ctx is not None:
             ctx.lm.reset(1, max_len)
     seq, out = list(prompt), Generation([], prompt_tokens=len(prompt))
-    _sync(dev)
+    sync(dev)
     start = time.perf_counter()
     for ctx in (p_ctx, q_ctx):
         if ctx is not None and len(prompt) > 1:
             ctx.feed(prompt[:-1], 0)
-    _sync(dev)
+    sync(dev)
     out.prefill_s = time.perf_counter() - start
     while len(out.tokens) < max_new_tokens and not (out.tokens and out.tokens[-1] in eos):
         t_round = time.perf_counter()
@@ -123,7 +119,7 @@ def generate(
                 drafts.append(_draw(logits, params, generator, qs))
                 if i < g - 1:
                     logits = q_ctx.feed([drafts[-1]], 1)[-1]
-        _sync(dev)
+        sync(dev)
         t_drafted = time.perf_counter()
         # verify: one target pass over the pending token and the drafts -> γ+1 distributions
         logits = p_ctx.feed(seq[p_ctx.length :] + drafts, g + 1)  # [g+1, V]
@@ -140,7 +136,7 @@ def generate(
         p_ctx.keep(len(seq) - 1)
         if q_ctx is not None:
             q_ctx.keep(len(seq) - 1)
-        _sync(dev)
+        sync(dev)
         out.rounds.append(Round(g, verdict.accepted, len(new), t_drafted - t_round, time.perf_counter() - t_drafted))
     out.seconds = time.perf_counter() - start
     return out

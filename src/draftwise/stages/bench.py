@@ -25,6 +25,7 @@ from ..models import Model, ModelOptions, describe, load, load_drafter
 from ..rundir import RunDir
 from ..sd.engine import generate
 from ..sd.sampling import SamplingParams
+from ..timing import sync
 
 
 def select_prompts(config: BenchConfig) -> list[data.Prompt]:
@@ -42,7 +43,7 @@ def engine_method(target: Model, drafter: Model | None, config: BenchConfig):
             target.lm, ids, params, max_new_tokens, torch.Generator(device=target.lm.device).manual_seed(seed),
             drafter=drafter.lm if drafter else None, gamma=config.gamma, eos=target.eos_ids,
         )
-        return {"tokens": gen.tokens, "new_tokens": len(gen.tokens), "seconds": gen.seconds,
+        return {"tokens": gen.tokens, "new_tokens": len(gen.tokens), "seconds": gen.seconds, "prefill_s": gen.prefill_s,
                 "rounds": [r.__dict__ for r in gen.rounds]}
 
     return run
@@ -68,13 +69,11 @@ def hf_method(target: Model, drafter: Model | None, config: BenchConfig):
         gen_config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos[0], **sampling)
         inputs = torch.tensor([ids], device=model.device)
         torch.manual_seed(seed)  # transformers samples from the global generator; it takes no Generator argument
-        if model.device.type == "cuda":
-            torch.cuda.synchronize()
+        sync(model.device)
         start = time.perf_counter()
         with torch.inference_mode():
             out = model.generate(inputs, attention_mask=torch.ones_like(inputs), generation_config=gen_config, **extra)
-        if model.device.type == "cuda":
-            torch.cuda.synchronize()
+        sync(model.device)
         seconds = time.perf_counter() - start
         tokens = out[0, len(ids):].tolist()
         return {"tokens": tokens, "new_tokens": len(tokens), "seconds": seconds}

@@ -1,0 +1,247 @@
+"""The cost model: what a drafter of a given shape costs per step on this machine, and what SD then yields.
+
+Definitions (the same as `metrics` and the README):
+  E[N]          expected tokens emitted per round = 1 + Σ_{k=1..γ} Π_{i≤k} a_i, from per-position acceptance a_i;
+                with i.i.d. acceptance α: (1 − α^{γ+1}) / (1 − α).
+  throughput    E[N] / (γ·t_q + t_verify(γ)) tokens/s: t_q one drafter step, t_verify(γ) the target's pass over γ+1
+                tokens (a round's acceptance test and sampling are folded into t_verify when it is measured in-engine).
+  γ*            the integer γ that maximises throughput.
+  free-drafter  E[N] / t_verify(γ): the ceiling if drafting cost nothing.
+  c             t_q / t_p, the drafter's step relative to the target's.
+
+Step time of a Llama-family model at batch b (fitted to measured points, see `StepModel`):
+  t(L, d, V) = fixed + L · (layer_overhead + layer_bytes(d) / bandwidth) + head_bytes(V, d) / bandwidth
+Batch-1 decoding reads every weight once per step, so bytes over an effective bandwidth is the natural unit; the
+per-layer overhead is what a layer costs beyond its bytes (launches, attention, norms, syncs).
+
+Parameter counts (the convention used in every draftwise table): `embedding` = vocabulary × width (the input table);
+`head` = the output projection, 0 when tied (a tied head is counted once, in `embedding`); `non_embedding` = every
+other weight (attention, MLP, norms); `total` = embedding + head + non_embedding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import DraftwiseError
+
+
+# --- acceptance and throughput --------------------------------------------------------------------------------------
+
+
+def expected_tokens(acceptance: Sequence[float]) -> float:
+    """E[N] = 1 + Σ_k Π_{i≤k} a_i for per-position acceptance a_1..a_γ."""
+    total, run = 1.0, 1.0
+    for a in acceptance:
+        run *= a
+        total += run
+    return total
+
+
+def expected_tokens_iid(alpha: float, gamma: int) -> float:
+    """E[N] with the same acceptance α at every position: (1 − α^{γ+1}) / (1 − α)."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def throughput(expected: float, gamma: int, t_draft: float, t_verify: float) -> float:
+    """Tokens per second for E[N] = `expected` with γ draft steps of `t_draft` s and a verify pass of `t_verify` s."""
+    return expected / (gamma * t_draft + t_verify)
+
+
+def free_drafter_limit(expected: float, t_verify: float) -> float:
+    return expected / t_verify
+
+
+def acceptance_for(gamma: int, alpha: float | None = None, per_position: Sequence[float] | None = None) -> list[float]:
+    """a_1..a_γ: measured per-position values where known (the last one repeated beyond), else i.i.d. α."""
+    if per_position:
+        return [per_position[min(k, len(per_position) - 1)] for k in range(gamma)]
+    if alpha is None:
+        raise DraftwiseError("need an acceptance rate: give --alpha or a bench run with measured acceptance")
+    return [alpha] * gamma
+
+
+def best_gamma(t_draft: float, verify_time, gammas: Sequence[int], alpha: float | None = None,
+               per_position: Sequence[float] | None = None) -> tuple[int, float]:
+    """(γ*, its tokens/s) over `gammas`; `verify_time(γ)` gives the target's pass over γ+1 tokens in seconds."""
+    scored = [(throughput(expected_tokens(acceptance_for(g, alpha, per_position)), g, t_draft, verify_time(g)), g) for g in gammas]
+    speed, gamma = max(scored)
+    return gamma, speed
+
+
+# --- shapes and parameter counts ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A Llama-family decoder's dimensions: what decides its parameters, bytes and KV cache."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    tied: bool = True
+
+    @classmethod
+    def of(cls, config) -> "Shape":
+        heads = config.num_attention_heads
+        return cls(
+            layers=config.num_hidden_layers, hidden=config.hidden_size, heads=heads,
+            kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+            head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
+            ffn=config.intermediate_size, vocab=config.vocab_size, tied=bool(config.tie_word_embeddings),
+        )
+
+    def layer_params(self) -> int:
+        """One decoder layer (no biases): q, k, v, o, gate, up, down and two norms."""
+        d, hd = self.hidden, self.head_dim
+        attention = d * self.heads * hd + 2 * d * self.kv_heads * hd + self.heads * hd * d
+        return attention + 3 * d * self.ffn + 2 * d
+
+    def params(self) -> dict[str, int]:
+        embedding = self.vocab * self.hidden
+        head = 0 if self.tied else self.vocab * self.hidden
+        non_embedding = self.layers * self.layer_params() + self.hidden  # + the final norm
+        return {"total": embedding + head + non_embedding, "embedding": embedding, "head": head,
+                "non_embedding": non_embedding}
+
+    def kv_bytes(self, context: int, batch: int = 1, bytes_per_value: int = 4) -> int:
+        """Keys and values of `context` positions for `batch` sequences."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * context * batch * bytes_per_value
+
+    def weight_bytes(self, bytes_per_value: int = 4) -> int:
+        return self.params()["total"] * bytes_per_value
+
+    def describe(self) -> str:
+        return f"L{self.layers} d{self.hidden} h{self.heads}/{self.kv_heads} ffn{self.ffn} V{self.vocab}"
+
+
+def shape_for_budget(template: Shape, layers: int, budget: int, multiple: int = 8) -> Shape:
+    """A `layers`-deep shape whose non-embedding parameters come closest to `budget`, scaling width, heads and FFN
+    together: the template's head_dim and GQA ratio are kept, FFN keeps its ratio to width (rounded to `multiple`)."""
+    if layers < 1:
+        raise DraftwiseError(f"layers must be >= 1, got {layers}")
+    group = template.heads // template.kv_heads
+    ratio = template.ffn / template.hidden
+
+    def make(kv_heads: int) -> Shape:
+        heads = kv_heads * group
+        hidden = heads * template.head_dim
+        ffn = max(multiple, int(round(ratio * hidden / multiple)) * multiple)
+        return Shape(layers, hidden, heads, kv_heads, template.head_dim, ffn, template.vocab, template.tied)
+
+    smallest = make(1)
+    if smallest.params()["non_embedding"] > budget:
+        raise DraftwiseError(
+            f"budget {budget:,} is smaller than {layers} layer(s) of the narrowest shape "
+            f"({smallest.describe()}: {smallest.params()['non_embedding']:,} non-embedding parameters)"
+        )
+    kv = 1
+    while make(kv + 1).params()["non_embedding"] <= budget:
+        kv += 1
+    below, above = make(kv), make(kv + 1)
+    nb, na = below.params()["non_embedding"], above.params()["non_embedding"]
+    return below if budget - nb <= na - budget else above
+
+
+def parse_count(text: str) -> int:
+    """'15M' -> 15_000_000; '1.5B', '800k', '16GiB', '512MB' likewise (binary suffixes for *iB)."""
+    units = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 1e3, "mb": 1e6, "gb": 1e9}
+    t = text.strip().lower()
+    for suffix in sorted(units, key=len, reverse=True):
+        if t.endswith(suffix):
+            try:
+                return int(float(t[: -len(suffix)]) * units[suffix])
+            except ValueError:
+                break
+    try:
+        return int(float(t))
+    except ValueError:
+        raise DraftwiseError(f"not a count: {text!r} (e.g. 15M, 1.5B, 16GiB)") from None
+
+
+def max_batch(memory: int, target: Shape, drafter: Shape, context: int, bytes_per_value: int = 4) -> int:
+    """Largest batch whose KV caches (target + drafter, `context` positions each) fit beside both models' weights."""
+    free = memory - target.weight_bytes(bytes_per_value) - drafter.weight_bytes(bytes_per_value)
+    per_seq = target.kv_bytes(context, 1, bytes_per_value) + drafter.kv_bytes(context, 1, bytes_per_value)
+    return max(0, free // per_seq)
+
+
+# --- the fitted step-time model --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """t(shape) in ms = fixed + layers·(layer_overhead + layer_MB·ms_per_MB) + head_MB·ms_per_MB_head (one batch size)."""
+
+    fixed_ms: float
+    layer_overhead_ms: float
+    ms_per_layer_mb: float
+    ms_per_head_mb: float
+    bytes_per_value: int = 4
+
+    def predict_ms(self, shape: Shape) -> float:
+        return self.fixed_ms + shape.layers * self.layer_ms(shape) + self.head_ms(shape)
+
+    def layer_ms(self, shape: Shape) -> float:
+        return self.layer_overhead_ms + shape.layer_params() * self.bytes_per_value / 1e6 * self.ms_per_layer_mb
+
+    def head_ms(self, shape: Shape) -> float:
+        return shape.vocab * shape.hidden * self.bytes_per_value / 1e6 * self.ms_per_head_mb
+
+    @classmethod
+    def fit(cls, points: Sequence[tuple[Shape, float]], bytes_per_value: int = 4) -> "StepModel":
+        """Least squares (non-negative) over measured (shape, ms) points; needs ≥ 4 points of different shapes."""
+        if len(points) < 4:
+            raise DraftwiseError(f"the step model needs at least 4 measured shapes, got {len(points)}")
+        rows = [[1.0, s.layers, s.layers * s.layer_params() * bytes_per_value / 1e6, s.vocab * s.hidden * bytes_per_value / 1e6]
+                for s, _ in points]
+        a, y = np.array(rows), np.array([ms for _, ms in points])
+        coef = _nonneg_lstsq(a, y)
+        return cls(*map(float, coef), bytes_per_value=bytes_per_value)
+
+    def as_dict(self) -> dict:
+        return {"fixed_ms": self.fixed_ms, "layer_overhead_ms": self.layer_overhead_ms,
+                "ms_per_layer_mb": self.ms_per_layer_mb, "ms_per_head_mb": self.ms_per_head_mb}
+
+
+def _nonneg_lstsq(a: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares with coefficients >= 0 (active-set on 4 unknowns: try every subset, keep the best feasible)."""
+    n = a.shape[1]
+    best, best_err = np.zeros(n), math.inf
+    for mask in range(1, 2**n):
+        cols = [i for i in range(n) if mask >> i & 1]
+        sol, *_ = np.linalg.lstsq(a[:, cols], y, rcond=None)
+        if (sol < 0).any():
+            continue
+        coef = np.zeros(n)
+        coef[cols] = sol
+        err = float(((a @ coef - y) ** 2).sum())
+        if err < best_err:
+            best, best_err = coef, err
+    return best
+
+
+def interpolate(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """Piecewise-linear through measured points, extended linearly past the ends."""
+    order = np.argsort(xs)
+    xs, ys = np.asarray(xs, float)[order], np.asarray(ys, float)[order]
+    if len(xs) == 1:
+        return float(ys[0])
+    if x <= xs[0]:
+        i = 0
+    elif x >= xs[-1]:
+        i = len(xs) - 2
+    else:
+        return float(np.interp(x, xs, ys))
+    slope = (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])
+    return float(ys[i] + slope * (x - xs[i]))

@@ -1,0 +1,1 @@
+"""Derived outputs: plots (and later the report), computed from run folders' summaries."""

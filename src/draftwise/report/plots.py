@@ -1,0 +1,56 @@
+"""PNG plots, drawn from a stage's derived summary (never from anything the summary does not hold).
+
+Each plot's footer names the command that reproduces it, so a figure pasted elsewhere still says where it came from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display on servers and CI
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _save(fig, path: Path, footer: str) -> Path:
+    fig.text(0.01, 0.005, footer, fontsize=6, color="0.4", ha="left", va="bottom")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_profile(summary: dict, folder: Path) -> list[Path]:
+    footer = f"draftwise profile --target {summary['target']['spec']} (context {summary['context']}); {folder}"
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for b, e in summary["batches"].items():
+        gammas = sorted(int(g) for g in e["verify_ms"])
+        ax1.plot(gammas, [e["verify_ms"][g] for g in gammas], "o-", label=f"verify, batch {b}")
+        ax1.axhline(e["ar_step_ms"], ls=":", color=ax1.lines[-1].get_color(), lw=1)
+        ax2.plot(gammas, [e["verify_over_ar_step"][g] for g in gammas], "o-", label=f"batch {b}")
+    ax1.set(xlabel="γ (verify pass over γ+1 tokens)", ylabel="ms", title="Target verify pass (dotted: one AR step)")
+    ax2.axhline(1.0, color="0.6", lw=1)
+    ax2.set(xlabel="γ", ylabel="verify / AR step", title="Verify cost relative to one AR step")
+    ax1.legend(fontsize=7)
+    ax2.legend(fontsize=7)
+    paths = [_save(fig, folder / "verify_vs_gamma.png", footer)]
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for b, e in summary["batches"].items():
+        pts = sorted((d["layers"], d["step_ms"]) for d in e["drafters"].values() if d["layers"])
+        pts.append((summary["target"]["shape"]["layers"], e["ar_step_ms"]))
+        line = ax.plot(*zip(*sorted(pts)), "o", label=f"measured, batch {b}")[0]
+        fit = e.get("depth_fit")
+        if fit:
+            xs = [0, max(p[0] for p in pts)]
+            ax.plot(xs, [fit["fixed_ms"] + fit["per_layer_ms"] * x for x in xs], "-", color=line.get_color(), lw=1,
+                    label=f"fit {fit['fixed_ms']:.1f} + {fit['per_layer_ms']:.2f}·L ms")
+        if e.get("head_ms"):
+            ax.axhline(e["head_ms"], ls="--", color=line.get_color(), lw=1, label=f"LM head alone ({e['head_ms']:.1f} ms)")
+    ax.set(xlabel="layers (full width)", ylabel="ms per step", title="Step time vs depth")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
+    paths.append(_save(fig, folder / "step_vs_layers.png", footer))
+    return paths

@@ -1,0 +1,180 @@
+"""`draftwise profile`: where a speculative-decoding round spends its time on this machine.
+
+Times, with warm-up and repeats (medians reported, GPU work synchronised), at a KV cache already holding `context`
+positions: the target's AR step; its verify pass over γ+1 tokens for each γ; one serial step of each drafter, and
+of the full-width k-layer truncations of the target (`depths`), which give step time against depth; and the LM head
+alone. Every point other than the AR step itself is timed interleaved with the target's AR step at the same batch
+(`ref_ms`), so the ratios (verify / AR step, c) are measured side by side and survive machine drift. Each timing
+point is appended to records.jsonl as it finishes; a rerun skips finished points. profile.json and the plots are
+derived from the records.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from .. import cost
+from ..config import ProfileConfig
+from ..executors import Executor, InProcess
+from ..models import Model, ModelOptions, load, load_drafter
+from ..models.hf import HFCausalLM
+from ..rundir import RunDir
+from ..timing import measure_interleaved, median
+
+DEFINITIONS = """\
+ar_step_ms: the target's forward over 1 new token (batch b, `context` positions cached), median of repeats.
+verify_ms[γ]: the target's forward over γ+1 new tokens, returning all γ+1 logits.
+verify_over_ar_step[γ] = median verify / median AR step, both timed interleaved in the same point.
+step_ms (drafter): one serial drafter forward over 1 token. head_ms: final norm + LM head over 1 token per sequence.
+head_share = head_ms / step_ms. c = median drafter step / median AR step, timed interleaved.
+cycle[γ]: a round's time split, draft_share = γ·t_q / (γ·t_q + verify_ms[γ]), target_share = 1 − draft_share.
+depth_fit: least squares step_ms = fixed_ms + per_layer_ms · layers over the full-width truncations and the target."""
+
+
+def depth_spec(k: int) -> str:
+    return "layers:" + ",".join(str(i) for i in range(k))
+
+
+def points(config: ProfileConfig, n_layers: int) -> list[dict]:
+    """Every timing point of a run, in the order they are taken (a point is also its record's key)."""
+    drafters = [depth_spec(k) for k in config.depths if k < n_layers] + list(config.drafters)
+    out = []
+    for b in config.batches:
+        out.append({"kind": "step", "model": "target", "batch": b, "tokens": 1})
+        out += [{"kind": "verify", "model": "target", "batch": b, "tokens": g + 1, "gamma": g} for g in config.gammas]
+        out.append({"kind": "head", "model": "target", "batch": b, "tokens": 1})
+        out += [{"kind": "step", "model": d, "batch": b, "tokens": 1} for d in drafters]
+        out += [{"kind": "head", "model": d, "batch": b, "tokens": 1} for d in config.drafters]
+    return out
+
+
+def key(point: dict) -> tuple:
+    return tuple(sorted((k, v) for k, v in point.items() if k not in ("ms", "ref_ms", "median_ms")))
+
+
+class Timer:
+    """Times one point: a forward at position `context` (the cache is filled once per model and batch) or the head."""
+
+    def __init__(self, models: dict[str, Model], config: ProfileConfig):
+        self.models, self.config = models, config
+        self.gen = torch.Generator().manual_seed(config.seed)
+
+    def __call__(self, point: dict) -> dict:
+        fn = self.call(point)
+        if point["kind"] == "step" and point["model"] == "target":
+            (ms,) = measure_interleaved([fn], self.device, self.config.warmup, self.config.repeats)
+            return {"ms": ms}
+        ref = self.call({"kind": "step", "model": "target", "batch": point["batch"], "tokens": 1})
+        ms, ref_ms = measure_interleaved([fn, ref], self.device, self.config.warmup, self.config.repeats)
+        return {"ms": ms, "ref_ms": ref_ms}
+
+    @property
+    def device(self):
+        return self.models["target"].lm.device
+
+    def call(self, point: dict):
+        """A zero-argument function that runs the point once."""
+        lm = self.models[point["model"]].lm
+        b, t, ctx = point["batch"], point["tokens"], self.config.context
+        dev = lm.device
+        if point["kind"] == "head":
+            x = torch.randn(b, 1, lm.config.hidden_size, generator=self.gen).to(dev, lm.dtype)
+            return lambda: lm.logits(x)
+        lm.reset(b, ctx + max(self.config.gammas) + 1)  # a lean cache is reused when it fits
+        if isinstance(lm, HFCausalLM):  # a DynamicCache must really hold `context` positions
+            lm.forward(torch.randint(0, lm.vocab_size, (b, ctx), generator=self.gen).to(dev), 0, 0)
+        ids = torch.randint(0, lm.vocab_size, (b, t), generator=self.gen).to(dev)
+        return lambda: lm.forward(ids, ctx, t)  # a lean cache is preallocated: garbage in it costs what real keys do
+
+
+def run(config: ProfileConfig, out: str | Path, executor: Executor | None = None) -> Path:
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    run_dir = RunDir(out, config)
+    options = ModelOptions(config.dtype, config.device, config.backend)
+    target = load(config.target, options)
+    todo_all = points(config, target.config.num_hidden_layers)
+    done = {key(r) for r in run_dir.records()}
+    todo = [p for p in todo_all if key(p) not in done]
+    models = {"target": target}
+    for spec in dict.fromkeys(p["model"] for p in todo_all if p["model"] != "target"):
+        models[spec] = load_drafter(spec, target, options)
+    bar = tqdm(total=len(todo), desc="profile", unit="point", file=sys.stderr, dynamic_ncols=True, disable=not todo)
+    for point, times in (executor or InProcess()).map(Timer(models, config), todo):
+        run_dir.append({**point, "median_ms": median(times["ms"]), **times})
+        bar.update()
+        bar.set_postfix_str(f"{point['kind']} {point['model'][:24]} b={point['batch']} t={point['tokens']}: {median(times['ms']):.2f} ms")
+    bar.close()
+    summary = summarize(run_dir.records(), {spec: m.config for spec, m in models.items()}, config)
+    run_dir.write_json("profile.json", summary)
+    from ..report.plots import plot_profile
+
+    for path in plot_profile(summary, run_dir.path):
+        print(f"plot: {path}")
+    print(format_profile(summary))
+    return run_dir.path
+
+
+def summarize(records: list[dict], configs: dict, config: ProfileConfig) -> dict:
+    """profile.json from the raw records (medians, ratios, shares and the depth fit are all derived here)."""
+    target_shape = cost.Shape.of(configs["target"])
+    out = {"definitions": DEFINITIONS, "context": config.context, "target": {
+        "spec": config.target, "shape": target_shape.__dict__, "params": target_shape.params()}, "batches": {}}
+    for b in config.batches:
+        recs = [r for r in records if r["batch"] == b]
+        get = {(r["kind"], r["model"], r["tokens"]): r["median_ms"] for r in recs}
+        rel = {(r["kind"], r["model"], r["tokens"]): r["median_ms"] / median(r["ref_ms"]) for r in recs if "ref_ms" in r}
+        ar = get.get(("step", "target", 1))
+        if ar is None:
+            continue
+        verify = {r["gamma"]: r["median_ms"] for r in recs if r["kind"] == "verify"}
+        ratio = {r["gamma"]: rel[("verify", "target", r["tokens"])] for r in recs if r["kind"] == "verify"}
+        entry = {"ar_step_ms": ar, "verify_ms": verify, "verify_over_ar_step": ratio,
+                 "head_ms": get.get(("head", "target", 1)), "drafters": {}}
+        for spec in dict.fromkeys(r["model"] for r in recs if r["kind"] == "step" and r["model"] != "target"):
+            step = get[("step", spec, 1)]
+            head = get.get(("head", spec, 1)) or (entry["head_ms"] if spec.startswith("layers:") else None)
+            shape = cost.Shape.of(configs[spec]) if spec in configs else None
+            entry["drafters"][spec] = {
+                "layers": shape.layers if shape else None, "shape": shape.__dict__ if shape else None,
+                "params": shape.params() if shape else None, "step_ms": step, "head_ms": head,
+                "head_share": head / step if head else None, "c": rel[("step", spec, 1)],
+                "cycle": {g: {"draft_share": g * step / (g * step + v), "target_share": v / (g * step + v)}
+                          for g, v in verify.items()},
+            }
+        entry["depth_fit"] = _depth_fit(entry, target_shape.layers)
+        out["batches"][str(b)] = entry
+    return out
+
+
+def _depth_fit(entry: dict, target_layers: int) -> dict | None:
+    """step = fixed + per_layer · layers over full-width truncations (layers:0..k-1) and the target itself."""
+    pts = [(d["layers"], d["step_ms"]) for spec, d in entry["drafters"].items() if spec == depth_spec(d["layers"] or 0)]
+    pts.append((target_layers, entry["ar_step_ms"]))
+    if len(pts) < 3:
+        return None
+    x, y = np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float)
+    slope, fixed = np.polyfit(x, y, 1)
+    pred = fixed + slope * x
+    r2 = 1 - ((y - pred) ** 2).sum() / max(((y - y.mean()) ** 2).sum(), 1e-12)
+    return {"fixed_ms": float(fixed), "per_layer_ms": float(slope), "r2": float(r2), "points": pts,
+            "fixed_without_head_ms": float(fixed - entry["head_ms"]) if entry.get("head_ms") else None}
+
+
+def format_profile(summary: dict) -> str:
+    lines = []
+    for b, e in summary["batches"].items():
+        lines.append(f"batch {b}: AR step {e['ar_step_ms']:.2f} ms, LM head {e['head_ms']:.2f} ms")
+        lines.append("  verify/AR-step by γ: " + ", ".join(f"{g}: {r:.2f}" for g, r in e["verify_over_ar_step"].items()))
+        fit = e.get("depth_fit")
+        if fit:
+            lines.append(f"  depth fit: {fit['fixed_ms']:.2f} ms + {fit['per_layer_ms']:.3f} ms/layer (R² {fit['r2']:.3f})")
+        for spec, d in e["drafters"].items():
+            share = f", head {100 * d['head_share']:.0f} %" if d.get("head_share") else ""
+            lines.append(f"  {spec[:40]:<40} {d['step_ms']:7.2f} ms (c = {d['c']:.3f}{share})")
+    return "\n".join(lines)

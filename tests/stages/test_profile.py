@@ -1,0 +1,35 @@
+import json
+
+from draftwise.config import ProfileConfig
+from draftwise.stages import profile
+
+
+def cfg(tiny_dir, **kw):
+    base = dict(target=tiny_dir, drafters=("layers:0,3",), depths=(1, 2), gammas=(1, 2, 4), batches=(1, 2), context=16,
+                warmup=1, repeats=3)
+    base.update(kw)
+    return ProfileConfig(**base)
+
+
+def test_profile_writes_summary_and_plots(tiny_dir, tmp_path):
+    out = profile.run(cfg(tiny_dir), tmp_path / "p")
+    summary = json.loads((out / "profile.json").read_text())
+    b1 = summary["batches"]["1"]
+    assert set(b1["verify_ms"]) == {"1", "2", "4"} and b1["ar_step_ms"] > 0 and b1["head_ms"] > 0
+    assert set(b1["drafters"]) == {"layers:0", "layers:0,1", "layers:0,3"}
+    d = b1["drafters"]["layers:0,3"]
+    assert d["layers"] == 2 and 0 < d["head_share"] and 0 < d["cycle"]["4"]["draft_share"] < 1
+    assert b1["depth_fit"]["per_layer_ms"] is not None
+    assert (out / "verify_vs_gamma.png").stat().st_size > 0 and (out / "step_vs_layers.png").stat().st_size > 0
+
+
+def test_profile_resumes_only_missing_points(tiny_dir, tmp_path):
+    config = cfg(tiny_dir, batches=(1,))
+    out = profile.run(config, tmp_path / "p")
+    lines = (out / "records.jsonl").read_text().splitlines()
+    (out / "records.jsonl").write_text("\n".join(lines[:3]) + "\n")  # killed after 3 points
+    profile.run(config, out)
+    again = (out / "records.jsonl").read_text().splitlines()
+    assert again[:3] == lines[:3] and len(again) == len(lines)
+    profile.run(config, out)  # finished: nothing is redone
+    assert (out / "records.jsonl").read_text().splitlines() == again

@@ -1,0 +1,107 @@
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_config
+
+from draftwise import cost
+from draftwise.errors import DraftwiseError
+from draftwise.models.llama import LeanLlama
+
+
+def simulate_tokens_per_round(acceptance, rounds, seed=0):
+    """Monte-Carlo of the acceptance process: draft positions are tested in order until the first rejection."""
+    rng = np.random.default_rng(seed)
+    accepted_all = rng.random((rounds, len(acceptance))) < np.array(acceptance)
+    accepted = np.cumprod(accepted_all, axis=1).sum(axis=1)  # leading run of acceptances
+    return accepted + 1  # + the recovered or bonus token
+
+
+@pytest.mark.parametrize("acceptance", [[0.9, 0.8, 0.7, 0.6], [0.5] * 6, [0.0, 0.9], [1.0, 1.0, 1.0]])
+def test_expected_tokens_matches_monte_carlo(acceptance):
+    n = simulate_tokens_per_round(acceptance, 200_000)
+    se = n.std() / np.sqrt(len(n)) + 1e-9
+    assert abs(cost.expected_tokens(acceptance) - n.mean()) < 4 * se + 1e-9
+
+
+@pytest.mark.parametrize("alpha,gamma", [(0.0, 4), (0.6, 4), (0.9, 8), (1.0, 3)])
+def test_iid_closed_form(alpha, gamma):
+    assert cost.expected_tokens_iid(alpha, gamma) == pytest.approx(cost.expected_tokens([alpha] * gamma))
+
+
+def test_best_gamma_on_synthetic_costs():
+    verify = lambda g: 10.0 + 0.5 * g  # noqa: E731
+    gammas = range(1, 17)
+    brute = max(gammas, key=lambda g: cost.expected_tokens_iid(0.8, g) / (g * 1.0 + verify(g)))
+    gamma, speed = cost.best_gamma(1.0, verify, gammas, alpha=0.8)
+    assert gamma == brute and 1 < gamma < 16  # an interior optimum: drafting more stops paying
+    assert speed == pytest.approx(cost.expected_tokens_iid(0.8, gamma) / (gamma + verify(gamma)))
+    # a drafter that is never accepted: drafting less is always better
+    assert cost.best_gamma(1.0, verify, gammas, alpha=0.0)[0] == 1
+    # measured per-position acceptance is used where known, the last value repeated beyond
+    assert cost.acceptance_for(4, per_position=[0.9, 0.5]) == [0.9, 0.5, 0.5, 0.5]
+    with pytest.raises(DraftwiseError, match="acceptance"):
+        cost.acceptance_for(3)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_parameter_count_convention_matches_built_model(tied):
+    from transformers import AutoModelForCausalLM
+
+    template = cost.Shape.of(tiny_config(layers=4, tie_word_embeddings=tied))
+    for layers in (1, 2, 3):
+        shape = cost.shape_for_budget(template, layers, budget=30_000)
+        config = tiny_config(layers=layers, hidden_size=shape.hidden, num_attention_heads=shape.heads,
+                             num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim, intermediate_size=shape.ffn,
+                             tie_word_embeddings=tied)
+        model = AutoModelForCausalLM.from_config(config)
+        counted = shape.params()
+        assert counted["total"] == sum(p.numel() for p in model.parameters())  # tied head counted once
+        assert counted["embedding"] == model.get_input_embeddings().weight.numel()
+        assert counted["head"] == (0 if tied else model.get_output_embeddings().weight.numel())
+        assert cost.Shape.of(config) == shape
+
+
+def test_shapes_at_equal_budget_keep_head_dim_and_gqa():
+    template = cost.Shape(layers=30, hidden=576, heads=9, kv_heads=3, head_dim=64, ffn=1536, vocab=49152)
+    budget = 15_000_000
+    shapes = [cost.shape_for_budget(template, k, budget) for k in (1, 2, 4, 8)]
+    for s in shapes:
+        assert s.head_dim == 64 and s.heads == 3 * s.kv_heads and s.hidden == s.heads * 64
+        assert abs(s.params()["non_embedding"] - budget) / budget < 0.35
+    assert [s.hidden for s in shapes] == sorted((s.hidden for s in shapes), reverse=True)  # deeper = narrower
+    with pytest.raises(DraftwiseError, match="smaller than 40 layer"):
+        cost.shape_for_budget(template, 40, 100_000)
+
+
+def test_kv_bytes_equal_the_allocated_cache():
+    from conftest import tiny_model
+
+    config = tiny_config(layers=3)
+    lm = LeanLlama(config, tiny_model(config).state_dict())
+    lm.reset(batch_size=2, max_len=100)
+    assert cost.Shape.of(config).kv_bytes(context=100, batch=2) == lm.kv_bytes()
+    assert lm.k_cache.numel() * 4 * 2 == lm.kv_bytes()
+
+
+def test_max_batch():
+    t = cost.Shape(30, 576, 9, 3, 64, 1536, 49152)
+    d = cost.Shape(2, 576, 9, 3, 64, 1536, 49152)
+    per_seq = t.kv_bytes(1024) + d.kv_bytes(1024)
+    mem = t.weight_bytes() + d.weight_bytes() + 10 * per_seq + 5
+    assert cost.max_batch(mem, t, d, 1024) == 10
+
+
+def test_step_model_fit_recovers_known_coefficients():
+    truth = cost.StepModel(fixed_ms=1.5, layer_overhead_ms=0.3, ms_per_layer_mb=0.05, ms_per_head_mb=0.04)
+    shapes = [cost.Shape(L, d, d // 64, d // 64, 64, 3 * d, V) for L in (1, 2, 4, 8) for d in (256, 512) for V in (8192, 49152)]
+    model = cost.StepModel.fit([(s, truth.predict_ms(s)) for s in shapes])
+    for field in ("fixed_ms", "layer_overhead_ms", "ms_per_layer_mb", "ms_per_head_mb"):
+        assert getattr(model, field) == pytest.approx(getattr(truth, field), rel=1e-6, abs=1e-9)
+
+
+def test_interpolate_and_counts():
+    assert cost.interpolate([1, 2, 4], [10, 12, 16], 3) == 14
+    assert cost.interpolate([1, 2, 4], [10, 12, 16], 6) == 20  # extended past the last point
+    assert cost.parse_count("15M") == 15_000_000 and cost.parse_count("16GiB") == 16 * 2**30
+    with pytest.raises(DraftwiseError):
+        cost.parse_count("lots")
