@@ -88,6 +88,56 @@ def _profile(args) -> None:
     profile.run(config, args.out)
 
 
+def _sweep_parser(sub) -> None:
+    p = sub.add_parser("sweep", help="time drafter shapes: equal-budget depths, widths, target truncations",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--target", default="default")
+    p.add_argument("--budget", default="15M", help="non-embedding parameters of the equal-budget shapes")
+    p.add_argument("--layers", type=_ints, default=(1, 2, 3, 4, 6, 8, 12, 24))
+    p.add_argument("--widths", type=_ints, default=(192, 384, 576, 768, 960), help="hidden sizes at --width-depth")
+    p.add_argument("--width-depth", type=int, default=2)
+    p.add_argument("--truncations", type=_ints, default=(1, 2, 4, 8), help="full-width k-layer truncations of the target")
+    p.add_argument("--vocab", type=_ints, default=(0,), help="LM-head sizes to time each shape with (0 = the target's)")
+    p.add_argument("--context", type=int, default=1024)
+    p.add_argument("--memory", default="16GiB", help="memory budget for the largest batch beside the target")
+    p.add_argument("--batch", type=_ints, default=(1, 4))
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int)
+    p.add_argument("--out", required=True)
+
+
+def _sweep(args) -> None:
+    from .config import SweepConfig
+    from .stages import sweep
+
+    config = SweepConfig(
+        target=args.target, budget=args.budget, layers=args.layers, widths=args.widths, width_depth=args.width_depth,
+        truncations=args.truncations, vocabs=args.vocab, context=args.context, memory=args.memory, batches=args.batch,
+        warmup=args.warmup, repeats=args.repeats, dtype=args.dtype, device=args.device, threads=args.threads,
+    )
+    sweep.run(config, args.out)
+
+
+def _predict_parser(sub) -> None:
+    p = sub.add_parser("predict", help="predicted tokens/s per profiled drafter and γ, ranked",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--profile", required=True, help="a profile run folder")
+    p.add_argument("--bench", help="a bench run folder: measured acceptance of its drafter, and a check of the prediction")
+    p.add_argument("--alpha", type=float, help="assumed i.i.d. acceptance for drafters without measured acceptance")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--gammas", type=_ints, help="γ values to predict (default: the profiled ones)")
+    p.add_argument("--out", help="write the predictions as JSON here")
+
+
+def _predict(args) -> None:
+    from .stages import predict
+
+    predict.run(args.profile, args.bench, args.alpha, args.batch, list(args.gammas) if args.gammas else None, args.out)
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -95,9 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _bench_parser(sub)
     _profile_parser(sub)
+    _sweep_parser(sub)
+    _predict_parser(sub)
     args = parser.parse_args(argv)
     try:
-        {"bench": _bench, "profile": _profile}[args.command](args)
+        {"bench": _bench, "profile": _profile, "sweep": _sweep, "predict": _predict}[args.command](args)
     except DraftwiseError as e:
         print(f"draftwise: error: {e}", file=sys.stderr)
         return 2

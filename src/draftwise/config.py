@@ -94,6 +94,38 @@ class ProfileConfig:
             raise DraftwiseError("context and repeats must be >= 1, warmup >= 0")
 
 
+@dataclass(frozen=True)
+class SweepConfig:
+    """`draftwise sweep`: drafter shapes timed on this machine (random weights: latency needs no training)."""
+
+    target: str = "default"
+    budget: str = "15M"  # non-embedding parameters of the equal-budget shapes
+    layers: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 24)  # depths of the equal-budget shapes
+    widths: tuple[int, ...] = (192, 384, 576, 768, 960)  # hidden sizes timed at depth `width_depth`
+    width_depth: int = 2
+    truncations: tuple[int, ...] = (1, 2, 4, 8)  # full-width k-layer truncations of the target
+    vocabs: tuple[int, ...] = (0,)  # LM-head sizes to time each shape with; 0 = the target's vocabulary
+    context: int = 1024  # KV cache positions (timing, KV bytes and the batch that fits)
+    memory: str = "16GiB"  # memory budget for the largest batch that fits beside the target
+    batches: tuple[int, ...] = (1, 4)
+    warmup: int = 3
+    repeats: int = 10
+    seed: int = 0
+    dtype: str = "fp32"
+    device: str = "cpu"
+    threads: int | None = None
+
+    def __post_init__(self):
+        for name in ("layers", "widths", "truncations", "vocabs", "batches"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        for name in ("layers", "truncations", "batches"):
+            _positive(name, getattr(self, name))
+        if any(w < 1 for w in self.widths) or any(v < 0 for v in self.vocabs) or self.width_depth < 1:
+            raise DraftwiseError("widths and width_depth must be >= 1, vocabs >= 0 (0 = the target's)")
+        if self.context < 1 or self.repeats < 1:
+            raise DraftwiseError("context and repeats must be >= 1")
+
+
 def to_dict(config) -> dict[str, Any]:
     return {"stage": type(config).__name__, **dataclasses.asdict(config)}
 

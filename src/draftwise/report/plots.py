@@ -54,3 +54,49 @@ def plot_profile(summary: dict, folder: Path) -> list[Path]:
     ax.legend(fontsize=7)
     paths.append(_save(fig, folder / "step_vs_layers.png", footer))
     return paths
+
+
+def _series(rows: list[dict], family: str, x: str):
+    """{(batch, vocab): sorted [(x, row)]} for one family."""
+    out: dict[tuple, list] = {}
+    for r in rows:
+        if r["family"] == family:
+            out.setdefault((r["batch"], r["shape"]["vocab"]), []).append((r["shape"][x], r))
+    return {k: sorted(v, key=lambda p: p[0]) for k, v in sorted(out.items())}
+
+
+def plot_sweep(summary: dict, folder: Path) -> list[Path]:
+    rows = summary["rows"]
+    footer = f"draftwise sweep (budget {summary['budget'] / 1e6:.0f}M non-embedding, context {summary['context']}); {folder}"
+    paths = []
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for (b, v), pts in _series(rows, "equal_budget", "layers").items():
+        ax.plot([p[0] for p in pts], [p[1]["step_ms"] for p in pts], "o-", label=f"equal budget, V={v}, batch {b}")
+    for (b, v), pts in _series(rows, "truncation", "layers").items():
+        ax.plot([p[0] for p in pts], [p[1]["step_ms"] for p in pts], "s--", label=f"target truncated (d={pts[0][1]['shape']['hidden']}), V={v}, batch {b}")
+    ax.set(xlabel="layers", ylabel="ms per draft step", title="Step time vs depth at equal non-embedding parameters")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=6)
+    paths.append(_save(fig, folder / "latency_vs_layers.png", footer))
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for (b, v), pts in _series(rows, "width", "hidden").items():
+        depth = pts[0][1]["shape"]["layers"]
+        ax.plot([p[0] for p in pts], [p[1]["step_ms"] for p in pts], "o-", label=f"{depth} layers, V={v}, batch {b}")
+    ax.set(xlabel="hidden size", ylabel="ms per draft step", title="Step time vs width at fixed depth")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=6)
+    paths.append(_save(fig, folder / "latency_vs_width.png", footer))
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for family, marker in (("equal_budget", "o-"), ("truncation", "s--")):
+        series = _series(rows, family, "layers")
+        if series:
+            pts = next(iter(series.values()))
+            ax.plot([p[0] for p in pts], [p[1]["kv_bytes_per_seq"] / 1e6 for p in pts], marker, label=family.replace("_", " "))
+    ax.set(xlabel="layers", ylabel=f"KV cache MB per sequence ({summary['context']} positions, fp32)", title="KV footprint vs depth")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
+    paths.append(_save(fig, folder / "kv_vs_layers.png", footer))
+    return paths

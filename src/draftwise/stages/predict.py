@@ -1,0 +1,109 @@
+"""`draftwise predict`: tokens/s for each profiled drafter and γ, from measured step times and acceptance.
+
+  tokens/s(drafter, γ) = E[N] / (γ·t_q + t_verify(γ))      (see `draftwise.cost`)
+t_q and t_verify come from a profile run (t_verify interpolated between profiled γ); acceptance comes from a bench
+run's measured per-position rates when that run used the drafter, else from `--alpha` (i.i.d.). When a bench run is
+given, its measured decode tokens/s (prefill excluded, like the model) is set beside the prediction for its γ.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .. import cost, metrics
+from ..errors import DraftwiseError
+
+
+def _read_json(path: Path, what: str) -> dict:
+    if not path.is_file():
+        raise DraftwiseError(f"no {path.name} in {path.parent}: is it a finished {what} run folder?")
+    return json.loads(path.read_text())
+
+
+def bench_acceptance(bench_dir: Path) -> dict:
+    """The drafter, γ, measured acceptance and tokens/s of a bench run (from its raw records)."""
+    config = _read_json(bench_dir / "config.json", "bench")
+    records = [json.loads(line) for line in (bench_dir / "records.jsonl").read_text().splitlines() if line.strip()]
+    sd = [r for r in records if r["method"] == "sd"]
+    if not sd:
+        raise DraftwiseError(f"bench run {bench_dir} has no SD records (was it run with --drafter?)")
+    s = metrics.summarize_method(sd)
+    return {"drafter": config["drafter"], "gamma": config["gamma"], "alpha": s["alpha"],
+            "acceptance_per_position": s["acceptance_per_position"], "tokens_per_s": s["tokens_per_s"],
+            "decode_tokens_per_s": s.get("decode_tokens_per_s")}
+
+
+def predict(profile: dict, batch: int = 1, gammas: list[int] | None = None, alpha: float | None = None,
+            bench: dict | None = None) -> dict:
+    entry = profile["batches"].get(str(batch))
+    if entry is None:
+        raise DraftwiseError(f"the profile has no batch {batch} (it has {', '.join(profile['batches'])})")
+    vg = sorted((int(g), ms) for g, ms in entry["verify_ms"].items())
+    t_verify = lambda g: cost.interpolate([g_ for g_, _ in vg], [ms for _, ms in vg], g)  # noqa: E731
+    gammas = gammas or [g for g, _ in vg]
+    ar = entry["ar_step_ms"]
+    rows, skipped = [], []
+    for spec, d in entry["drafters"].items():
+        measured = bench if bench and bench["drafter"] == spec else None
+        per_position = measured["acceptance_per_position"] if measured else None
+        if per_position is None and alpha is None:
+            skipped.append(spec)
+            continue
+        for g in gammas:
+            en = cost.expected_tokens(cost.acceptance_for(g, alpha, per_position))
+            tps = 1e3 * cost.throughput(en, g, d["step_ms"], t_verify(g))
+            rows.append({"drafter": spec, "gamma": g, "expected_tokens": en, "tokens_per_s": tps, "speedup_vs_ar": tps * ar / 1e3,
+                         "free_drafter_tokens_per_s": 1e3 * cost.free_drafter_limit(en, t_verify(g)),
+                         "acceptance": "measured" if per_position else f"alpha={alpha}"})
+    rows.sort(key=lambda r: -r["tokens_per_s"])
+    best = {}
+    for r in rows:
+        best.setdefault(r["drafter"], r)
+    out = {"batch": batch, "ar_tokens_per_s": 1e3 / ar, "rows": rows, "best_gamma": best, "skipped": skipped}
+    if bench:
+        row = next((r for r in rows if r["drafter"] == bench["drafter"] and r["gamma"] == bench["gamma"]), None)
+        if row is None and bench["drafter"] in entry["drafters"]:
+            en = cost.expected_tokens(cost.acceptance_for(bench["gamma"], per_position=bench["acceptance_per_position"]))
+            row = {"tokens_per_s": 1e3 * cost.throughput(en, bench["gamma"], entry["drafters"][bench["drafter"]]["step_ms"],
+                                                         t_verify(bench["gamma"]))}
+        if row:
+            measured = bench["decode_tokens_per_s"] or bench["tokens_per_s"]
+            out["check"] = {"drafter": bench["drafter"], "gamma": bench["gamma"], "predicted_tokens_per_s": row["tokens_per_s"],
+                            "measured_decode_tokens_per_s": bench["decode_tokens_per_s"],
+                            "measured_tokens_per_s": bench["tokens_per_s"],
+                            "error": row["tokens_per_s"] / measured - 1}
+    return out
+
+
+def run(profile_dir: str | Path, bench_dir: str | Path | None = None, alpha: float | None = None, batch: int = 1,
+        gammas: list[int] | None = None, out: str | Path | None = None) -> dict:
+    if alpha is not None and not 0 <= alpha <= 1:
+        raise DraftwiseError(f"alpha must be in [0, 1], got {alpha}")
+    profile = _read_json(Path(profile_dir) / "profile.json", "profile")
+    bench = bench_acceptance(Path(bench_dir)) if bench_dir else None
+    if bench is None and alpha is None:
+        raise DraftwiseError("give --bench RUN (measured acceptance) or --alpha A (assumed i.i.d. acceptance)")
+    result = predict(profile, batch, gammas, alpha, bench)
+    if out:
+        Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    print(format_predictions(result))
+    return result
+
+
+def format_predictions(result: dict, top: int = 15) -> str:
+    lines = [f"AR: {result['ar_tokens_per_s']:.2f} tokens/s (batch {result['batch']})",
+             f"{'drafter':<42}{'γ':>3}{'E[N]':>7}{'tokens/s':>10}{'vs AR':>8}  acceptance"]
+    for r in result["rows"][:top]:
+        lines.append(f"{r['drafter'][:42]:<42}{r['gamma']:>3}{r['expected_tokens']:>7.2f}{r['tokens_per_s']:>10.2f}"
+                     f"{r['speedup_vs_ar']:>7.2f}x  {r['acceptance']}")
+    for spec, r in result["best_gamma"].items():
+        lines.append(f"γ* for {spec[:42]}: {r['gamma']} ({r['tokens_per_s']:.2f} tokens/s)")
+    if result["skipped"]:
+        lines.append(f"no acceptance known (give --alpha) for: {', '.join(s[:30] for s in result['skipped'])}")
+    check = result.get("check")
+    if check:
+        lines.append(f"check against the bench run ({check['drafter']}, γ={check['gamma']}): predicted "
+                     f"{check['predicted_tokens_per_s']:.2f}, measured {check['measured_decode_tokens_per_s'] or check['measured_tokens_per_s']:.2f} "
+                     f"decode tokens/s ({100 * check['error']:+.1f} %); with prefill {check['measured_tokens_per_s']:.2f}")
+    return "\n".join(lines)

@@ -1,0 +1,224 @@
+"""`draftwise sweep`: how a drafter's shape sets its step time on this machine.
+
+Three families of shapes, each timed as a drafter (one token per step, `context` positions cached, batch b),
+interleaved with the target's AR step as a reference:
+  equal_budget  k layers at the same non-embedding parameter budget (width, heads and FFN scaled together, the
+                target's head_dim and GQA ratio kept): the paper's depth-vs-width question;
+  width         a fixed depth at several widths: is width nearly free?
+  truncation    the target's first k layers at full width (its own weights).
+Each shape is also timed with every LM-head size in `vocabs`, so the head's part is visible. Shapes are built with
+random weights; latency does not depend on their values. Points run through an executor, are appended as they
+finish, and are skipped on rerun. sweep.json (fits, KV bytes, largest batch) and the plots are derived.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from .. import cost
+from ..config import SweepConfig
+from ..errors import DraftwiseError
+from ..executors import Executor, InProcess
+from ..models import ModelOptions, layer_subset, load
+from ..models.hf import torch_dtype
+from ..models.llama import LeanLlama
+from ..rundir import RunDir
+from ..timing import measure_interleaved, median
+
+DEFINITIONS = """\
+step_ms: one drafter step (1 token per sequence, `context` positions cached), median of repeats. c = step / target AR step,
+timed interleaved. params: the draftwise convention (see draftwise.cost). kv_bytes_per_seq: keys + values of `context`
+positions, fp32. max_batch: the largest batch whose target + drafter KV caches fit in `memory` beside both models' weights.
+fit: least squares step_ms = fixed + layers·(layer_overhead + layer_MB·ms_per_layer_MB) + head_MB·ms_per_head_MB."""
+
+
+def points(config: SweepConfig, target: cost.Shape) -> list[dict]:
+    budget = cost.parse_count(config.budget)
+    shapes: list[tuple[str, cost.Shape]] = []
+    for k in config.layers:
+        shapes.append(("equal_budget", cost.shape_for_budget(target, k, budget)))
+    unit = target.head_dim * (target.heads // target.kv_heads)
+    for w in config.widths:
+        if w % unit:
+            raise DraftwiseError(f"width {w} is not a multiple of head_dim × (heads / kv_heads) = {unit}")
+        kv = w // unit
+        ffn = int(round(target.ffn / target.hidden * w / 8)) * 8
+        shapes.append(("width", replace(target, layers=config.width_depth, hidden=w, heads=kv * unit // target.head_dim,
+                                        kv_heads=kv, ffn=ffn)))
+    for k in config.truncations:
+        if k > target.layers:
+            raise DraftwiseError(f"truncation to {k} layers: the target has only {target.layers}")
+        shapes.append(("truncation", replace(target, layers=k)))
+    out = []
+    for b in config.batches:
+        for family, shape in shapes:
+            for v in config.vocabs:
+                s = replace(shape, vocab=v or target.vocab)
+                out.append({"family": family, "batch": b, **s.__dict__})
+    return out
+
+
+def shape_of(point: dict) -> cost.Shape:
+    return cost.Shape(**{k: point[k] for k in cost.Shape.__dataclass_fields__})
+
+
+def key(point: dict) -> tuple:
+    return tuple(sorted((k, v) for k, v in point.items() if k not in ("ms", "ref_ms")))
+
+
+def random_model(template_config, shape: cost.Shape, dtype: torch.dtype, device: str, seed: int) -> LeanLlama:
+    config = template_config.__class__.from_dict(template_config.to_dict())
+    config.update(dict(num_hidden_layers=shape.layers, hidden_size=shape.hidden, num_attention_heads=shape.heads,
+                       num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim, intermediate_size=shape.ffn,
+                       vocab_size=shape.vocab, tie_word_embeddings=shape.tied))
+    gen = torch.Generator().manual_seed(seed)
+    d, hd, f = shape.hidden, shape.head_dim, shape.ffn
+
+    def w(*size):
+        return (0.02 * torch.randn(*size, generator=gen)).to(device, dtype)
+
+    sd = {"model.embed_tokens.weight": w(shape.vocab, d), "model.norm.weight": torch.ones(d, device=device, dtype=dtype)}
+    if not shape.tied:
+        sd["lm_head.weight"] = w(shape.vocab, d)
+    for i in range(shape.layers):
+        p = f"model.layers.{i}."
+        sd.update({p + "self_attn.q_proj.weight": w(shape.heads * hd, d), p + "self_attn.k_proj.weight": w(shape.kv_heads * hd, d),
+                   p + "self_attn.v_proj.weight": w(shape.kv_heads * hd, d), p + "self_attn.o_proj.weight": w(d, shape.heads * hd),
+                   p + "mlp.gate_proj.weight": w(f, d), p + "mlp.up_proj.weight": w(f, d), p + "mlp.down_proj.weight": w(d, f),
+                   p + "input_layernorm.weight": torch.ones(d, device=device, dtype=dtype),
+                   p + "post_attention_layernorm.weight": torch.ones(d, device=device, dtype=dtype)})
+    return LeanLlama(config, sd)
+
+
+class Timer:
+    def __init__(self, target, config: SweepConfig):
+        self.target, self.config = target, config
+        self.target_shape = cost.Shape.of(target.config)
+
+    def __call__(self, point: dict) -> dict:
+        shape, b, ctx = shape_of(point), point["batch"], self.config.context
+        if point["family"] == "truncation" and shape.vocab == self.target_shape.vocab:
+            lm = self.target.lm.subset(list(range(shape.layers)), layer_subset(self.target.config, {}, list(range(shape.layers)))[0])
+        else:
+            lm = random_model(self.target.config, shape, self.target.lm.dtype, self.config.device, self.config.seed)
+        gen = torch.Generator().manual_seed(self.config.seed)
+        for m in (lm, self.target.lm):
+            m.reset(b, ctx + 1)
+        ids = torch.randint(0, shape.vocab, (b, 1), generator=gen).to(self.config.device)
+        ref_ids = ids.clamp_max(self.target_shape.vocab - 1)
+        ms, ref_ms = measure_interleaved([lambda: lm.forward(ids, ctx, 1), lambda: self.target.lm.forward(ref_ids, ctx, 1)],
+                                         self.config.device, self.config.warmup, self.config.repeats)
+        return {"ms": ms, "ref_ms": ref_ms}
+
+
+def run(config: SweepConfig, out: str | Path, executor: Executor | None = None) -> Path:
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    torch_dtype(config.dtype)
+    run_dir = RunDir(out, config)
+    target = load(config.target, ModelOptions(config.dtype, config.device, "lean"))
+    all_points = points(config, cost.Shape.of(target.config))
+    done = {key(r) for r in run_dir.records()}
+    todo = [p for p in all_points if key(p) not in done]
+    bar = tqdm(total=len(todo), desc="sweep", unit="shape", file=sys.stderr, dynamic_ncols=True, disable=not todo)
+    for point, times in (executor or InProcess()).map(Timer(target, config), todo):
+        run_dir.append({**point, **times})
+        bar.update()
+        bar.set_postfix_str(f"{point['family']} {shape_of(point).describe()} b={point['batch']}: {median(times['ms']):.2f} ms")
+    bar.close()
+    summary = summarize(run_dir.records(), cost.Shape.of(target.config), config)
+    run_dir.write_json("sweep.json", summary)
+    from ..report.plots import plot_sweep
+
+    for path in plot_sweep(summary, run_dir.path):
+        print(f"plot: {path}")
+    print(format_sweep(summary))
+    return run_dir.path
+
+
+def summarize(records: list[dict], target: cost.Shape, config: SweepConfig) -> dict:
+    memory = cost.parse_count(config.memory)
+    rows = []
+    for r in records:
+        shape = shape_of(r)
+        rows.append({"family": r["family"], "batch": r["batch"], "shape": shape.__dict__, "label": shape.describe(),
+                     "params": shape.params(), "step_ms": median(r["ms"]), "c": median(r["ms"]) / median(r["ref_ms"]),
+                     "kv_bytes_per_seq": shape.kv_bytes(config.context),
+                     "max_batch": cost.max_batch(memory, target, shape, config.context)})
+    fits = {}
+    for b in config.batches:
+        pts = [(cost.Shape(**row["shape"]), row["step_ms"]) for row in rows if row["batch"] == b]
+        if len(pts) >= 4:
+            model = cost.StepModel.fit(pts)
+            errs = [abs(model.predict_ms(s) - ms) / ms for s, ms in pts]
+            fits[str(b)] = {**model.as_dict(), "median_abs_error": float(np.median(errs)), "max_abs_error": float(max(errs))}
+    return {"definitions": DEFINITIONS, "target": target.__dict__, "context": config.context, "memory": memory,
+            "budget": cost.parse_count(config.budget), "rows": rows, "fits": fits,
+            "depth_lines": _depth_lines(rows), "findings": _findings(rows, fits, target)}
+
+
+def _depth_lines(rows: list[dict]) -> dict:
+    """Linear fit ms = a + b·layers per (family, batch, vocab) for the depth families: is latency linear in depth?"""
+    out = {}
+    for family in ("equal_budget", "truncation"):
+        groups: dict[tuple, list] = {}
+        for r in rows:
+            if r["family"] == family:
+                groups.setdefault((r["batch"], r["shape"]["vocab"]), []).append((r["shape"]["layers"], r["step_ms"]))
+        for (b, v), pts in groups.items():
+            if len(pts) >= 3:
+                x, y = np.array(pts, float).T
+                slope, icpt = np.polyfit(x, y, 1)
+                r2 = 1 - ((y - (icpt + slope * x)) ** 2).sum() / max(((y - y.mean()) ** 2).sum(), 1e-12)
+                out[f"{family}/b{b}/V{v}"] = {"fixed_ms": float(icpt), "per_layer_ms": float(slope), "r2": float(r2)}
+    return out
+
+
+def _findings(rows: list[dict], fits: dict, target: cost.Shape) -> list[str]:
+    """Plain statements the batch-1 measurements support, each with its numbers."""
+    out = []
+    b1 = [r for r in rows if r["batch"] == min(r["batch"] for r in rows)] if rows else []
+    trunc = sorted((r["shape"]["layers"], r["step_ms"]) for r in b1 if r["family"] == "truncation" and r["shape"]["vocab"] == target.vocab)
+    if len(trunc) >= 3:
+        x, y = np.array(trunc, float).T
+        slope, icpt = np.polyfit(x, y, 1)
+        r2 = 1 - ((y - (icpt + slope * x)) ** 2).sum() / max(((y - y.mean()) ** 2).sum(), 1e-12)
+        out.append(f"Full-width depth: step ≈ {icpt:.2f} + {slope:.2f}·layers ms (R² {r2:.3f}): "
+                   f"{'linear' if r2 > 0.97 else 'not linear'} in depth.")
+    width = sorted((r["shape"]["hidden"], r["step_ms"]) for r in b1 if r["family"] == "width" and r["shape"]["vocab"] == target.vocab)
+    if len(width) >= 2:
+        (w0, t0), (w1, t1) = width[0], width[-1]
+        out.append(f"Width at fixed depth: {w0}→{w1} changes the step {t0:.2f}→{t1:.2f} ms (×{t1 / t0:.2f} for ×{w1 / w0:.1f} width).")
+    eq = sorted((r["shape"]["layers"], r["step_ms"]) for r in b1 if r["family"] == "equal_budget" and r["shape"]["vocab"] == target.vocab)
+    if eq:
+        best = min(eq, key=lambda p: p[1])
+        out.append(f"Equal budget: fastest at {best[0]} layer(s) ({best[1]:.2f} ms); "
+                   + ", ".join(f"{k}L {ms:.2f}" for k, ms in eq) + " ms.")
+    fit = fits.get(str(min((r["batch"] for r in rows), default=1)))
+    if fit:
+        model = cost.StepModel(**{k: fit[k] for k in ("fixed_ms", "layer_overhead_ms", "ms_per_layer_mb", "ms_per_head_mb")})
+        for k in (1, 2, 4, 8):
+            s = replace(target, layers=k)
+            share = model.head_ms(s) / model.predict_ms(s)
+            out.append(f"Fitted LM-head share of a full-width {k}-layer drafter: {100 * share:.0f} %.")
+        crossover = model.head_ms(target) / max(model.layer_ms(target), 1e-9)
+        out.append(f"The LM head ({target.vocab}×{target.hidden}) costs as much as {crossover:.1f} full-width layers.")
+    return out
+
+
+def format_sweep(summary: dict) -> str:
+    lines = [f"{'family':<13}{'b':>3} {'shape':<34}{'non-emb':>10}{'ms':>8}{'c':>7}{'KV/seq MB':>11}{'max batch':>10}"]
+    for r in summary["rows"]:
+        lines.append(f"{r['family']:<13}{r['batch']:>3} {r['label']:<34}{r['params']['non_embedding'] / 1e6:>9.1f}M"
+                     f"{r['step_ms']:>8.2f}{r['c']:>7.3f}{r['kv_bytes_per_seq'] / 1e6:>11.1f}{r['max_batch']:>10}")
+    for b, f in summary["fits"].items():
+        lines.append(f"fit (batch {b}): {f['fixed_ms']:.2f} ms + layers·({f['layer_overhead_ms']:.3f} ms + "
+                     f"{f['ms_per_layer_mb']:.4f} ms/MB) + {f['ms_per_head_mb']:.4f} ms/MB of head; median error "
+                     f"{100 * f['median_abs_error']:.1f} %")
+    return "\n".join(lines + summary["findings"])
