@@ -126,8 +126,10 @@ class Shape:
 
 
 def shape_for_budget(template: Shape, layers: int, budget: int, multiple: int = 8) -> Shape:
-    """A `layers`-deep shape whose non-embedding parameters come closest to `budget`, scaling width, heads and FFN
-    together: the template's head_dim and GQA ratio are kept, FFN keeps its ratio to width (rounded to `multiple`)."""
+    """A `layers`-deep shape with about `budget` non-embedding parameters. Width, heads and FFN scale together
+    (the template's head_dim and GQA ratio kept, FFN at its ratio to width) to the nearest width the head layout
+    allows; widths come in steps of head_dim × group (192 for SmolLM2), too coarse for equal budgets, so the FFN
+    size (a multiple of `multiple`) then absorbs the remainder."""
     if layers < 1:
         raise DraftwiseError(f"layers must be >= 1, got {layers}")
     group = template.heads // template.kv_heads
@@ -150,7 +152,11 @@ def shape_for_budget(template: Shape, layers: int, budget: int, multiple: int = 
         kv += 1
     below, above = make(kv), make(kv + 1)
     nb, na = below.params()["non_embedding"], above.params()["non_embedding"]
-    return below if budget - nb <= na - budget else above
+    shape = below if budget - nb <= na - budget else above
+    d = shape.hidden
+    fixed = shape.params()["non_embedding"] - layers * 3 * d * shape.ffn  # everything but the FFN weights
+    ffn = max(multiple, int(round((budget - fixed) / (layers * 3 * d) / multiple)) * multiple)
+    return Shape(layers, d, shape.heads, shape.kv_heads, shape.head_dim, ffn, shape.vocab, shape.tied)
 
 
 def parse_count(text: str) -> int:

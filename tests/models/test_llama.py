@@ -104,3 +104,17 @@ def test_compiled_forward_matches_eager():
         m.reset(1, 8)
     torch.testing.assert_close(compiled(ids, 0), eager(ids, 0), atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(compiled(torch.tensor([[7]]), 4), eager(torch.tensor([[7]]), 4), atol=1e-4, rtol=1e-4)
+
+
+def test_fast_path_verify_rows_equal_decoding_steps_bitwise():
+    """What makes greedy SD reproduce greedy AR exactly: a (γ+1)-token pass computes each row as a 1-token step does."""
+    if not kernels.kernel_available():
+        pytest.skip("CPU kernel not available")
+    config = tiny_config(layers=3)
+    lean = LeanLlama(config, tiny_model(config, seed=8).state_dict())
+    ids = torch.randint(0, config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(3))
+    lean.reset(1, 16)
+    lean(ids[:, :7], 0, 0)
+    together = lean(ids[:, 7:], 7)  # a verify pass over 5 tokens
+    steps = torch.cat([lean(ids[:, i : i + 1], i) for i in range(7, 12)], dim=1)  # the same 5 as decoding steps
+    assert torch.equal(together, steps)

@@ -24,7 +24,7 @@ def test_sweep_times_every_shape_and_fits(tiny_dir, tmp_path):
     eq = [r for r in rows if r["family"] == "equal_budget" and r["shape"]["vocab"] == 64]
     for r in eq:  # the stated convention, recomputed from the shape
         assert r["params"] == cost.Shape(**r["shape"]).params()
-        assert abs(r["params"]["non_embedding"] - 20_000) < 20_000
+        assert abs(r["params"]["non_embedding"] - 20_000) < 0.1 * 20_000
     assert {r["shape"]["vocab"] for r in rows} == {64, 16}
     assert summary["fits"]["1"]["fixed_ms"] >= 0 and summary["findings"]
     for name in ("latency_vs_layers.png", "latency_vs_width.png", "kv_vs_layers.png"):
