@@ -21,9 +21,19 @@ def test_alpha_is_accepted_over_drafted():
     assert metrics.alpha([r(0, 0)]) is None
 
 
-def test_acceptance_per_position():
-    # k=1: tried in 4 rounds, accepted in 3; k=2: 4 tried, 2 accepted; k=3, k=4: 3 tried (the γ=2 round stops), 1 accepted
-    assert metrics.acceptance_per_position(ROUNDS) == [3 / 4, 2 / 4, 1 / 3, 1 / 3]
+def test_acceptance_per_position_is_conditional_on_reaching_k():
+    # k=1: tested in the 4 rounds that drafted, accepted in 3; k=2: tested where the 1st was kept and a 2nd drafted
+    # (4/4, 4/1, 2/2) -> 2 of 3; k=3 and k=4: only the 4/4 round tests them -> 1 of 1
+    assert metrics.acceptance_per_position(ROUNDS) == [3 / 4, 2 / 3, 1.0, 1.0]
+    assert metrics.acceptance_per_position([r(3, 0), r(3, 0)]) == [0.0, None, None]
+
+
+def test_expected_tokens_from_measured_rates_equals_tar_of_full_rounds():
+    """With the conditional rates, E[N] = 1 + Σ Π a_i reproduces the mean tokens per round exactly."""
+    from draftwise import cost
+
+    rounds = [r(3, a) for a in (0, 1, 1, 2, 3, 3, 0, 2, 3, 1)]
+    assert cost.expected_tokens(metrics.acceptance_per_position(rounds)) == pytest.approx(metrics.tar(rounds))
 
 
 def test_tokens_per_s_sums_over_prompts():

@@ -59,9 +59,10 @@ def free_drafter_limit(expected: float, t_verify: float) -> float:
 
 
 def acceptance_for(gamma: int, alpha: float | None = None, per_position: Sequence[float] | None = None) -> list[float]:
-    """a_1..a_γ: measured per-position values where known (the last one repeated beyond), else i.i.d. α."""
+    """a_1..a_γ: measured per-position values where known (the last one repeated beyond; a position no round
+    reached counts as 0), else i.i.d. α."""
     if per_position:
-        return [per_position[min(k, len(per_position) - 1)] for k in range(gamma)]
+        return [per_position[min(k, len(per_position) - 1)] or 0.0 for k in range(gamma)]
     if alpha is None:
         raise DraftwiseError("need an acceptance rate: give --alpha or a bench run with measured acceptance")
     return [alpha] * gamma

@@ -4,8 +4,9 @@ folders keep raw records, and these functions recompute summaries from them.
   TAR                      tokens emitted per target verify call (round), the recovered/bonus token included.
                            AR has TAR 1 by construction.
   α (alpha)                accepted / drafted, over all rounds: the per-token acceptance rate.
-  acceptance per position  a_k = fraction of the rounds that drafted a k-th token in which it was accepted
-                           (k = 1..γ); a drafted token is only tested if all before it were accepted.
+  acceptance per position  a_k = P(the k-th drafted token is accepted | the first k−1 were) = rounds that accepted
+                           ≥ k tokens / rounds that drafted ≥ k tokens and accepted ≥ k−1 (k = 1..γ; None where
+                           no round got that far). These are the rates of E[N] = 1 + Σ_k Π_{i≤k} a_i (`cost`).
   tokens/s                 new tokens / wall seconds, summed over prompts (prefill included, as in generate()).
   decode tokens/s          new tokens / (wall − prefill) seconds: the steady state a cost model predicts (engine only).
   speedup vs AR            tokens/s of a method / tokens/s of AR through the same engine, same prompts, same process.
@@ -29,13 +30,14 @@ def alpha(rounds: Sequence[dict]) -> float | None:
     return sum(r["accepted"] for r in rounds) / drafted if drafted else None
 
 
-def acceptance_per_position(rounds: Sequence[dict]) -> list[float]:
-    """a_k for k = 1..max γ: among rounds that drafted ≥ k tokens, the fraction whose k-th was accepted."""
+def acceptance_per_position(rounds: Sequence[dict]) -> list[float | None]:
+    """a_k for k = 1..max γ: among rounds in which the k-th drafted token was tested (drafted ≥ k, the first k−1
+    accepted), the fraction that accepted it."""
     depth = max((r["drafted"] for r in rounds), default=0)
     out = []
     for k in range(1, depth + 1):
-        tried = [r for r in rounds if r["drafted"] >= k]
-        out.append(sum(r["accepted"] >= k for r in tried) / len(tried))
+        tested = [r for r in rounds if r["drafted"] >= k and r["accepted"] >= k - 1]
+        out.append(sum(r["accepted"] >= k for r in tested) / len(tested) if tested else None)
     return out
 
 

@@ -33,3 +33,9 @@ def test_profile_resumes_only_missing_points(tiny_dir, tmp_path):
     assert again[:3] == lines[:3] and len(again) == len(lines)
     profile.run(config, out)  # finished: nothing is redone
     assert (out / "records.jsonl").read_text().splitlines() == again
+
+
+def test_profile_on_the_transformers_backend(tiny_dir, tmp_path):
+    out = profile.run(cfg(tiny_dir, backend="transformers", batches=(1,), depths=(1,)), tmp_path / "p")
+    summary = json.loads((out / "profile.json").read_text())
+    assert summary["batches"]["1"]["verify_ms"]["4"] > 0 and "layers:0,3" in summary["batches"]["1"]["drafters"]
