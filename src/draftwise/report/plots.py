@@ -70,24 +70,22 @@ def plot_sweep(summary: dict, folder: Path) -> list[Path]:
     footer = f"draftwise sweep (budget {summary['budget'] / 1e6:.0f}M non-embedding, context {summary['context']}); {folder}"
     paths = []
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (b, v), pts in _series(rows, "equal_budget", "layers").items():
-        ax.plot([p[0] for p in pts], [p[1]["step_ms"] for p in pts], "o-", label=f"equal budget, V={v}, batch {b}")
-    for (b, v), pts in _series(rows, "truncation", "layers").items():
-        ax.plot([p[0] for p in pts], [p[1]["step_ms"] for p in pts], "s--", label=f"target truncated (d={pts[0][1]['shape']['hidden']}), V={v}, batch {b}")
-    ax.set(xlabel="layers", ylabel="ms per draft step", title="Step time vs depth at equal non-embedding parameters")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=6)
-    paths.append(_save(fig, folder / "latency_vs_layers.png", footer))
+    def latency_plot(family_styles, x: str, xlabel: str, title: str, name: str) -> Path:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for family, style, label in family_styles:
+            for (b, v), pts in _series(rows, family, x).items():
+                shape = pts[0][1]["shape"]
+                ax.plot([p[0] for p in pts], [p[1]["step_ms"] for p in pts], style,
+                        label=label.format(layers=shape["layers"], hidden=shape["hidden"]) + f", V={v}, batch {b}")
+        ax.set(xlabel=xlabel, ylabel="ms per draft step", title=title)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=6)
+        return _save(fig, folder / name, footer)
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (b, v), pts in _series(rows, "width", "hidden").items():
-        depth = pts[0][1]["shape"]["layers"]
-        ax.plot([p[0] for p in pts], [p[1]["step_ms"] for p in pts], "o-", label=f"{depth} layers, V={v}, batch {b}")
-    ax.set(xlabel="hidden size", ylabel="ms per draft step", title="Step time vs width at fixed depth")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=6)
-    paths.append(_save(fig, folder / "latency_vs_width.png", footer))
+    paths.append(latency_plot([("equal_budget", "o-", "equal budget"), ("truncation", "s--", "target truncated (d={hidden})")],
+                              "layers", "layers", "Step time vs depth at equal non-embedding parameters", "latency_vs_layers.png"))
+    paths.append(latency_plot([("width", "o-", "{layers} layers")], "hidden", "hidden size", "Step time vs width at fixed depth",
+                              "latency_vs_width.png"))
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for family, marker in (("equal_budget", "o-"), ("truncation", "s--")):
