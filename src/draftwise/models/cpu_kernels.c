@@ -122,10 +122,12 @@ static inline __m256 exp8(__m256 x) {
 /* Decoder self-attention for T new tokens of one sequence at positions pos..pos+T-1, in one call instead of ~15
  * torch ops. qkv [T, (H + 2KV) * hd] is the fused projection output, q and k in the pair-adjacent layout; RoPE is
  * applied to it in place with rot [*, hd/2] complex (cos, sin pairs, the variant's scaling folded in); keys and values
- * go to the cache k_cache, v_cache [KV, S, hd]; out [T, H * hd]. Query t sees keys 0..pos+t. Each (head, query) is
- * computed the same way whatever T is, so a verify pass reproduces decoding steps exactly. hd % 8 == 0. */
+ * go to the cache k_cache, v_cache [KV, S, hd]; out [T, H * hd]. Query t sees keys start..pos+t: `start` > 0 skips a
+ * left padding (a padding query sees only itself, so it stays finite). Each (head, query) is computed the same way
+ * whatever T is, so a verify pass reproduces decoding steps exactly. hd % 8 == 0. */
 void draftwise_attention(float* qkv, const float* rot, float* k_cache, float* v_cache, float* out, int64_t T,
-                         int64_t pos, int64_t H, int64_t KV, int64_t hd, int64_t S, float scale, int nthreads) {
+                         int64_t pos, int64_t start, int64_t H, int64_t KV, int64_t hd, int64_t S, float scale,
+                         int nthreads) {
     const int64_t row = (H + 2 * KV) * hd, G = H / KV, half = hd / 2;
     for (int64_t t = 0; t < T; t++) {
         float* x = qkv + t * row;
@@ -143,10 +145,10 @@ void draftwise_attention(float* qkv, const float* rot, float* k_cache, float* v_
     }
 #pragma omp parallel for schedule(static) num_threads(nthreads)
     for (int64_t task = 0; task < H * T; task++) {
-        const int64_t t = task / H, h = task % H, n = pos + t + 1;
+        const int64_t t = task / H, h = task % H, first = pos + t < start ? pos + t : start, n = pos + t + 1 - first;
         const float* q = qkv + t * row + h * hd;
-        const float* K = k_cache + (h / G) * S * hd;
-        const float* Vv = v_cache + (h / G) * S * hd;
+        const float* K = k_cache + ((h / G) * S + first) * hd;
+        const float* Vv = v_cache + ((h / G) * S + first) * hd;
         float stack_buf[2048];
         float* sc = n <= 2048 ? stack_buf : (float*)malloc(((n + 7) / 8 * 8) * sizeof(float));
         /* scores, four keys at a time so the FMA chains interleave */

@@ -55,7 +55,7 @@ def _kernel():
     dll = ctypes.CDLL(str(lib))
     dll.draftwise_small_gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int]
     dll.draftwise_rms_norm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_float]
-    dll.draftwise_attention.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 6 + [ctypes.c_float, ctypes.c_int]
+    dll.draftwise_attention.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 7 + [ctypes.c_float, ctypes.c_int]
     dll.draftwise_silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
     return dll
 
@@ -105,10 +105,11 @@ def fast_path(x: torch.Tensor) -> bool:
     )
 
 
-def attention(qkv, rot, k_cache, v_cache, pos: int, n_heads: int, head_dim: int) -> torch.Tensor:
+def attention(qkv, rot, k_cache, v_cache, pos: int, n_heads: int, head_dim: int, start: list[int] | None = None) -> torch.Tensor:
     """Fast path of `llama.Layer`'s attention (see `draftwise_attention` in cpu_kernels.c).
 
-    qkv [B, T, (H+2KV)*hd] (rotated in place), rot [S, hd/2] complex, k_cache/v_cache [B, KV, S, hd] -> [B, T, H*hd].
+    qkv [B, T, (H+2KV)*hd] (rotated in place), rot [S, hd/2] complex, k_cache/v_cache [B, KV, S, hd] -> [B, T, H*hd];
+    start[b]: first real position of row b (left padding before it).
     """
     B, T, _ = qkv.shape
     kv, S = k_cache.shape[1], k_cache.shape[2]
@@ -116,7 +117,7 @@ def attention(qkv, rot, k_cache, v_cache, pos: int, n_heads: int, head_dim: int)
     fn = _kernel().draftwise_attention
     for b in range(B):
         fn(qkv[b].data_ptr(), rot.data_ptr(), k_cache[b].data_ptr(), v_cache[b].data_ptr(), out[b].data_ptr(),
-           T, pos, n_heads, kv, head_dim, S, head_dim ** -0.5, torch.get_num_threads())
+           T, pos, start[b] if start else 0, n_heads, kv, head_dim, S, head_dim ** -0.5, torch.get_num_threads())
     return out
 
 

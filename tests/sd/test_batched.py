@@ -1,0 +1,44 @@
+import pytest
+import torch
+from conftest import tiny_config, tiny_model
+
+from draftwise.models import kernels
+from draftwise.models.hf import HFCausalLM
+from draftwise.models.llama import LeanLlama
+from draftwise.sd.batched import generate_batch
+from draftwise.sd.engine import generate
+from draftwise.sd.sampling import SamplingParams
+
+PROMPTS = [[1, 5, 9], [1, 20, 21, 22, 23, 24, 25], [1], [1, 7, 7, 7, 7]]
+
+
+@pytest.fixture(params=["fast path", "torch path", "transformers"])
+def lm(request, monkeypatch):
+    config = tiny_config(layers=3)
+    model = tiny_model(config, seed=31)
+    if request.param == "torch path":
+        monkeypatch.setattr(kernels, "_kernel", lambda: None)
+    if request.param == "transformers":
+        return HFCausalLM(model)
+    return LeanLlama(config, model.state_dict())
+
+
+def test_left_padded_batch_equals_one_prompt_at_a_time(lm):
+    greedy = SamplingParams()
+    batch = generate_batch(lm, PROMPTS, greedy, 12, torch.Generator(), topk=3)
+    for prompt, cont in zip(PROMPTS, batch):
+        alone = generate(lm, prompt, greedy, 12, torch.Generator())
+        assert cont.tokens == alone.tokens
+        assert len(cont.topk_ids) == 12 and cont.topk_ids[0][0] == cont.tokens[0]  # greedy: the top-1 is the token
+        assert cont.topk_probs[0] == sorted(cont.topk_probs[0], reverse=True)
+
+
+def test_rows_stop_at_eos():
+    config = tiny_config(layers=2)
+    lm = LeanLlama(config, tiny_model(config, seed=32).state_dict())
+    free = generate_batch(lm, PROMPTS, SamplingParams(), 10, torch.Generator())
+    eos = free[1].tokens[3]
+    stopped = generate_batch(lm, PROMPTS, SamplingParams(), 10, torch.Generator(), eos=frozenset({eos}))
+    for f, s in zip(free, stopped):
+        cut = f.tokens.index(eos) + 1 if eos in f.tokens else len(f.tokens)
+        assert s.tokens == f.tokens[:cut]
