@@ -138,6 +138,30 @@ def _predict(args) -> None:
     predict.run(args.profile, args.bench, args.alpha, args.batch, list(args.gammas) if args.gammas else None, args.out)
 
 
+def _prune_parser(sub) -> None:
+    p = sub.add_parser("prune", help="carve a drafter of an exact shape out of the target (importance or L0 masks)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--target", default="default")
+    p.add_argument("--shape", default="", help="layers=3,hidden=576,heads=9,kv_heads=3,ffn=1536 (left out: the target's)")
+    p.add_argument("--method", default="importance", choices=["importance", "l0"])
+    p.add_argument("--calib-tokens", type=int, default=2048, help="target-generated tokens from the train split")
+    p.add_argument("--calib-suites", default="all")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="per calibration continuation")
+    p.add_argument("--l0-steps", type=int, default=60)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int)
+    p.add_argument("--out", required=True)
+
+
+def _prune(args) -> None:
+    from .config import PruneConfig
+    from .stages import prune
+
+    prune.run(PruneConfig(target=args.target, shape=args.shape, method=args.method, calib_tokens=args.calib_tokens,
+                          calib_suites=args.calib_suites, max_new_tokens=args.max_new_tokens, l0_steps=args.l0_steps,
+                          seed=args.seed, threads=args.threads), args.out)
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -147,9 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     _profile_parser(sub)
     _sweep_parser(sub)
     _predict_parser(sub)
+    _prune_parser(sub)
     args = parser.parse_args(argv)
     try:
-        {"bench": _bench, "profile": _profile, "sweep": _sweep, "predict": _predict}[args.command](args)
+        {"bench": _bench, "profile": _profile, "sweep": _sweep, "predict": _predict, "prune": _prune}[args.command](args)
     except DraftwiseError as e:
         print(f"draftwise: error: {e}", file=sys.stderr)
         return 2

@@ -126,6 +126,58 @@ class SweepConfig:
             raise DraftwiseError("context and repeats must be >= 1")
 
 
+@dataclass(frozen=True)
+class PruneConfig:
+    """`draftwise prune`: a drafter of an exact shape carved out of the target (see stages/prune)."""
+
+    target: str = "default"
+    shape: str = ""  # "layers=3,hidden=576,heads=9,kv_heads=3,ffn=1536"; dimensions left out keep the target's
+    method: str = "importance"  # importance | l0
+    calib_tokens: int = 2048  # target-generated tokens from the train split
+    calib_suites: str = "all"
+    max_new_tokens: int = 64  # per calibration continuation
+    max_prompt_tokens: int = 192
+    elimination_tokens: int = 512  # scored positions the layer elimination uses (importance)
+    l0_steps: int = 60
+    batch_size: int = 8
+    seed: int = 0
+    dtype: str = "fp32"
+    device: str = "cpu"
+    threads: int | None = None
+
+    def __post_init__(self):
+        if self.method not in ("importance", "l0"):
+            raise DraftwiseError(f"unknown pruning method {self.method!r}: choose importance or l0")
+        if min(self.calib_tokens, self.max_new_tokens, self.elimination_tokens, self.batch_size, self.l0_steps) < 1:
+            raise DraftwiseError("calib_tokens, max_new_tokens, elimination_tokens, batch_size and l0_steps must be >= 1")
+
+
+@dataclass(frozen=True)
+class AgreeConfig:
+    """`draftwise agree`: teacher-forced top-1 agreement of a drafter with the target's greedy continuations."""
+
+    target: str = "default"
+    drafter: str = ""
+    suites: str = "all"
+    split: str = "eval"
+    limit: int = 60
+    max_new_tokens: int = 64
+    max_prompt_tokens: int = 256
+    gammas: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8)
+    batch_size: int = 8
+    dtype: str = "fp32"
+    device: str = "cpu"
+    threads: int | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "gammas", tuple(self.gammas))
+        _positive("gammas", self.gammas)
+        if not self.drafter:
+            raise DraftwiseError("agree needs a drafter (--drafter)")
+        if min(self.limit, self.max_new_tokens, self.batch_size) < 1:
+            raise DraftwiseError("limit, max_new_tokens and batch_size must be >= 1")
+
+
 def to_dict(config) -> dict[str, Any]:
     return {"stage": type(config).__name__, **dataclasses.asdict(config)}
 

@@ -84,7 +84,8 @@ def _check_device(device: str) -> None:
         raise DraftwiseError(f"unknown device {device!r}: use cpu, cuda or cuda:N")
 
 
-def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """All safetensors tensors of a checkpoint directory (sharded or not)."""
     from safetensors.torch import load_file
 
     state = {}
@@ -130,7 +131,7 @@ def load(spec: str, options: ModelOptions = ModelOptions()) -> Model:
     config, tokenizer = _config_and_tokenizer(path, options)
     dtype = hf.torch_dtype(options.dtype)
     factory = lambda: hf.from_pretrained(path, dtype, options.device, options.trust_remote_code)  # noqa: E731
-    state = _to(_read_weights(path), options) if unsupported_reason(config) is None else {}
+    state = _to(read_weights(path), options) if unsupported_reason(config) is None else {}
     lm, backend = _engine_lm(config, state, options, factory)
     return Model(spec, config, tokenizer, lm, backend, path, time.perf_counter() - start, factory)
 
@@ -172,7 +173,7 @@ def _layers_drafter(spec: str, target: Model, options: ModelOptions) -> Model:
     dtype = hf.torch_dtype(options.dtype)
 
     def subset_weights():
-        return layer_subset(target.config, _to(_read_weights(target.path), options), ids)
+        return layer_subset(target.config, _to(read_weights(target.path), options), ids)
 
     factory = lambda: hf.from_state_dict(*subset_weights(), dtype, options.device)  # noqa: E731
     if isinstance(target.lm, LeanLlama) and options.backend != "transformers":
@@ -207,6 +208,15 @@ def check_compatible(target: Model, drafter: Model) -> None:
     )
 
 
+def save_checkpoint(path: Path, config, state_dict: dict[str, torch.Tensor], tokenizer) -> Path:
+    """A standard transformers checkpoint (config, safetensors, tokenizer with its chat template) that
+    `AutoModelForCausalLM.from_pretrained`, draftwise and assisted generation all load."""
+    model = hf.from_state_dict(config, state_dict, next(iter(state_dict.values())).dtype, "cpu")
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    return Path(path)
+
+
 def describe(model: Model) -> dict:
     """What a run folder records about a model."""
     return {
@@ -221,4 +231,5 @@ def describe(model: Model) -> dict:
     }
 
 
-__all__ = ["ModelOptions", "Model", "load", "load_drafter", "check_compatible", "layer_subset", "parse_layers", "describe"]
+__all__ = ["ModelOptions", "Model", "load", "load_drafter", "check_compatible", "layer_subset", "parse_layers", "describe",
+           "read_weights", "save_checkpoint"]

@@ -186,11 +186,16 @@ class LeanLlama(nn.Module):
     def device(self) -> torch.device:
         return self.embed.device
 
+    def rotations(self, n: int) -> torch.Tensor:
+        """The RoPE table [≥ n, hd/2] (complex), grown when needed."""
+        if n > self._rot.shape[0]:
+            self._rot = rope_table(self.config, self.shape, max(n, 2 * self._rot.shape[0])).to(self.device)
+        return self._rot
+
     def reset(self, batch_size: int, max_len: int) -> None:
         """Make room for `max_len` positions of `batch_size` sequences (reuses the buffers when they fit)."""
         s = self.shape
-        if max_len > self._rot.shape[0]:
-            self._rot = rope_table(self.config, s, max(max_len, 2 * self._rot.shape[0])).to(self.device)
+        self.rotations(max_len)
         want = (len(self.layers), batch_size, s.num_kv_heads, max_len, s.head_dim)
         have = None if self.k_cache is None else self.k_cache.shape
         if have is None or have[1] != batch_size or have[3] < max_len:

@@ -52,6 +52,8 @@ def resolve(spec: str) -> Path:
         if path.suffix == ".gguf":
             return _cached_gguf(path.resolve(), name=path.stem)
         raise DraftwiseError(f"not a model: {spec} is a file but not .gguf (give the directory that holds config.json)")
+    if (path / "checkpoint" / "config.json").is_file():  # a draftwise run folder (prune, distill): its checkpoint
+        path = path / "checkpoint"
     check_hf_dir(path)
     return path.resolve()
 

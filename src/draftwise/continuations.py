@@ -1,0 +1,85 @@
+"""Target-generated text: packaged prompts of one split, continued by the target in batches.
+
+A drafter is judged by how well it predicts the target, so calibration (pruning), distillation and agreement
+measurements all use the target's own continuations, never reference answers. Pruning and training read the
+`train` split only; agreement and benchmarks read `eval`; the split is a function of the prompt text, so the two
+never share a prompt.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+
+from . import data
+from .errors import DraftwiseError
+from .sd.batched import generate_batch
+from .sd.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class Sequence:
+    prompt_id: str
+    tokens: list[int]  # prompt (through the chat template) + the target's continuation
+    prompt_len: int
+
+    @property
+    def continuation(self) -> list[int]:
+        return self.tokens[self.prompt_len:]
+
+
+def prompts_for(target, split: str, suites: str = "all", max_prompt_tokens: int = 256,
+                limit: int | None = None) -> list[tuple[data.Prompt, list[int]]]:
+    """Prompts of `split`, round-robin over suites and categories, encoded; longer ones than `max_prompt_tokens`
+    are skipped (they would dominate the cost of calibration)."""
+    out = []
+    for p in data.load_prompts(suites, split):
+        ids = target.encode(p.text)
+        if 0 < len(ids) <= max_prompt_tokens:
+            out.append((p, ids))
+            if limit and len(out) >= limit:
+                break
+    if not out:
+        raise DraftwiseError(f"no {split} prompt of {suites} fits in {max_prompt_tokens} tokens")
+    return out
+
+
+def generate(target, prompts: list[tuple[data.Prompt, list[int]]], max_new_tokens: int, n_tokens: int | None = None,
+             params: SamplingParams = SamplingParams(), batch_size: int = 8, seed: int = 0,
+             desc: str = "target continuations") -> list[Sequence]:
+    """Continue prompts in batches until every prompt is done or `n_tokens` new tokens exist."""
+    gen = torch.Generator(device=target.lm.device).manual_seed(seed)
+    out: list[Sequence] = []
+    total = 0
+    bar = tqdm(total=n_tokens or len(prompts) * max_new_tokens, desc=desc, unit="tok", file=sys.stderr, dynamic_ncols=True)
+    for i in range(0, len(prompts), batch_size):
+        chunk = prompts[i : i + batch_size]
+        conts = generate_batch(target.lm, [ids for _, ids in chunk], params, max_new_tokens, gen, target.eos_ids)
+        for (p, ids), c in zip(chunk, conts):
+            out.append(Sequence(p.id, ids + c.tokens, len(ids)))
+            total += len(c.tokens)
+            bar.update(len(c.tokens))
+        if n_tokens and total >= n_tokens:
+            break
+    bar.close()
+    return out
+
+
+def batches(seqs: list[Sequence], batch_size: int, pad_id: int = 0):
+    """Left-padded batches for teacher-forced passes: (ids [B, T], start [B], scored [B, n] bool, n).
+
+    The last n = 1 + max continuation length positions of each row are returned as logits by
+    `forward(..., n_logits=n)`; `scored` marks those that predict a continuation token (from the last prompt token
+    to the second-to-last token of each row)."""
+    for i in range(0, len(seqs), batch_size):
+        chunk = seqs[i : i + batch_size]
+        T = max(len(s.tokens) for s in chunk)
+        n = max(len(s.continuation) for s in chunk) + 1
+        ids = torch.tensor([[pad_id] * (T - len(s.tokens)) + s.tokens for s in chunk])
+        start = [T - len(s.tokens) for s in chunk]
+        # logit j of the last n (absolute T-n+j) predicts token T-n+j+1: scored when that token is a continuation one
+        scored = torch.tensor([[T - len(s.continuation) - 1 <= T - n + j < T - 1 for j in range(n)] for s in chunk])
+        yield ids, start, scored, n

@@ -1,0 +1,89 @@
+"""`draftwise prune`: carve a drafter of an exact shape out of the target.
+
+  calibration   the target's continuations of `train` prompts (never `eval`), saved as calibration.jsonl
+  scores        importance: greedy layer elimination by output KL, then Taylor scores of heads, FFN channels and
+                hidden dimensions (scores.py); l0: hard-concrete gates under a Lagrangian shape constraint (l0.py)
+  selection     exactly the requested count per dimension, GQA groups kept whole (slicing.select)
+  slicing       the physical cut (slicing.slice_checkpoint), saved as a standard checkpoint in checkpoint/
+The run folder also holds prune.json (kept indices, scores, parameter counts) and records.jsonl (elimination steps,
+L0 steps). A rerun skips calibration once saved and resumes the layer elimination from its last finished step.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from ... import continuations, cost
+from ...config import PruneConfig
+from ...models import ModelOptions, load, read_weights, save_checkpoint
+from ...rundir import RunDir
+from . import l0, scores
+from .slicing import PruneShape, select, slice_checkpoint
+
+
+def calibration(run_dir: RunDir, target, config: PruneConfig) -> list[continuations.Sequence]:
+    path = run_dir.path / "calibration.jsonl"
+    if path.exists():
+        return [continuations.Sequence(**json.loads(line)) for line in path.read_text().splitlines()]
+    prompts = continuations.prompts_for(target, "train", config.calib_suites, config.max_prompt_tokens)
+    seqs = continuations.generate(target, prompts, config.max_new_tokens, config.calib_tokens,
+                                  batch_size=config.batch_size, seed=config.seed, desc="calibration")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(s.__dict__) + "\n" for s in seqs))
+    tmp.replace(path)
+    return seqs
+
+
+def _subset(calib, n_scored: int):
+    out, total = [], 0
+    for batch in calib:
+        out.append(batch)
+        total += len(batch[1])
+        if total >= n_scored:
+            break
+    return out
+
+
+def _resume_layers(records: list[dict]) -> list[int] | None:
+    steps = [r for r in records if r.get("event") == "eliminate"]
+    if not steps:
+        return None
+    return [l for l in steps[-1]["kept_before"] if l not in steps[-1]["removed"]]
+
+
+def run(config: PruneConfig, out: str | Path) -> Path:
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    run_dir = RunDir(out, config)
+    if (run_dir.path / "prune.json").exists() and (run_dir.path / "checkpoint" / "config.json").exists():
+        print(f"already pruned: {run_dir.path / 'checkpoint'}")
+        return run_dir.path
+    target = load(config.target, ModelOptions(config.dtype, config.device, "lean"))
+    shape = PruneShape.parse(config.shape, target.config)
+    seqs = calibration(run_dir, target, config)
+    calib = scores.teacher(target.lm, seqs, batch_size=4)
+    weights = read_weights(target.path)
+    info: dict = {"method": config.method, "shape": shape.__dict__}
+    if config.method == "importance":
+        info["block_influence"] = scores.block_influence(target.lm, calib)
+        layers = scores.eliminate_layers(target.lm, shape.layers, _subset(calib, config.elimination_tokens),
+                                         run_dir.append, kept=_resume_layers(run_dir.records()))
+        units = scores.taylor_scores(target.config, weights, layers, calib)
+        kept = select(shape, target.config, layers, units.head, units.intermediate, units.hidden)
+        info["unit_scores"] = scores.describe_scores(units)
+    else:
+        log_alpha = l0.train(target.config, weights, shape, calib, config.l0_steps, run_dir.append, config.seed)
+        kept = select(shape, target.config, log_alpha["layer"], log_alpha["head"], log_alpha["intermediate"], log_alpha["hidden"])
+        info["log_alpha"] = {k: v.tolist() for k, v in log_alpha.items()}
+    new_config, new_weights = slice_checkpoint(target.config, weights, kept)
+    save_checkpoint(run_dir.path / "checkpoint", new_config, new_weights, target.tokenizer)
+    info.update(kept=kept.as_dict(), params=cost.Shape.of(new_config).params(),
+                calibration={"split": "train", "sequences": len(seqs), "new_tokens": sum(len(s.continuation) for s in seqs)})
+    run_dir.write_json("prune.json", info)
+    p = info["params"]
+    print(f"pruned to {shape.__dict__}: layers {kept.layers}; {p['non_embedding'] / 1e6:.1f}M non-embedding, "
+          f"{p['total'] / 1e6:.1f}M total parameters\ncheckpoint: {run_dir.path / 'checkpoint'}")
+    return run_dir.path

@@ -1,0 +1,136 @@
+import pytest
+import torch
+from conftest import tiny_config, tiny_model
+
+from draftwise.errors import DraftwiseError
+from draftwise.stages.prune.masks import Masks, MaskedLlama
+from draftwise.stages.prune.slicing import PruneShape, masks_of, select, slice_checkpoint
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_masked_model_equals_the_physically_sliced_one(tied):
+    config = tiny_config(layers=4, hidden_size=64, num_attention_heads=8, num_key_value_heads=2, head_dim=8,
+                         intermediate_size=48, tie_word_embeddings=tied, attention_bias=True)
+    hf = tiny_model(config, seed=41)
+    sd = hf.state_dict()
+    gen = torch.Generator().manual_seed(0)
+    shape = PruneShape(layers=2, hidden=40, heads=4, kv_heads=2, ffn=20)
+    kept = select(shape, config, torch.rand(4, generator=gen), torch.rand(4, 8, generator=gen),
+                  torch.rand(4, 48, generator=gen), torch.rand(64, generator=gen))
+    ids = torch.randint(0, config.vocab_size, (2, 9), generator=gen)
+    masked = MaskedLlama(config, sd)(ids, masks_of(kept, config))
+    new_config, new_sd = slice_checkpoint(config, sd, kept)
+    sliced = tiny_model(new_config)
+    sliced.load_state_dict(new_sd, strict=not tied)
+    with torch.no_grad():
+        torch.testing.assert_close(masked, sliced(ids).logits, atol=1e-4, rtol=1e-4)
+    assert (new_config.num_hidden_layers, new_config.hidden_size, new_config.num_attention_heads,
+            new_config.num_key_value_heads, new_config.intermediate_size) == (2, 40, 4, 2, 20)
+
+
+def test_unmasked_forward_equals_transformers():
+    config = tiny_config(layers=2)
+    hf = tiny_model(config, seed=42)
+    ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(MaskedLlama(config, hf.state_dict())(ids, Masks.ones(config)), hf(ids).logits,
+                                   atol=1e-4, rtol=1e-4)
+
+
+def test_gqa_selection_keeps_whole_groups():
+    config = tiny_config(layers=1, hidden_size=64, num_attention_heads=8, num_key_value_heads=2, head_dim=8)
+    head = torch.tensor([[9.0, 1, 1, 1, 5, 5, 5, 5]])  # group 1 sums higher, head 0 is the single best
+    kept = select(PruneShape(1, 64, 2, 1, 48), config, [0], head, torch.ones(1, 48), torch.ones(64))
+    assert kept.kv_heads == [[1]] and kept.heads == [[4, 5]]
+    kept = select(PruneShape(1, 64, 4, 2, 48), config, [0], head, torch.ones(1, 48), torch.ones(64))
+    assert kept.kv_heads == [[0, 1]] and kept.heads == [[0, 1, 4, 5]]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("layers=9", "layers=9 is impossible: the target has 4"),
+    ("heads=8", "heads=8 is impossible"),
+    ("hidden=20", "not a multiple of head_dim 8"),
+    ("heads=3,kv_heads=2", "does not divide"),
+    ("heads=4,kv_heads=1", "query heads per KV head"),
+    ("depth=2", "unknown shape dimension 'depth'"),
+    ("layers=two", "needs an integer"),
+])
+def test_bad_shapes(text, message):
+    with pytest.raises(DraftwiseError, match=message):
+        PruneShape.parse(text, tiny_config(layers=4))
+
+
+def test_prune_importance_end_to_end(tiny_dir, tmp_path):
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    from draftwise.config import PruneConfig
+    from draftwise.models import load, load_drafter
+    from draftwise.sd.engine import generate
+    from draftwise.sd.sampling import SamplingParams
+    from draftwise.stages import prune
+
+    config = PruneConfig(target=tiny_dir, shape="layers=2,hidden=24,heads=2,kv_heads=1,ffn=32", calib_tokens=64,
+                         max_new_tokens=8, elimination_tokens=16, batch_size=4)
+    out = prune.run(config, tmp_path / "p")
+    info = json.loads((out / "prune.json").read_text())
+    assert len(info["kept"]["layers"]) == 2 and len(info["kept"]["hidden"]) == 24
+    hf = AutoModelForCausalLM.from_pretrained(out / "checkpoint")  # a standard checkpoint
+    c = hf.config
+    assert (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.intermediate_size) == (2, 24, 2, 1, 32)
+    assert sum(p.numel() for p in hf.parameters()) == info["params"]["total"]
+    target = load(tiny_dir)
+    drafter = load_drafter(str(out), target)  # the run folder resolves to its checkpoint
+    ids = [1, 5, 9]
+    ar = generate(target.lm, ids, SamplingParams(), 12, torch.Generator())
+    sd = generate(target.lm, ids, SamplingParams(), 12, torch.Generator(), drafter=drafter.lm, gamma=3)
+    assert sd.tokens == ar.tokens
+    calib = (out / "calibration.jsonl").read_text()
+    from draftwise import data
+
+    train_ids = {p.id for p in data.load_prompts("all", "train")}
+    assert all(json.loads(line)["prompt_id"] in train_ids for line in calib.splitlines())
+    # deterministic: a second run from scratch selects the same units
+    out2 = prune.run(config, tmp_path / "p2")
+    assert json.loads((out2 / "prune.json").read_text())["kept"] == info["kept"]
+
+
+def test_prune_l0_reaches_the_shape(tiny_dir, tmp_path):
+    import json
+
+    from draftwise.config import PruneConfig
+    from draftwise.stages import prune
+
+    config = PruneConfig(target=tiny_dir, shape="layers=2,ffn=24", method="l0", calib_tokens=48, max_new_tokens=8,
+                         l0_steps=40, batch_size=4)
+    out = prune.run(config, tmp_path / "p")
+    info = json.loads((out / "prune.json").read_text())
+    assert len(info["kept"]["layers"]) == 2 and all(len(f) == 24 for f in info["kept"]["ffn"])
+    steps = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    first, last = steps[0], steps[-1]
+    assert last["step"] == 39
+    # the Lagrangian pulls the expected sizes toward the requested shape
+    assert abs(last["expected_layer"] - 2) < abs(first["expected_layer"] - 2)
+    assert abs(last["expected_intermediate"] - 24) < abs(first["expected_intermediate"] - 24)
+
+
+def test_elimination_resumes_from_its_last_step(tiny_dir, tmp_path):
+    import json
+
+    from draftwise.config import PruneConfig
+    from draftwise.stages import prune
+
+    config = PruneConfig(target=tiny_dir, shape="layers=1", calib_tokens=48, max_new_tokens=8, elimination_tokens=16,
+                         batch_size=4)
+    out = prune.run(config, tmp_path / "p")
+    info = json.loads((out / "prune.json").read_text())
+    records = (out / "records.jsonl").read_text().splitlines()
+    assert len(records) >= 2
+    # killed after the first elimination step: rerun continues from it and ends in the same place
+    (out / "records.jsonl").write_text(records[0] + "\n")
+    (out / "prune.json").unlink()
+    prune.run(config, out)
+    again = (out / "records.jsonl").read_text().splitlines()
+    assert again[0] == records[0] and len(again) == len(records)
+    assert json.loads((out / "prune.json").read_text())["kept"] == info["kept"]
