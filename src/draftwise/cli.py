@@ -162,6 +162,28 @@ def _prune(args) -> None:
                           seed=args.seed, threads=args.threads), args.out)
 
 
+def _agree_parser(sub) -> None:
+    p = sub.add_parser("agree", help="teacher-forced top-1 agreement with the target, and the greedy TAR it implies",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--target", default="default")
+    p.add_argument("--drafter", required=True)
+    p.add_argument("--suites", default="all")
+    p.add_argument("--split", default="eval", choices=["train", "eval"])
+    p.add_argument("--limit", type=int, default=60, help="prompts (round-robin over suites and categories)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--gammas", type=_ints, default=(1, 2, 3, 4, 5, 6, 8))
+    p.add_argument("--threads", type=int)
+    p.add_argument("--out", required=True)
+
+
+def _agree(args) -> None:
+    from .config import AgreeConfig
+    from .stages import agree
+
+    agree.run(AgreeConfig(target=args.target, drafter=args.drafter, suites=args.suites, split=args.split, limit=args.limit,
+                          max_new_tokens=args.max_new_tokens, gammas=args.gammas, threads=args.threads), args.out)
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -172,9 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     _sweep_parser(sub)
     _predict_parser(sub)
     _prune_parser(sub)
+    _agree_parser(sub)
     args = parser.parse_args(argv)
+    commands = {"bench": _bench, "profile": _profile, "sweep": _sweep, "predict": _predict, "prune": _prune, "agree": _agree}
     try:
-        {"bench": _bench, "profile": _profile, "sweep": _sweep, "predict": _predict, "prune": _prune}[args.command](args)
+        commands[args.command](args)
     except DraftwiseError as e:
         print(f"draftwise: error: {e}", file=sys.stderr)
         return 2
