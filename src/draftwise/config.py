@@ -178,6 +178,35 @@ class AgreeConfig:
             raise DraftwiseError("limit, max_new_tokens and batch_size must be >= 1")
 
 
+@dataclass(frozen=True)
+class GenDataConfig:
+    """`draftwise gen-data`: the target's continuations of train prompts, with its top-k distribution."""
+
+    target: str = "default"
+    suites: str = "all"
+    prompts: str | None = None  # extra prompts from a user file (eval-split texts are dropped)
+    max_new_tokens: int = 128
+    temperatures: tuple[float, ...] = (0.0, 1.0)
+    topk: int = 32
+    max_prompt_tokens: int = 512
+    limit: int | None = None  # prompts (before temperatures multiply them)
+    shard_size: int = 64  # sequences per shard
+    batch_size: int = 16
+    seed: int = 0
+    dtype: str = "fp32"
+    device: str = "cpu"
+    threads: int | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
+        if not self.temperatures or min(self.temperatures) < 0:
+            raise DraftwiseError("temperatures must be a non-empty list of values >= 0")
+        if min(self.max_new_tokens, self.topk, self.shard_size, self.batch_size, self.max_prompt_tokens) < 1:
+            raise DraftwiseError("max_new_tokens, topk, shard_size, batch_size and max_prompt_tokens must be >= 1")
+        if self.limit is not None and self.limit < 1:
+            raise DraftwiseError(f"limit must be >= 1, got {self.limit}")
+
+
 def to_dict(config) -> dict[str, Any]:
     return {"stage": type(config).__name__, **dataclasses.asdict(config)}
 

@@ -33,10 +33,14 @@ class Sequence:
 
 def prompts_for(target, split: str, suites: str = "all", max_prompt_tokens: int = 256,
                 limit: int | None = None) -> list[tuple[data.Prompt, list[int]]]:
-    """Prompts of `split`, round-robin over suites and categories, encoded; longer ones than `max_prompt_tokens`
-    are skipped (they would dominate the cost of calibration)."""
-    out = []
+    """Prompts of `split`, taken round-robin over (suite, category) groups so any prefix is varied, encoded;
+    longer ones than `max_prompt_tokens` are skipped (they would dominate the cost of calibration)."""
+    groups: dict[tuple[str, str], list[data.Prompt]] = {}
     for p in data.load_prompts(suites, split):
+        groups.setdefault((p.suite, p.category), []).append(p)
+    order = [g[i] for i in range(max(map(len, groups.values()), default=0)) for g in groups.values() if i < len(g)]
+    out = []
+    for p in order:
         ids = target.encode(p.text)
         if 0 < len(ids) <= max_prompt_tokens:
             out.append((p, ids))

@@ -1,0 +1,115 @@
+"""`draftwise gen-data`: the target's own continuations of `train` prompts, with its top-k distribution at every
+generated position — the data distillation learns from.
+
+Why the target's text: a drafter is useful only where it predicts the target, and the target's continuations are
+exactly the contexts SD will draft in; greedy (T=0) and sampled (T=1) continuations of varied prompts cover both
+decoding modes. Work units are (prompt, temperature) pairs in a fixed order, cut into shards; each shard is written
+atomically (safetensors: token ids, prompt lengths, top-k ids and probabilities) and then recorded, so a killed run
+resumes shard by shard. Prompts in the `eval` split never enter: packaged ones are filtered by split and a user's
+file is filtered by the same text hash.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from .. import data
+from ..config import GenDataConfig
+from ..models import ModelOptions, load
+from ..rundir import RunDir
+from ..sd.batched import generate_batch
+from ..sd.sampling import SamplingParams
+
+
+def units(config: GenDataConfig, target) -> list[tuple[data.Prompt, list[int], float]]:
+    prompts = data.load_prompts(config.suites, "train")
+    if config.prompts:
+        user = data.read_prompt_file(config.prompts)
+        kept = [p for p in user if data.split_of(p.text) == "train"]
+        if len(kept) < len(user):
+            print(f"gen-data: dropped {len(user) - len(kept)} prompt(s) of {config.prompts} that fall in the eval split",
+                  file=sys.stderr)
+        prompts += kept
+    encoded = [(p, target.encode(p.text)) for p in prompts]
+    encoded = [(p, ids) for p, ids in encoded if 0 < len(ids) <= config.max_prompt_tokens]
+    if config.limit:
+        encoded = encoded[: config.limit]
+    return [(p, ids, t) for t in config.temperatures for p, ids in encoded]
+
+
+def write_shard(path: Path, rows: list[dict], topk: int) -> None:
+    n, T = len(rows), max(len(r["tokens"]) for r in rows)
+    C = max(len(r["topk_ids"]) for r in rows)
+    tokens = torch.full((n, T), -1, dtype=torch.int32)
+    ids = torch.zeros(n, C, topk, dtype=torch.int32)
+    probs = torch.zeros(n, C, topk, dtype=torch.float16)
+    for i, r in enumerate(rows):
+        tokens[i, : len(r["tokens"])] = torch.tensor(r["tokens"], dtype=torch.int32)
+        c = len(r["topk_ids"])
+        ids[i, :c] = torch.tensor(r["topk_ids"], dtype=torch.int32)
+        probs[i, :c] = torch.tensor(r["topk_probs"], dtype=torch.float16)
+    tensors = {"tokens": tokens, "lengths": torch.tensor([len(r["tokens"]) for r in rows], dtype=torch.int32),
+               "prompt_lengths": torch.tensor([r["prompt_len"] for r in rows], dtype=torch.int32),
+               "topk_ids": ids, "topk_probs": probs}
+    tmp = path.with_suffix(".tmp")
+    save_file(tensors, tmp)
+    tmp.replace(path)
+
+
+def read_shard(path: Path) -> list[dict]:
+    """Rows of a shard: tokens (prompt + continuation), prompt_len, and per continuation position topk ids/probs."""
+    t = load_file(path)
+    out = []
+    for i in range(len(t["lengths"])):
+        n, p = int(t["lengths"][i]), int(t["prompt_lengths"][i])
+        c = n - p
+        out.append({"tokens": t["tokens"][i, :n].long(), "prompt_len": p,
+                    "topk_ids": t["topk_ids"][i, :c].long(), "topk_probs": t["topk_probs"][i, :c].float()})
+    return out
+
+
+def run(config: GenDataConfig, out: str | Path) -> Path:
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    run_dir = RunDir(out, config)
+    (run_dir.path / "shards").mkdir(exist_ok=True)
+    target = load(config.target, ModelOptions(config.dtype, config.device))
+    work = units(config, target)
+    shards = [work[i : i + config.shard_size] for i in range(0, len(work), config.shard_size)]
+    done = {r["shard"] for r in run_dir.records()}
+    gen = torch.Generator(device=target.lm.device)
+    bar = tqdm(total=sum(len(s) for i, s in enumerate(shards) if i not in done), desc="gen-data", unit="seq",
+               file=sys.stderr, dynamic_ncols=True)
+    for index, shard in enumerate(shards):
+        if index in done:
+            continue
+        gen.manual_seed(config.seed * 1_000_003 + index)  # each shard's randomness is its own: resumes match
+        start, rows = time.perf_counter(), []
+        for i in range(0, len(shard), config.batch_size):
+            batch = shard[i : i + config.batch_size]
+            for temp in dict.fromkeys(t for _, _, t in batch):
+                part = [(p, ids) for p, ids, t in batch if t == temp]
+                conts = generate_batch(target.lm, [ids for _, ids in part], SamplingParams(temp), config.max_new_tokens,
+                                       gen, target.eos_ids, topk=config.topk)
+                rows += [{"prompt_id": p.id, "temperature": temp, "tokens": ids + c.tokens, "prompt_len": len(ids),
+                          "topk_ids": c.topk_ids, "topk_probs": c.topk_probs} for (p, ids), c in zip(part, conts)]
+            bar.update(len(batch))
+        write_shard(run_dir.path / "shards" / f"shard-{index:05d}.safetensors", rows, config.topk)
+        new = sum(len(r["topk_ids"]) for r in rows)
+        seconds = time.perf_counter() - start
+        run_dir.append({"shard": index, "file": f"shards/shard-{index:05d}.safetensors", "sequences": len(rows),
+                        "new_tokens": new, "seconds": seconds,
+                        "prompts": [[r["prompt_id"], r["temperature"]] for r in rows]})
+        bar.set_postfix_str(f"{new / seconds:.0f} tok/s")
+    bar.close()
+    records = run_dir.records()
+    tokens, seconds = sum(r["new_tokens"] for r in records), sum(r["seconds"] for r in records)
+    print(f"{len(records)} shards, {sum(r['sequences'] for r in records)} sequences, {tokens} target tokens "
+          f"({tokens / max(seconds, 1e-9):.0f} tokens/s); data: {run_dir.path}")
+    return run_dir.path
