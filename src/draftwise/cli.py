@@ -184,6 +184,70 @@ def _agree(args) -> None:
                           max_new_tokens=args.max_new_tokens, gammas=args.gammas, threads=args.threads), args.out)
 
 
+def _gen_data_parser(sub) -> None:
+    p = sub.add_parser("gen-data", help="the target's continuations of train prompts, with its top-k distribution",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--target", default="default")
+    p.add_argument("--split", default="train", choices=["train"], help="training data comes from the train split only")
+    p.add_argument("--suites", default="all")
+    p.add_argument("--prompts", help="extra prompts (JSONL or text); any that fall in the eval split are dropped")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperatures", default="0,1", help="comma list: each prompt is continued at each")
+    p.add_argument("--topk", type=int, default=32)
+    p.add_argument("--limit", type=int, help="prompts (before temperatures multiply them)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--shard-size", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int)
+    p.add_argument("--out", required=True)
+
+
+def _gen_data(args) -> None:
+    from .config import GenDataConfig
+    from .stages import gen_data
+
+    try:
+        temps = tuple(float(t) for t in args.temperatures.split(",") if t.strip())
+    except ValueError:
+        raise DraftwiseError(f"--temperatures takes numbers, got {args.temperatures!r}") from None
+    gen_data.run(GenDataConfig(target=args.target, suites=args.suites, prompts=args.prompts, max_new_tokens=args.max_new_tokens,
+                               temperatures=temps, topk=args.topk, limit=args.limit, batch_size=args.batch_size,
+                               shard_size=args.shard_size, seed=args.seed, threads=args.threads), args.out)
+
+
+def _distill_parser(sub) -> None:
+    p = sub.add_parser("distill", help="train a drafter toward the target on gen-data (resumable)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--target", default="default")
+    p.add_argument("--drafter", required=True, help="checkpoint, prune run folder, or layers:...")
+    p.add_argument("--data", required=True, help="a gen-data run folder")
+    p.add_argument("--loss", default="tvd", choices=["fkl", "rkl", "tvd", "jsd"])
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--minutes", type=float, default=10.0)
+    budget.add_argument("--tokens", type=int, help="budget in trained positions instead of minutes (deterministic)")
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--grad-accum", type=int, default=1)
+    p.add_argument("--train-embeddings", action="store_true", help="also train the embedding / LM head")
+    p.add_argument("--on-policy-every", type=int, default=0, help="every n-th step on-policy (0 = off)")
+    p.add_argument("--eval-every", type=int, default=25)
+    p.add_argument("--checkpoint-every", type=int, default=25)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int)
+    p.add_argument("--out", required=True, help="run folder; rerun the same command to resume after a kill")
+
+
+def _distill(args) -> None:
+    from .config import DistillConfig
+    from .stages import distill
+
+    distill.run(DistillConfig(target=args.target, drafter=args.drafter, data=args.data, loss=args.loss,
+                              minutes=None if args.tokens else args.minutes, tokens=args.tokens, lr=args.lr,
+                              batch_size=args.batch_size, grad_accum=args.grad_accum, train_embeddings=args.train_embeddings,
+                              on_policy_every=args.on_policy_every, eval_every=args.eval_every,
+                              checkpoint_every=args.checkpoint_every, seed=args.seed, threads=args.threads), args.out)
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -195,8 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     _predict_parser(sub)
     _prune_parser(sub)
     _agree_parser(sub)
+    _gen_data_parser(sub)
+    _distill_parser(sub)
     args = parser.parse_args(argv)
-    commands = {"bench": _bench, "profile": _profile, "sweep": _sweep, "predict": _predict, "prune": _prune, "agree": _agree}
+    commands = {"bench": _bench, "profile": _profile, "sweep": _sweep, "predict": _predict, "prune": _prune, "agree": _agree,
+                "gen-data": _gen_data, "distill": _distill}
     try:
         commands[args.command](args)
     except DraftwiseError as e:

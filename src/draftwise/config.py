@@ -207,6 +207,48 @@ class GenDataConfig:
             raise DraftwiseError(f"limit must be >= 1, got {self.limit}")
 
 
+@dataclass(frozen=True)
+class DistillConfig:
+    """`draftwise distill`: train a drafter toward the target's distribution on gen-data shards."""
+
+    target: str = "default"
+    drafter: str = ""
+    data: str = ""  # a gen-data run folder
+    loss: str = "tvd"  # fkl | rkl | tvd | jsd
+    minutes: float | None = 10.0  # training-time budget (ignored when tokens is set)
+    tokens: int | None = None  # budget in trained (continuation) positions
+    lr: float = 3e-4
+    batch_size: int = 8  # sequences per micro-batch
+    grad_accum: int = 1
+    max_len: int = 320  # tokens per sequence (long prompts are cut from the left)
+    train_embeddings: bool = False  # the (tied) embedding and LM head are frozen by default
+    on_policy_every: int = 0  # every n-th step on-policy (drafter generates, target scores); 0 = off
+    on_policy_tokens: int = 32
+    eval_every: int = 25
+    checkpoint_every: int = 25
+    eval_prompts: int = 32
+    eval_tokens: int = 48
+    eval_suites: str = "all"
+    seed: int = 0
+    dtype: str = "fp32"
+    device: str = "cpu"
+    threads: int | None = None
+
+    def __post_init__(self):
+        from .stages.losses import LOSSES
+
+        if self.loss not in LOSSES:
+            raise DraftwiseError(f"unknown loss {self.loss!r}: choose from {', '.join(LOSSES)}")
+        if not self.drafter or not self.data:
+            raise DraftwiseError("distill needs --drafter and --data (a gen-data run folder)")
+        if self.tokens is not None:
+            object.__setattr__(self, "minutes", None)
+        if not (self.tokens or self.minutes):
+            raise DraftwiseError("give a budget: --minutes M or --tokens N")
+        if min(self.batch_size, self.grad_accum, self.max_len, self.eval_every, self.checkpoint_every) < 1 or self.lr <= 0:
+            raise DraftwiseError("batch_size, grad_accum, max_len, eval_every, checkpoint_every and lr must be positive")
+
+
 def to_dict(config) -> dict[str, Any]:
     return {"stage": type(config).__name__, **dataclasses.asdict(config)}
 

@@ -98,3 +98,20 @@ def plot_sweep(summary: dict, folder: Path) -> list[Path]:
     ax.legend(fontsize=7)
     paths.append(_save(fig, folder / "kv_vs_layers.png", footer))
     return paths
+
+
+def plot_learning_curve(records: list[dict], folder: Path) -> Path:
+    """Training loss and held-out agreement against trained tokens (a resumed run's repeated steps: the last wins)."""
+    latest = {(r.get("event"), r.get("step")): r for r in records}
+    train = sorted((r for r in latest.values() if r.get("event") == "train"), key=lambda r: r["step"])
+    evals = sorted((r for r in latest.values() if r.get("event") == "eval"), key=lambda r: r["step"])
+    fig, ax1 = plt.subplots(figsize=(7, 4))
+    if train:
+        ax1.plot([r["tokens"] for r in train], [r["loss"] for r in train], color="0.6", lw=0.8, label="train loss")
+    ax1.set(xlabel="trained tokens", ylabel="loss")
+    ax2 = ax1.twinx()
+    ax2.plot([r["tokens"] for r in evals], [r["agreement"] for r in evals], "o-", color="C0", label="held-out top-1 agreement")
+    ax2.set_ylabel("agreement")
+    ax2.set_ylim(0, 1)
+    fig.legend(loc="upper center", fontsize=7, ncol=2)
+    return _save(fig, folder / "learning_curve.png", f"draftwise distill; {folder}")

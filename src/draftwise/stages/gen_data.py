@@ -91,6 +91,7 @@ def run(config: GenDataConfig, out: str | Path) -> Path:
             continue
         gen.manual_seed(config.seed * 1_000_003 + index)  # each shard's randomness is its own: resumes match
         start, rows = time.perf_counter(), []
+        shard = sorted(shard, key=lambda u: (u[2], len(u[1])))  # batch similar lengths: less left padding to compute
         for i in range(0, len(shard), config.batch_size):
             batch = shard[i : i + config.batch_size]
             for temp in dict.fromkeys(t for _, _, t in batch):

@@ -1,0 +1,230 @@
+"""`draftwise distill`: train a drafter toward the target's distribution on target-generated data.
+
+Each step: a micro-batch of gen-data sequences (shuffled per epoch from the seed), the drafter's logits at the
+continuation positions only (the head is the costliest matmul; prompt positions carry no target distribution), and
+a divergence to the target's stored top-k (`losses`). With `on_policy_every` = n, every n-th step instead lets the
+drafter continue train prompts and has the target score its text (DistillSpec: learn where the drafter goes).
+Every `eval_every` steps, held-out top-1 agreement on `eval` prompts and the greedy TAR it implies go to
+records.jsonl. `state/` holds weights, optimizer and generator state every `checkpoint_every` steps; a rerun resumes
+from it with the same step and data order. The result is a standard checkpoint in `checkpoint/`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from .. import continuations
+from ..config import DistillConfig
+from ..errors import DraftwiseError
+from ..models import ModelOptions, load, load_drafter
+from ..models.hf import HFCausalLM
+from ..rundir import RunDir
+from ..sd.batched import generate_batch
+from ..sd.sampling import SamplingParams, argmax
+from . import losses
+from .agree import greedy_rounds
+from .gen_data import read_shard
+
+
+def load_rows(data_dir: Path, max_len: int) -> list[dict]:
+    records = [json.loads(line) for line in (data_dir / "records.jsonl").read_text().splitlines() if line.strip()] \
+        if (data_dir / "records.jsonl").exists() else []
+    if not records:
+        raise DraftwiseError(f"no gen-data shards in {data_dir}: run `draftwise gen-data --out {data_dir}` first")
+    rows = [r for rec in sorted(records, key=lambda r: r["shard"]) for r in read_shard(data_dir / rec["file"])]
+    return [_truncate(r, max_len) for r in rows if len(r["topk_ids"])]
+
+
+def _truncate(row: dict, max_len: int) -> dict:
+    """Keep the last max_len tokens (a long prompt is cut from the left; continuation positions are kept)."""
+    cut = max(0, len(row["tokens"]) - max_len)
+    if cut > row["prompt_len"] - 1:
+        drop = cut - (row["prompt_len"] - 1)
+        return {**row, "tokens": row["tokens"][cut:], "prompt_len": 1,
+                "topk_ids": row["topk_ids"][drop:], "topk_probs": row["topk_probs"][drop:]}
+    return {**row, "tokens": row["tokens"][cut:], "prompt_len": row["prompt_len"] - cut}
+
+
+def order(n_rows: int, step: int, batch_size: int, seed: int) -> list[int]:
+    """Row indices of a step's micro-batch: a fresh permutation per epoch, fixed by the seed (resumable)."""
+    first = step * batch_size
+    out = []
+    while len(out) < batch_size:
+        epoch, offset = divmod(first + len(out), n_rows)
+        perm = torch.randperm(n_rows, generator=torch.Generator().manual_seed(seed * 7919 + epoch)).tolist()
+        out += perm[offset : offset + batch_size - len(out)]
+    return out
+
+
+def batch_loss(model, rows: list[dict], loss_name: str) -> tuple[torch.Tensor, int]:
+    """Mean divergence over the continuation positions of right-padded rows; the head runs on those only."""
+    T = max(len(r["tokens"]) for r in rows)
+    ids = torch.zeros(len(rows), T, dtype=torch.long)
+    attn = torch.zeros(len(rows), T, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r["tokens"])] = r["tokens"]
+        attn[i, : len(r["tokens"])] = 1
+    hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state  # [B, T, D]
+    # continuation token j of row i is predicted at position prompt_len - 1 + j
+    where = [(i, r["prompt_len"] - 1 + j) for i, r in enumerate(rows) for j in range(len(r["topk_ids"]))]
+    rows_i, cols = torch.tensor([w[0] for w in where]), torch.tensor([w[1] for w in where])
+    logits = model.get_output_embeddings()(hidden[rows_i, cols])  # [N, V]
+    topk_ids = torch.cat([r["topk_ids"] for r in rows])
+    topk_probs = torch.cat([r["topk_probs"] for r in rows])
+    return losses.loss(loss_name, topk_ids, topk_probs, logits), len(where)
+
+
+@torch.no_grad()
+def on_policy_rows(model, target, prompts: list[list[int]], config: DistillConfig, gen: torch.Generator) -> list[dict]:
+    """The drafter continues prompts (sampling, T=1); the target's top-k at those positions is the teacher."""
+    model.eval()
+    conts = generate_batch(HFCausalLM(model), prompts, SamplingParams(1.0), config.on_policy_tokens, gen, target.eos_ids)
+    model.train()
+    seqs = [continuations.Sequence("", p + c.tokens, len(p)) for p, c in zip(prompts, conts)]
+    ((ids, start, scored, n),) = continuations.batches(seqs, len(seqs))
+    target.lm.reset(ids.shape[0], ids.shape[1])
+    probs = torch.softmax(target.lm.forward(ids, 0, n, start).float(), -1)  # [B, n, V]
+    rows = []
+    for b, s in enumerate(seqs):
+        top = probs[b][scored[b]].topk(32, dim=-1)
+        rows.append({"tokens": torch.tensor(s.tokens), "prompt_len": s.prompt_len, "topk_ids": top.indices, "topk_probs": top.values})
+    return rows
+
+
+@torch.no_grad()
+def evaluate(model, eval_seqs: list[continuations.Sequence], gammas=(4,)) -> dict:
+    """Held-out top-1 agreement (teacher-forced on the target's greedy eval continuations) and implied greedy TAR."""
+    model.eval()
+    lm = HFCausalLM(model)
+    matches = []
+    for ids, start, scored, n in continuations.batches(eval_seqs, 8):
+        lm.reset(ids.shape[0], ids.shape[1])
+        predicted = argmax(lm.forward(ids, 0, n, start).float())
+        following = ids[:, -n + 1 :]
+        matches += [(predicted[b, :-1] == following[b])[scored[b, :-1]].tolist() for b in range(ids.shape[0])]
+    model.train()
+    total = sum(len(m) for m in matches)
+    out = {"agreement": sum(map(sum, matches)) / total}
+    for g in gammas:
+        rounds, tokens = map(sum, zip(*(greedy_rounds(m, g) for m in matches)))
+        out[f"tar_gamma{g}"] = tokens / rounds
+    return out
+
+
+def _save_state(path: Path, model, opt, gen: torch.Generator, meta: dict) -> None:
+    path.mkdir(exist_ok=True)
+    tensors = {f"model.{k}": v.contiguous() for k, v in model.state_dict().items()}
+    for i, state in opt.state_dict()["state"].items():
+        tensors.update({f"opt.{i}.{k}": (v if torch.is_tensor(v) else torch.tensor(v)).reshape(-1) if k == "step" else v
+                        for k, v in state.items()})
+    tensors["generator"] = gen.get_state()
+    tied = {k for k in tensors if k.startswith("model.") and k.endswith("lm_head.weight")} if model.config.tie_word_embeddings else set()
+    save_file({k: v for k, v in tensors.items() if k not in tied}, path / "state.tmp")
+    (path / "state.tmp").replace(path / "state.safetensors")
+    (path / "meta.json").write_text(json.dumps(meta))
+
+
+def _load_state(path: Path, model, opt, gen: torch.Generator) -> dict:
+    tensors = load_file(path / "state.safetensors")
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, strict=False)
+    if model.config.tie_word_embeddings:
+        model.tie_weights()
+    state = opt.state_dict()
+    for key, value in tensors.items():
+        if key.startswith("opt."):
+            _, i, name = key.split(".", 2)
+            state["state"].setdefault(int(i), {})[name] = value.reshape(()) if name == "step" else value
+    opt.load_state_dict(state)
+    gen.set_state(tensors["generator"])
+    return json.loads((path / "meta.json").read_text())
+
+
+def _step(model, opt, micro_batches: list[list[dict]], loss_name: str) -> tuple[float, int]:
+    """One optimizer step over accumulated micro-batches (a seam tests use to simulate a kill)."""
+    opt.zero_grad()
+    total, tokens = 0.0, 0
+    for rows in micro_batches:
+        value, n = batch_loss(model, rows, loss_name)
+        (value / len(micro_batches)).backward()
+        total, tokens = total + float(value) / len(micro_batches), tokens + n
+    opt.step()
+    return total, tokens
+
+
+def run(config: DistillConfig, out: str | Path) -> Path:
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)  # transformers' module init draws from the global generator
+    run_dir = RunDir(out, config)
+    if (run_dir.path / "checkpoint" / "config.json").exists():
+        print(f"already distilled: {run_dir.path / 'checkpoint'}")
+        return run_dir.path
+    options = ModelOptions(config.dtype, config.device)
+    target = load(config.target, options)
+    drafter = load_drafter(config.drafter, target, options)
+    model = drafter.hf_model().float().train()
+    for p in model.get_input_embeddings().parameters():
+        p.requires_grad = config.train_embeddings
+    for p in model.get_output_embeddings().parameters():
+        p.requires_grad = config.train_embeddings
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
+    rows = load_rows(Path(config.data), config.max_len)
+    eval_path = run_dir.path / "eval.jsonl"
+    if eval_path.exists():
+        eval_seqs = [continuations.Sequence(**json.loads(line)) for line in eval_path.read_text().splitlines()]
+    else:
+        prompts = continuations.prompts_for(target, "eval", config.eval_suites, 256, config.eval_prompts)
+        eval_seqs = continuations.generate(target, prompts, config.eval_tokens, desc="eval continuations")
+        eval_path.write_text("".join(json.dumps(s.__dict__) + "\n" for s in eval_seqs))
+    gen = torch.Generator().manual_seed(config.seed)
+    meta = {"step": 0, "tokens": 0, "seconds": 0.0}
+    if (run_dir.path / "state" / "meta.json").exists():
+        meta = _load_state(run_dir.path / "state", model, opt, gen)
+        print(f"resuming at step {meta['step']} ({meta['tokens']} tokens, {meta['seconds']:.0f} s trained)", file=sys.stderr)
+    elif not run_dir.records():
+        run_dir.append({"event": "eval", "step": 0, "tokens": 0, **evaluate(model, eval_seqs)})
+    budget_s = 60 * config.minutes if config.minutes else None
+    bar = tqdm(total=config.tokens or int(budget_s), initial=meta["tokens"] if config.tokens else int(meta["seconds"]),
+               desc="distill", unit="tok" if config.tokens else "s", file=sys.stderr, dynamic_ncols=True)
+    prompts = [r["tokens"][: r["prompt_len"]].tolist() for r in rows]
+    while (config.tokens and meta["tokens"] < config.tokens) or (budget_s and meta["seconds"] < budget_s):
+        start = time.perf_counter()
+        step = meta["step"]
+        on_policy = bool(config.on_policy_every) and (step + 1) % config.on_policy_every == 0
+        if on_policy:
+            picks = order(len(rows), step, config.batch_size, config.seed + 1)
+            micro = [on_policy_rows(model, target, [prompts[i] for i in picks], config, gen)]
+        else:
+            micro = [[rows[i] for i in order(len(rows), step * config.grad_accum + a, config.batch_size, config.seed)]
+                     for a in range(config.grad_accum)]
+        value, tokens = _step(model, opt, micro, config.loss)
+        seconds = time.perf_counter() - start
+        meta = {"step": step + 1, "tokens": meta["tokens"] + tokens, "seconds": meta["seconds"] + seconds}
+        run_dir.append({"event": "train", "step": meta["step"], "loss": value, "tokens": meta["tokens"], "seconds": seconds,
+                        "on_policy": on_policy})
+        bar.update(tokens if config.tokens else int(meta["seconds"]) - bar.n)
+        bar.set_postfix_str(f"loss {value:.4f}, {tokens / seconds:.0f} tok/s")
+        if meta["step"] % config.eval_every == 0:
+            run_dir.append({"event": "eval", "step": meta["step"], "tokens": meta["tokens"], **evaluate(model, eval_seqs)})
+        if meta["step"] % config.checkpoint_every == 0:
+            _save_state(run_dir.path / "state", model, opt, gen, meta)
+    bar.close()
+    final = evaluate(model, eval_seqs)
+    run_dir.append({"event": "eval", "step": meta["step"], "tokens": meta["tokens"], **final})
+    _save_state(run_dir.path / "state", model, opt, gen, meta)
+    model.save_pretrained(run_dir.path / "checkpoint", safe_serialization=True)
+    target.tokenizer.save_pretrained(run_dir.path / "checkpoint")
+    from ..report.plots import plot_learning_curve
+
+    plot_learning_curve(run_dir.records(), run_dir.path)
+    print(f"held-out agreement {final['agreement']:.3f}, predicted greedy TAR(γ=4) {final['tar_gamma4']:.2f} after "
+          f"{meta['step']} steps, {meta['tokens']} tokens, {meta['seconds'] / 60:.1f} min\ncheckpoint: {run_dir.path / 'checkpoint'}")
+    return run_dir.path

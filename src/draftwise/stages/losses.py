@@ -1,0 +1,47 @@
+"""Distillation losses between the target's distribution p and the drafter's q, on the target's top-k support.
+
+gen-data stores p's k most likely tokens; every loss is computed on k + 1 bins — those k tokens and "the rest"
+(p_rest = 1 − Σ p_k, q_rest = 1 − Σ q_k) — which is exact when k covers the vocabulary and otherwise a coarsening
+that never hides mass q puts outside the target's top-k.
+  fkl   Σ p log(p / q)                       forward KL: mass-covering
+  rkl   Σ q log(q / p)                       reverse KL: mode-seeking
+  tvd   ½ Σ |p − q| = 1 − Σ min(p, q)       total variation: 1 − TVD is the acceptance rate α of sampled SD
+  jsd   ½ KL(p ‖ m) + ½ KL(q ‖ m), m = (p + q) / 2
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+LOSSES = ("fkl", "rkl", "tvd", "jsd")
+EPS = 1e-8
+
+
+def binned(topk_ids: torch.Tensor, topk_probs: torch.Tensor, student_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """p and q on k+1 bins: topk_ids/topk_probs [N, k], student_logits [N, V] -> ([N, k+1], [N, k+1])."""
+    q_full = F.softmax(student_logits.float(), -1)
+    q_k = q_full.gather(-1, topk_ids)
+    p_k = topk_probs.float()
+    p = torch.cat([p_k, (1 - p_k.sum(-1, keepdim=True)).clamp_min(0)], -1)
+    q = torch.cat([q_k, (1 - q_k.sum(-1, keepdim=True)).clamp_min(0)], -1)
+    return p, q
+
+
+def divergence(name: str, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Per-position divergence [N] between distributions p, q [N, bins]."""
+    if name == "fkl":
+        return (p * (torch.log(p + EPS) - torch.log(q + EPS))).sum(-1)
+    if name == "rkl":
+        return (q * (torch.log(q + EPS) - torch.log(p + EPS))).sum(-1)
+    if name == "tvd":
+        return 0.5 * (p - q).abs().sum(-1)
+    if name == "jsd":
+        m = 0.5 * (p + q)
+        return 0.5 * (p * (torch.log(p + EPS) - torch.log(m + EPS))).sum(-1) + 0.5 * (q * (torch.log(q + EPS) - torch.log(m + EPS))).sum(-1)
+    raise ValueError(f"unknown loss {name!r}: choose from {', '.join(LOSSES)}")
+
+
+def loss(name: str, topk_ids: torch.Tensor, topk_probs: torch.Tensor, student_logits: torch.Tensor) -> torch.Tensor:
+    """Mean divergence over positions."""
+    return divergence(name, *binned(topk_ids, topk_probs, student_logits)).mean()

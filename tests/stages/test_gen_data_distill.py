@@ -1,0 +1,97 @@
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from draftwise import data
+from draftwise.config import DistillConfig, GenDataConfig
+from draftwise.errors import DraftwiseError
+from draftwise.stages import distill, gen_data
+
+
+@pytest.fixture(scope="module")
+def data_dir(tiny_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("gen")
+    return gen_data.run(GenDataConfig(target=tiny_dir, suites="spec_bench,alpaca", limit=12, max_new_tokens=10,
+                                      temperatures=(0.0, 1.0), topk=8, shard_size=10, batch_size=4), out)
+
+
+def test_gen_data_shards_are_train_only_and_resumable(data_dir, tiny_dir):
+    records = [json.loads(line) for line in (data_dir / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 3 and sum(r["sequences"] for r in records) == 24
+    eval_ids = {p.id for p in data.load_prompts("all", "eval")}
+    assert not any(pid in eval_ids for r in records for pid, _ in r["prompts"])
+    rows = gen_data.read_shard(data_dir / records[0]["file"])
+    assert rows[0]["topk_ids"].shape[1] == 8 and torch.all(rows[0]["topk_probs"][:, :-1] >= rows[0]["topk_probs"][:, 1:])
+    # a killed run: the last shard's record is lost; the rerun redoes that shard alone, identically
+    shard = load_file(data_dir / records[-1]["file"])
+    lines = (data_dir / "records.jsonl").read_text().splitlines()
+    (data_dir / "records.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    gen_data.run(GenDataConfig(target=tiny_dir, suites="spec_bench,alpaca", limit=12, max_new_tokens=10,
+                               temperatures=(0.0, 1.0), topk=8, shard_size=10, batch_size=4), data_dir)
+    assert (data_dir / "records.jsonl").read_text().splitlines()[:-1] == lines[:-1]
+    again = load_file(data_dir / records[-1]["file"])
+    assert all(torch.equal(shard[k], again[k]) for k in shard)
+
+
+def test_user_prompts_in_the_eval_split_are_dropped(tiny_dir, tmp_path):
+    evals = data.load_prompts("spec_bench", "eval", limit=2)
+    trains = data.load_prompts("spec_bench", "train", limit=2)
+    f = tmp_path / "p.jsonl"
+    f.write_text("".join(json.dumps({"prompt": p.text}) + "\n" for p in evals + trains))
+    out = gen_data.run(GenDataConfig(target=tiny_dir, suites="humaneval", prompts=str(f), max_new_tokens=4,
+                                     temperatures=(0.0,), topk=4, shard_size=100), tmp_path / "g")
+    texts = {p.text for p in evals}
+    rec = json.loads((out / "records.jsonl").read_text().splitlines()[0])
+    user = [pid for pid, _ in rec["prompts"] if pid.startswith("user/")]
+    assert len(user) == 2 and not texts & {p.text for p in data.read_prompt_file(f) if p.id in user}
+
+
+def distill_config(tiny_dir, data_dir, **kw):
+    base = dict(target=tiny_dir, drafter="layers:0,1", data=str(data_dir), loss="tvd", tokens=300, batch_size=4,
+                lr=1e-2, eval_every=3, checkpoint_every=2, eval_prompts=4, eval_tokens=8, eval_suites="spec_bench")
+    base.update(kw)
+    return DistillConfig(**base)
+
+
+def weights(run):
+    return load_file(run / "checkpoint" / "model.safetensors")
+
+
+def test_distill_improves_agreement_and_writes_a_checkpoint(tiny_dir, data_dir, tmp_path):
+    out = distill.run(distill_config(tiny_dir, data_dir, tokens=600, loss="fkl"), tmp_path / "d")
+    evals = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines() if '"eval"' in line]
+    assert evals[-1]["agreement"] > evals[0]["agreement"]
+    assert (out / "learning_curve.png").stat().st_size > 0
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(out / "checkpoint").config.num_hidden_layers == 2
+
+
+def test_resumed_run_equals_uninterrupted(tiny_dir, data_dir, tmp_path, monkeypatch):
+    config = distill_config(tiny_dir, data_dir, on_policy_every=3)
+    whole = distill.run(config, tmp_path / "whole")
+    calls = {"n": 0}
+    real_step = distill._step
+
+    def killed_after_five(*args):
+        calls["n"] += 1
+        if calls["n"] > 5:
+            raise KeyboardInterrupt
+        return real_step(*args)
+
+    monkeypatch.setattr(distill, "_step", killed_after_five)
+    with pytest.raises(KeyboardInterrupt):
+        distill.run(config, tmp_path / "resumed")
+    monkeypatch.setattr(distill, "_step", real_step)
+    distill.run(config, tmp_path / "resumed")  # resumes from the step-4 checkpoint
+    a, b = weights(whole), weights(tmp_path / "resumed")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_bad_distill_inputs(tiny_dir, tmp_path):
+    with pytest.raises(DraftwiseError, match="unknown loss"):
+        DistillConfig(drafter="layers:0", data="x", loss="mse")
+    with pytest.raises(DraftwiseError, match="no gen-data shards"):
+        distill.run(DistillConfig(target=tiny_dir, drafter="layers:0", data=str(tmp_path), tokens=10), tmp_path / "d")
