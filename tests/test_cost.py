@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-import torch
 from conftest import tiny_config
 
 from draftwise import cost
