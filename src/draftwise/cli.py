@@ -148,6 +148,7 @@ def _prune_parser(sub) -> None:
     p.add_argument("--calib-suites", default="all")
     p.add_argument("--max-new-tokens", type=int, default=64, help="per calibration continuation")
     p.add_argument("--l0-steps", type=int, default=60)
+    p.add_argument("--layer-criterion", default="tvd", choices=["tvd", "kl"], help="what layer elimination minimises")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int)
     p.add_argument("--out", required=True)
@@ -159,6 +160,7 @@ def _prune(args) -> None:
 
     prune.run(PruneConfig(target=args.target, shape=args.shape, method=args.method, calib_tokens=args.calib_tokens,
                           calib_suites=args.calib_suites, max_new_tokens=args.max_new_tokens, l0_steps=args.l0_steps,
+                          layer_criterion=args.layer_criterion,
                           seed=args.seed, threads=args.threads), args.out)
 
 

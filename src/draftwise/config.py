@@ -138,6 +138,7 @@ class PruneConfig:
     max_new_tokens: int = 64  # per calibration continuation
     max_prompt_tokens: int = 192
     elimination_tokens: int = 512  # scored positions the layer elimination uses (importance)
+    layer_criterion: str = "tvd"  # tvd | kl: what the layer elimination minimises
     l0_steps: int = 60
     batch_size: int = 8
     seed: int = 0
@@ -148,6 +149,8 @@ class PruneConfig:
     def __post_init__(self):
         if self.method not in ("importance", "l0"):
             raise DraftwiseError(f"unknown pruning method {self.method!r}: choose importance or l0")
+        if self.layer_criterion not in ("tvd", "kl"):
+            raise DraftwiseError(f"unknown layer criterion {self.layer_criterion!r}: choose tvd or kl")
         if min(self.calib_tokens, self.max_new_tokens, self.elimination_tokens, self.batch_size, self.l0_steps) < 1:
             raise DraftwiseError("calib_tokens, max_new_tokens, elimination_tokens, batch_size and l0_steps must be >= 1")
 

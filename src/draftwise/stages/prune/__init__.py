@@ -1,7 +1,7 @@
 """`draftwise prune`: carve a drafter of an exact shape out of the target.
 
   calibration   the target's continuations of `train` prompts (never `eval`), saved as calibration.jsonl
-  scores        importance: greedy layer elimination by output KL, then Taylor scores of heads, FFN channels and
+  scores        importance: greedy layer elimination by output TVD (or KL), then Taylor scores of heads, FFN channels and
                 hidden dimensions (scores.py); l0: hard-concrete gates under a Lagrangian shape constraint (l0.py)
   selection     exactly the requested count per dimension, GQA groups kept whole (slicing.select)
   slicing       the physical cut (slicing.slice_checkpoint), saved as a standard checkpoint in checkpoint/
@@ -70,7 +70,8 @@ def run(config: PruneConfig, out: str | Path) -> Path:
     if config.method == "importance":
         info["block_influence"] = scores.block_influence(target.lm, calib)
         layers = scores.eliminate_layers(target.lm, shape.layers, _subset(calib, config.elimination_tokens),
-                                         run_dir.append, kept=_resume_layers(run_dir.records()))
+                                         run_dir.append, kept=_resume_layers(run_dir.records()),
+                                         criterion=config.layer_criterion)
         units = scores.taylor_scores(target.config, weights, layers, calib)
         kept = select(shape, target.config, layers, units.head, units.intermediate, units.hidden)
         info["unit_scores"] = scores.describe_scores(units)

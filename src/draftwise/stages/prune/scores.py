@@ -1,10 +1,12 @@
 """Importance scores on calibration data, all measured against the target's own distribution p.
 
   teacher      log p at every scored position of the calibration batches (positions that predict a target token)
-  layers       greedy elimination: drop, step by step, the layers whose removal raises KL(p || q) the least, where q
-               is the remaining stack's output. Scoring end to end minds what a per-layer similarity (1 − cos of a
-               block's input and output) misses: the last layer feeds the final norm and head, so an early layer
-               plus the last one is a poor pair. The cosine block influence is recorded beside it.
+  layers       greedy elimination: drop, step by step, the layers whose removal raises the divergence of q (the
+               remaining stack's output) from p the least — TVD by default (1 − TVD is sampled SD's acceptance rate,
+               and being bounded, a few hopeless positions cannot dominate it as they can KL), or KL. Scoring end to
+               end minds what a per-layer similarity (1 − cos of a block's input and output) misses: the last layer
+               feeds the final norm and head, so an early layer plus the last one can be a poor pair. The cosine
+               block influence is recorded beside it.
   units        first-order Taylor scores |∂KL/∂z| of every head, FFN channel and hidden dimension mask at z = 1, on the
                model of the kept layers: the loss change expected from removing each unit.
 """
@@ -41,6 +43,14 @@ def kl(log_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tensor:
     return (log_p.exp() * (log_p - F.log_softmax(logits_q.float(), -1))).sum(-1).mean()
 
 
+def tvd(log_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tensor:
+    """Mean over positions of TVD(p, q) = ½ Σ |p − q|."""
+    return 0.5 * (log_p.float().exp() - F.softmax(logits_q.float(), -1)).abs().sum(-1).mean()
+
+
+CRITERIA = {"kl": kl, "tvd": tvd}
+
+
 def _mask(T: int, start: list[int]) -> torch.Tensor:
     """[B, 1, T, T]: causal, each row's keys from its first real token (a padding query sees itself)."""
     keys = torch.arange(T)
@@ -54,8 +64,8 @@ def _layer(lean, index: int, x: torch.Tensor, mask: torch.Tensor, start: list[in
     return lean.layers[index](x, lean.rotations(T), k, torch.zeros_like(k), 0, mask, start)
 
 
-def _stack_kl(lean, layers: list[int], calib, skip: int | None = None, cache: dict | None = None) -> float:
-    """KL of the target's first/last-aware layer stack `layers` (without position `skip`), reusing hidden states
+def _stack_loss(lean, layers: list[int], calib, criterion, skip: int | None = None, cache: dict | None = None) -> float:
+    """Divergence from p of the target's layer stack `layers` (without position `skip`), reusing hidden states
     cached at each layer's input when given (a removal only changes what comes after it)."""
     total, count = 0.0, 0
     for b, ((ids, start, scored, n), log_p) in enumerate(calib):
@@ -69,26 +79,28 @@ def _stack_kl(lean, layers: list[int], calib, skip: int | None = None, cache: di
                 cache[b][idx] = x
             x = _layer(lean, layers[idx], x, mask, start)
         logits = lean.logits(x[:, -n:])[scored]
-        total += float(kl(log_p, logits)) * len(log_p)
+        total += float(criterion(log_p, logits)) * len(log_p)
         count += len(log_p)
     return total / count
 
 
-def eliminate_layers(lean, n_keep: int, calib, log: Callable[[dict], None], kept: list[int] | None = None) -> list[int]:
+def eliminate_layers(lean, n_keep: int, calib, log: Callable[[dict], None], kept: list[int] | None = None,
+                     criterion: str = "tvd") -> list[int]:
     """Greedy backward elimination to `n_keep` layers; removes ~1/4 of the surplus per step (at least one)."""
+    loss = CRITERIA[criterion]
     kept = list(kept or range(lean.shape.num_layers))
     steps = 0
     with torch.inference_mode(), tqdm(total=len(kept) - n_keep, desc="layer elimination", unit="layer",
                                       file=sys.stderr, dynamic_ncols=True) as bar:
         while len(kept) > n_keep:
             cache = [dict() for _ in calib]
-            base = _stack_kl(lean, kept, calib, cache=cache)
-            kls = [_stack_kl(lean, kept, calib, skip=i, cache=cache) for i in range(len(kept))]
+            base = _stack_loss(lean, kept, calib, loss, cache=cache)
+            values = [_stack_loss(lean, kept, calib, loss, skip=i, cache=cache) for i in range(len(kept))]
             drop = max(1, (len(kept) - n_keep) // 4)
-            order = sorted(range(len(kept)), key=lambda i: (kls[i], i))[:drop]
+            order = sorted(range(len(kept)), key=lambda i: (values[i], i))[:drop]
             removed = [kept[i] for i in order]
-            log({"event": "eliminate", "step": steps, "kept_before": kept, "kl_before": base,
-                 "kl_without": dict(zip(kept, kls)), "removed": removed})
+            log({"event": "eliminate", "step": steps, "criterion": criterion, "kept_before": kept, "before": base,
+                 "without": dict(zip(kept, values)), "removed": removed})
             kept = [l for l in kept if l not in removed]
             steps += 1
             bar.update(len(removed))
