@@ -227,7 +227,7 @@ def _distill_parser(sub) -> None:
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--minutes", type=float, default=10.0)
     budget.add_argument("--tokens", type=int, help="budget in trained positions instead of minutes (deterministic)")
-    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--train-embeddings", action="store_true", help="also train the embedding / LM head")

@@ -220,7 +220,7 @@ class DistillConfig:
     loss: str = "tvd"  # fkl | rkl | tvd | jsd
     minutes: float | None = 10.0  # training-time budget (ignored when tokens is set)
     tokens: int | None = None  # budget in trained (continuation) positions
-    lr: float = 3e-4
+    lr: float = 1e-3
     batch_size: int = 8  # sequences per micro-batch
     grad_accum: int = 1
     max_len: int = 320  # tokens per sequence (long prompts are cut from the left)

@@ -153,7 +153,7 @@ def _step(model, opt, micro_batches: list[list[dict]], loss_name: str) -> tuple[
     for rows in micro_batches:
         value, n = batch_loss(model, rows, loss_name)
         (value / len(micro_batches)).backward()
-        total, tokens = total + float(value) / len(micro_batches), tokens + n
+        total, tokens = total + value.item() / len(micro_batches), tokens + n
     opt.step()
     return total, tokens
 
