@@ -17,7 +17,7 @@ from tqdm import tqdm
 from . import data
 from .errors import DraftwiseError
 from .sd.batched import generate_batch
-from .sd.sampling import SamplingParams
+from .sd.sampling import SamplingParams, argmax
 
 
 @dataclass(frozen=True)
@@ -87,3 +87,15 @@ def batches(seqs: list[Sequence], batch_size: int, pad_id: int = 0):
         # logit j of the last n (absolute T-n+j) predicts token T-n+j+1: scored when that token is a continuation one
         scored = torch.tensor([[T - len(s.continuation) - 1 <= T - n + j < T - 1 for j in range(n)] for s in chunk])
         yield ids, start, scored, n
+
+
+@torch.no_grad()
+def top1_matches(lm, seqs: list[Sequence], batch_size: int = 8) -> list[list[bool]]:
+    """Per sequence, whether `lm`'s argmax after each prefix equals the next continuation token (teacher-forced)."""
+    out = []
+    for ids, start, scored, n in batches(seqs, batch_size):
+        lm.reset(ids.shape[0], ids.shape[1])
+        predicted = argmax(lm.forward(ids, 0, n, start).float())  # [B, n]: the token lm puts after each position
+        following = ids[:, -n + 1 :]  # [B, n-1]: the token that follows each of those positions but the last
+        out += [(predicted[b, :-1] == following[b])[scored[b, :-1]].tolist() for b in range(ids.shape[0])]
+    return out

@@ -19,7 +19,6 @@ from .. import continuations
 from ..config import AgreeConfig
 from ..models import ModelOptions, load, load_drafter
 from ..rundir import RunDir
-from ..sd.sampling import argmax
 
 
 def greedy_rounds(matches: list[bool], gamma: int) -> tuple[int, int]:
@@ -33,6 +32,12 @@ def greedy_rounds(matches: list[bool], gamma: int) -> tuple[int, int]:
         emitted = min(accepted + 1, len(matches) - t)
         rounds, tokens, t = rounds + 1, tokens + emitted, t + emitted
     return rounds, tokens
+
+
+def greedy_tar(matches: list[list[bool]], gamma: int) -> float | None:
+    """Tokens per round of greedy SD with lookahead γ replayed over every sequence's match pattern."""
+    rounds, tokens = map(sum, zip(*(greedy_rounds(m, gamma) for m in matches))) if matches else (0, 0)
+    return tokens / rounds if rounds else None
 
 
 def run(config: AgreeConfig, out: str | Path) -> Path:
@@ -49,12 +54,8 @@ def run(config: AgreeConfig, out: str | Path) -> Path:
     for i in range(0, len(todo), config.batch_size):
         chunk = todo[i : i + config.batch_size]
         seqs = continuations.generate(target, chunk, config.max_new_tokens, batch_size=config.batch_size, desc="target")
-        ((ids, start, scored, n),) = continuations.batches(seqs, len(seqs))
-        drafter.lm.reset(ids.shape[0], ids.shape[1])
-        predicted = argmax(drafter.lm.forward(ids, 0, n, start).float())  # [B, n]: drafter's token after each position
-        following = ids[:, -n + 1 :]  # [B, n-1]: the token that follows each of those positions but the last
-        for b, ((p, _), seq) in enumerate(zip(chunk, seqs)):
-            match = (predicted[b, :-1] == following[b])[scored[b, :-1]].tolist()
+        matches = continuations.top1_matches(drafter.lm, seqs, len(seqs))
+        for (p, _), seq, match in zip(chunk, seqs, matches):
             run_dir.append({"prompt_id": p.id, "suite": p.suite, "category": p.category, "prompt_tokens": seq.prompt_len,
                             "continuation": seq.continuation, "matches": [int(m) for m in match]})
         bar.update(len(chunk))
@@ -76,10 +77,7 @@ def summarize(records: list[dict], config: AgreeConfig) -> dict:
         n = sum(len(m) for m in ms)
         return sum(map(sum, ms)) / n if n else None
 
-    tar = {}
-    for g in config.gammas:
-        rounds, tokens = map(sum, zip(*(greedy_rounds(m, g) for m in matches))) if matches else (0, 0)
-        tar[g] = tokens / rounds if rounds else None
+    tar = {g: greedy_tar(matches, g) for g in config.gammas}
     return {"definitions": "agreement: fraction of continuation positions where the drafter's argmax (teacher-forced on "
                            "the target's greedy continuation) equals the target's token. predicted_greedy_tar[γ]: tokens "
                            "per round of greedy SD replayed over those match patterns (counts the recovered/bonus token).",

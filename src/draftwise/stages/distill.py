@@ -27,9 +27,9 @@ from ..models import ModelOptions, load, load_drafter
 from ..models.hf import HFCausalLM
 from ..rundir import RunDir
 from ..sd.batched import generate_batch
-from ..sd.sampling import SamplingParams, argmax
+from ..sd.sampling import SamplingParams
 from . import losses
-from .agree import greedy_rounds
+from .agree import greedy_tar
 from .gen_data import read_shard
 
 
@@ -102,20 +102,10 @@ def on_policy_rows(model, target, prompts: list[list[int]], config: DistillConfi
 def evaluate(model, eval_seqs: list[continuations.Sequence], gammas=(4,)) -> dict:
     """Held-out top-1 agreement (teacher-forced on the target's greedy eval continuations) and implied greedy TAR."""
     model.eval()
-    lm = HFCausalLM(model)
-    matches = []
-    for ids, start, scored, n in continuations.batches(eval_seqs, 8):
-        lm.reset(ids.shape[0], ids.shape[1])
-        predicted = argmax(lm.forward(ids, 0, n, start).float())
-        following = ids[:, -n + 1 :]
-        matches += [(predicted[b, :-1] == following[b])[scored[b, :-1]].tolist() for b in range(ids.shape[0])]
+    matches = continuations.top1_matches(HFCausalLM(model), eval_seqs)
     model.train()
-    total = sum(len(m) for m in matches)
-    out = {"agreement": sum(map(sum, matches)) / total}
-    for g in gammas:
-        rounds, tokens = map(sum, zip(*(greedy_rounds(m, g) for m in matches)))
-        out[f"tar_gamma{g}"] = tokens / rounds
-    return out
+    out = {"agreement": sum(map(sum, matches)) / sum(len(m) for m in matches)}
+    return out | {f"tar_gamma{g}": greedy_tar(matches, g) for g in gammas}
 
 
 def _save_state(path: Path, model, opt, gen: torch.Generator, meta: dict) -> None:
