@@ -250,6 +250,39 @@ def _distill(args) -> None:
                               checkpoint_every=args.checkpoint_every, seed=args.seed, threads=args.threads), args.out)
 
 
+def _design_parser(sub) -> None:
+    p = sub.add_parser("design", help="the whole study: candidates, prune, distill, bench, select drafter and γ*, report, export",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--target", default="default")
+    p.add_argument("--minutes", type=float, default=30.0, help="sizes data generation and distillation (the rest is fixed)")
+    p.add_argument("--wide-layers", type=_ints, default=(2,), help="depths of the full-width (wide-shallow) candidates")
+    p.add_argument("--narrow-factor", type=int, default=3, help="deep-narrow twin: layers x f, heads/KV/FFN / f")
+    p.add_argument("--drafter", help="your own drafter, benchmarked beside the candidates")
+    p.add_argument("--loss", default="fkl", choices=["fkl", "rkl", "tvd", "jsd"])
+    p.add_argument("--temperatures", default="0,0.5,1")
+    p.add_argument("--bench-limit", type=int, default=12, help="eval prompts per benchmark run")
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    p.add_argument("--out", required=True, help="run folder; rerun the same command to resume after a kill")
+
+
+def _design(args) -> None:
+    from .config import DesignConfig
+    from .stages import design
+
+    try:
+        temps = tuple(float(t) for t in args.temperatures.split(",") if t.strip())
+    except ValueError:
+        raise DraftwiseError(f"--temperatures takes numbers, got {args.temperatures!r}") from None
+    design.run(DesignConfig(target=args.target, minutes=args.minutes, wide_layers=args.wide_layers,
+                            narrow_factor=args.narrow_factor, drafter=args.drafter, loss=args.loss, temperatures=temps,
+                            bench_limit=args.bench_limit, max_new_tokens=args.max_new_tokens, seed=args.seed,
+                            dtype=args.dtype, device=args.device, threads=args.threads), args.out)
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -263,9 +296,10 @@ def main(argv: list[str] | None = None) -> int:
     _agree_parser(sub)
     _gen_data_parser(sub)
     _distill_parser(sub)
+    _design_parser(sub)
     args = parser.parse_args(argv)
     commands = {"bench": _bench, "profile": _profile, "sweep": _sweep, "predict": _predict, "prune": _prune, "agree": _agree,
-                "gen-data": _gen_data, "distill": _distill}
+                "gen-data": _gen_data, "distill": _distill, "design": _design}
     try:
         commands[args.command](args)
     except DraftwiseError as e:

@@ -252,6 +252,45 @@ class DistillConfig:
             raise DraftwiseError("batch_size, grad_accum, max_len, eval_every, checkpoint_every and lr must be positive")
 
 
+@dataclass(frozen=True)
+class DesignConfig:
+    """`draftwise design`: profile → candidates → prune → distill → agree → bench → select → report → export.
+
+    `minutes` sets the budgets of the long stages (data generated, distillation per candidate); the fixed-size
+    stages (profile, pruning calibration, benchmarks) are sized to fit the default 30 minutes on 2 CPU cores.
+    """
+
+    target: str = "default"
+    minutes: float = 30.0
+    wide_layers: tuple[int, ...] = (2,)  # full-width k-layer ("wide-shallow") candidates
+    narrow_factor: int = 3  # deep-narrow twin: heads, KV heads and FFN ÷ f, layers × f (equal non-embedding params)
+    drafter: str | None = None  # an optional user drafter, benchmarked beside the candidates
+    loss: str = "fkl"
+    temperatures: tuple[float, ...] = (0.0, 0.5, 1.0)
+    bench_suites: str = "spec_bench,mmlu,hellaswag,arena,cnn_dm,xsum"
+    bench_limit: int = 12  # eval prompts per benchmark (round-robin over suites)
+    headline_limit: int = 8  # spec_bench eval prompts of the headline run (SD vs AR vs transformers)
+    max_new_tokens: int = 48
+    accuracy_items: int = 40  # MMLU and HellaSwag eval items per model for the accuracy sanity check
+    seed: int = 0
+    dtype: str = "fp32"
+    device: str = "cpu"
+    threads: int | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "wide_layers", tuple(self.wide_layers))
+        object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
+        _positive("wide_layers", self.wide_layers)
+        if self.minutes <= 0:
+            raise DraftwiseError(f"minutes must be > 0, got {self.minutes}")
+        if self.narrow_factor < 2:
+            raise DraftwiseError(f"narrow_factor must be >= 2, got {self.narrow_factor}")
+        if 0.0 not in self.temperatures or min(self.temperatures) < 0:
+            raise DraftwiseError("temperatures must include 0 (the greedy headline) and be >= 0")
+        if min(self.bench_limit, self.headline_limit, self.max_new_tokens, self.accuracy_items) < 1:
+            raise DraftwiseError("bench_limit, headline_limit, max_new_tokens and accuracy_items must be >= 1")
+
+
 def to_dict(config) -> dict[str, Any]:
     return {"stage": type(config).__name__, **dataclasses.asdict(config)}
 

@@ -25,10 +25,12 @@ def plot_profile(summary: dict, folder: Path) -> list[Path]:
     footer = f"draftwise profile --target {summary['target']['spec']} (context {summary['context']}); {folder}"
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for b, e in summary["batches"].items():
-        gammas = sorted(int(g) for g in e["verify_ms"])
-        ax1.plot(gammas, [e["verify_ms"][g] for g in gammas], "o-", label=f"verify, batch {b}")
+        verify = {int(g): ms for g, ms in e["verify_ms"].items()}  # int keys in memory, str keys read from JSON
+        ratio = {int(g): r for g, r in e["verify_over_ar_step"].items()}
+        gammas = sorted(verify)
+        ax1.plot(gammas, [verify[g] for g in gammas], "o-", label=f"verify, batch {b}")
         ax1.axhline(e["ar_step_ms"], ls=":", color=ax1.lines[-1].get_color(), lw=1)
-        ax2.plot(gammas, [e["verify_over_ar_step"][g] for g in gammas], "o-", label=f"batch {b}")
+        ax2.plot(gammas, [ratio[g] for g in gammas], "o-", label=f"batch {b}")
     ax1.set(xlabel="γ (verify pass over γ+1 tokens)", ylabel="ms", title="Target verify pass (dotted: one AR step)")
     ax2.axhline(1.0, color="0.6", lw=1)
     ax2.set(xlabel="γ", ylabel="verify / AR step", title="Verify cost relative to one AR step")

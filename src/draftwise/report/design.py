@@ -1,0 +1,255 @@
+"""`design`'s report: report.md and a self-contained report.html, derived from the stage folders' raw results.
+
+The document is a list of blocks rendered twice (Markdown and HTML), so both always say the same thing.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import shlex
+from pathlib import Path
+
+from .. import cost, metrics
+from . import design_plots
+from .plots import plot_profile, plot_sweep
+
+DEFINITIONS = ("Definitions: TAR = tokens emitted per SD round (accepted + the recovered or bonus token; AR = 1); "
+               "α = accepted / drafted; agreement = teacher-forced top-1 match rate with the target's greedy continuation; "
+               "tokens/s counts new tokens over wall time including prefill unless it says decode.")
+
+KV_CONTEXT = 1024
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _records(folder: Path) -> list[dict]:
+    path = folder / "records.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def _f(v, spec=".2f", suffix="") -> str:
+    return "-" if v is None else format(v, spec) + suffix
+
+
+class Doc:
+    def __init__(self):
+        self.blocks: list[tuple] = []
+
+    def h(self, text: str, level: int = 2):
+        self.blocks.append(("h", level, text))
+
+    def p(self, text: str):
+        self.blocks.append(("p", text))
+
+    def table(self, headers: list[str], rows: list[list]):
+        self.blocks.append(("table", headers, [[str(c) for c in r] for r in rows]))
+
+    def img(self, path: Path, caption: str):
+        self.blocks.append(("img", path, caption))
+
+    def code(self, text: str):
+        self.blocks.append(("code", text))
+
+    def markdown(self, base: Path) -> str:
+        out = []
+        for b in self.blocks:
+            if b[0] == "h":
+                out.append("#" * b[1] + " " + b[2])
+            elif b[0] == "p":
+                out.append(b[1])
+            elif b[0] == "table":
+                out.append("\n".join(["| " + " | ".join(b[1]) + " |", "|" + " --- |" * len(b[1])]
+                                     + ["| " + " | ".join(r) + " |" for r in b[2]]))
+            elif b[0] == "img":
+                out.append(f"![{b[2]}]({b[1].relative_to(base)})\n\n*{b[2]}*")
+            else:
+                out.append("```\n" + b[1] + "\n```")
+        return "\n\n".join(out) + "\n"
+
+    def html(self, title: str) -> str:
+        out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>"
+               "body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}table{border-collapse:collapse}"
+               "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}img{max-width:100%}pre{background:#f5f5f5;"
+               "padding:8px;overflow-x:auto}</style></head><body>"]
+        for b in self.blocks:
+            if b[0] == "h":
+                out.append(f"<h{b[1]}>{html.escape(b[2])}</h{b[1]}>")
+            elif b[0] == "p":
+                out.append(f"<p>{html.escape(b[1])}</p>")
+            elif b[0] == "table":
+                head = "".join(f"<th>{html.escape(c)}</th>" for c in b[1])
+                body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in b[2])
+                out.append(f"<table><tr>{head}</tr>{body}</table>")
+            elif b[0] == "img":
+                data = base64.b64encode(b[1].read_bytes()).decode()
+                out.append(f"<figure><img src='data:image/png;base64,{data}'><figcaption>{html.escape(b[2])}"
+                           "</figcaption></figure>")
+            else:
+                out.append(f"<pre>{html.escape(b[1])}</pre>")
+        return "\n".join(out + ["</body></html>"])
+
+
+def _tar_by_suite(records: list[dict]) -> dict[str, float]:
+    by: dict[str, list] = {}
+    for r in records:
+        if r["method"] == "sd":
+            by.setdefault(r["suite"], []).extend(r["rounds"])
+    return {s: metrics.tar(rs) for s, rs in sorted(by.items()) if rs}
+
+
+def write(p, cands, specs: dict[str, str]) -> Path:
+    from ..stages.design import predicted
+
+    out, c = p.dir.path, p.config
+    plots = out / "plots"
+    plots.mkdir(exist_ok=True)
+    command = f"draftwise design --target {c.target} --minutes {c.minutes:g} --out {shlex.quote(str(out))}"
+    footer = f"{command}; {out}"
+    prof = _json(p.folder("profile") / "profile.json")
+    b1 = prof["batches"]["1"]
+    chosen, gamma = p.done["select-drafter"]["drafter"], p.done["select-gamma"]["gamma"]
+    headline = _json(p.folder("bench-headline") / "summary.json")["methods"]
+    doc = Doc()
+    doc.h(f"draftwise design: {c.target}", 1)
+    doc.p(f"Reproduce: `{command}`. Every stage's raw records are in `stages/`. {DEFINITIONS}")
+
+    # --- headline ---
+    ar, hf = headline["ar"]["tokens_per_s"], headline.get("hf-generate", {}).get("tokens_per_s")
+    doc.h("Headline (spec_bench eval mix, T=0)")
+    doc.p(f"Chosen drafter: {chosen} ({specs[chosen]}), γ* = {gamma}, chosen by measured tokens/s.")
+    rows = []
+    for name, label in (("sd", f"SD, {chosen}, γ={gamma}"), ("ar", "AR, draftwise engine"),
+                        ("hf-generate", "AR, transformers generate()"), ("hf-assisted", f"transformers assisted, {chosen}")):
+        s = headline.get(name)
+        if s:
+            rows.append([label, _f(s["tokens_per_s"]), _f(s["tokens_per_s"] / ar, ".2f", "x"),
+                         _f(s["tokens_per_s"] / hf if hf else None, ".2f", "x"), _f(s.get("tar")),
+                         _f(s["identical_to_ar"] * 100 if s.get("identical_to_ar") is not None else None, ".0f", "%")])
+    doc.table(["method", "tokens/s", "vs draftwise AR", "vs transformers AR", "TAR", "same tokens as AR"], rows)
+
+    # --- TAR per task and temperature ---
+    tar, speed_rows = {}, []
+    for t in c.temperatures:
+        folder = p.folder(f"bench-chosen-t{t:g}")
+        tar[t] = _tar_by_suite(_records(folder))
+        s = _json(folder / "summary.json")["methods"]
+        speed_rows.append([f"{t:g}", _f(s["sd"]["tokens_per_s"]), _f(s["ar"]["tokens_per_s"]),
+                           _f(s["sd"]["tokens_per_s"] / s["ar"]["tokens_per_s"], ".2f", "x"), _f(s["sd"].get("tar")),
+                           _f(s["sd"].get("alpha"), ".3f")])
+    doc.h("TAR per task and temperature")
+    suites = sorted({s for per in tar.values() for s in per})
+    doc.table(["task"] + [f"T={t:g}" for t in tar], [[s] + [_f(tar[t].get(s)) for t in tar] for s in suites])
+    doc.table(["T", "SD tokens/s", "AR tokens/s", "SD / AR", "TAR", "α"], speed_rows)
+    doc.img(design_plots.tar_per_task(tar, plots, footer), "TAR per task and temperature")
+
+    # --- candidates ---
+    acc_records = _records(p.folder("accuracy"))
+    acc = _accuracy(acc_records)
+    doc.h("Drafters")
+    rows, bars, pred_rows, acc_points, kv = [], [], [], [], {}
+    target_shape = cost.Shape(**prof["target"]["shape"]) if "shape" in prof["target"] else None
+    if target_shape:
+        kv["target"] = target_shape.kv_bytes(KV_CONTEXT) / 1e6
+    for cand in cands:
+        spec, d = specs[cand.name], b1["drafters"][specs[cand.name]]
+        shape = cost.Shape(**d["shape"])
+        kv[cand.name] = shape.kv_bytes(KV_CONTEXT) / 1e6
+        agree_summary = _json(p.folder(f"agree-{cand.name}") / "agree.json")
+        pred = predicted(p, spec, cand.name)
+        g_pred = max(pred, key=pred.get) if pred else None
+        sel = [n for n in p.done if n.startswith(f"bench-{cand.name}-g")]
+        measured = {p.done[n]["gamma"]: _json(p.folder(n) / "summary.json")["methods"]["sd"] for n in sel}
+        for g, s in sorted(measured.items()):
+            bars.append({"drafter": cand.name, "gamma": g, "tokens_per_s": s["tokens_per_s"],
+                         "chosen": cand.name == chosen and g == gamma})
+            if g in pred and s.get("decode_tokens_per_s"):
+                pred_rows.append({"drafter": cand.name, "gamma": g, "predicted": pred[g], "measured": s["decode_tokens_per_s"]})
+        at = measured.get(g_pred, {})
+        before = after = None
+        if cand.trained:
+            evals = [r for r in _records(p.folder(f"distill-{cand.name}")) if r.get("event") == "eval"]
+            before, after = evals[0]["agreement"], evals[-1]["agreement"]
+        tar4 = agree_summary["predicted_greedy_tar"].get("4")
+        acc_points.append({"drafter": cand.name, "tar": tar4, "mmlu": acc.get((cand.name, "mmlu")),
+                           "hellaswag": acc.get((cand.name, "hellaswag"))})
+        rows.append([cand.name, cand.role, shape.describe(), _f(d["params"]["non_embedding"] / 1e6, ".2f", "M"),
+                     _f(kv[cand.name], ".1f"), _f(d["step_ms"]), _f(d["step_ms"] / b1["ar_step_ms"], ".2f"),
+                     f"{_f(before, '.3f')} → {_f(after, '.3f')}" if cand.trained else "untrained",
+                     _f(agree_summary["agreement"], ".3f"), _f(tar4), f"{g_pred} ({_f(pred.get(g_pred), '.1f')})",
+                     _f(at.get("tokens_per_s")), _f(at.get("tar")), _f(acc.get((cand.name, "mmlu")), ".2f"),
+                     _f(acc.get((cand.name, "hellaswag")), ".2f")])
+    doc.table(["drafter", "role", "shape", "non-emb params", f"KV MB/seq @{KV_CONTEXT}", "step ms", "c", "distill agreement",
+               "agreement (eval)", "greedy TAR γ=4", "γ* predicted (tok/s)", "measured tok/s", "measured TAR", "MMLU",
+               "HellaSwag"], rows)
+    doc.p(f"Target: AR step {b1['ar_step_ms']:.2f} ms; MMLU {_f(acc.get(('target', 'mmlu')), '.2f')}, HellaSwag "
+          f"{_f(acc.get(('target', 'hellaswag')), '.2f')}. c = drafter step / target step. Agreement and greedy TAR from "
+          "`agree` (teacher-forced on the target's greedy eval continuations); measured figures from `bench` at T=0.")
+    doc.img(design_plots.tokens_per_s(bars, ar, plots, footer), "SD tokens/s per drafter and γ (T=0) with the AR line")
+    if pred_rows:
+        doc.img(design_plots.predicted_vs_measured(pred_rows, plots, footer), "Predicted vs measured decode tokens/s")
+    doc.h("Wide-shallow vs deep-narrow at equal non-embedding parameters")
+    for line in _wide_vs_deep(cands, specs, b1, bars):
+        doc.p(line)
+
+    # --- cost model ---
+    doc.h("Where the time goes (profile and sweep)")
+    fit = b1.get("depth_fit") or {}
+    doc.p(f"Step time ≈ {_f(fit.get('fixed_ms'))} + {_f(fit.get('per_layer_ms'))} ms per full-width layer; LM head alone "
+          f"{_f(b1.get('head_ms'))} ms. Verify pass over γ+1 tokens relative to one AR step: "
+          + ", ".join(f"γ={g}: {v:.2f}" for g, v in b1["verify_over_ar_step"].items()) + ".")
+    for path in plot_profile(prof, plots):
+        doc.img(path, {"verify_vs_gamma.png": "Verify pass vs γ", "step_vs_layers.png": "Step time vs layers"}[path.name])
+    sweep_path = p.folder("sweep") / "sweep.json"
+    if sweep_path.exists():
+        sw = _json(sweep_path)
+        for line in sw.get("findings", []):
+            doc.p(line)
+        for path in plot_sweep(sw, plots):
+            doc.img(path, path.stem.replace("_", " "))
+    doc.img(design_plots.kv_footprint(kv, KV_CONTEXT, plots, footer), f"KV cache per sequence at {KV_CONTEXT} positions")
+
+    # --- accuracy sanity check ---
+    doc.h("Accuracy sanity check: task accuracy vs TAR")
+    path, corr = design_plots.accuracy_vs_tar(acc_points, plots, footer)
+    doc.p("Pearson correlation of drafter accuracy with greedy TAR(γ=4): "
+          + ", ".join(f"{t}: {_f(r)}" for t, r in corr.items()) + f" (over {len(acc_points)} drafters). "
+          "Accuracy is a sanity check only; drafters are chosen by measured agreement and throughput.")
+    doc.img(path, "Task accuracy vs TAR")
+
+    doc.h("Export")
+    doc.p("The chosen drafter is in `export/drafter` (transformers checkpoint); `export/README.md` has the transformers "
+          "and vLLM snippets, `export/vllm_speculative_config.json` the vLLM setting.")
+    doc.code((out / "export" / "vllm_speculative_config.json").read_text().strip())
+    (out / "report.md").write_text(doc.markdown(out))
+    (out / "report.html").write_text(doc.html(f"draftwise design: {c.target}"))
+    return out / "report.md"
+
+
+def _accuracy(records: list[dict]) -> dict[tuple[str, str], float]:
+    by: dict[tuple[str, str], list[int]] = {}
+    for r in records:
+        by.setdefault((r["model"], r["task"]), []).append(r["correct"])
+    return {k: sum(v) / len(v) for k, v in by.items()}
+
+
+def _wide_vs_deep(cands, specs, b1, bars) -> list[str]:
+    best = {}
+    for b in bars:
+        best[b["drafter"]] = max(best.get(b["drafter"], 0.0), b["tokens_per_s"])
+    wides = [x for x in cands if x.role == "wide-shallow"]
+    narrows = [x for x in cands if x.role == "deep-narrow"]
+    lines = []
+    for w, n in zip(wides, narrows):
+        dw, dn = b1["drafters"][specs[w.name]], b1["drafters"][specs[n.name]]
+        verdict = "beat" if best.get(w.name, 0) > best.get(n.name, 0) else "did not beat"
+        lines.append(
+            f"{w.name} ({dw['params']['non_embedding'] / 1e6:.1f}M non-embedding) {verdict} {n.name} "
+            f"({dn['params']['non_embedding'] / 1e6:.1f}M): best measured {_f(best.get(w.name))} vs {_f(best.get(n.name))} "
+            f"tokens/s. Step time {dw['step_ms']:.2f} vs {dn['step_ms']:.2f} ms: the deep-narrow drafter has "
+            f"{dn['layers'] // max(1, dw['layers'])}× the layers, and each layer costs a fixed overhead (launches, "
+            f"attention, norms) beside its weight bytes, so at batch 1 the extra depth is paid on every draft step.")
+    return lines or ["(no wide/deep pair among the candidates)"]

@@ -1,0 +1,205 @@
+"""`draftwise design`: the paper's study, run for one target on this machine, ending in a chosen drafter and γ*.
+
+  gen-data → prune + distill each candidate → profile → sweep → agree → predict γ* → bench (select drafter,
+  then γ*, then temperatures, then the headline against transformers) → accuracy → report → export
+
+Every stage writes its own run folder under `stages/` and, when finished, one `done` record in this folder's
+records.jsonl; a rerun skips finished stages and resumes the unfinished one from its own folder, so a kill at any
+point loses no finished work. Decisions (chosen drafter, γ*) are records too, so a rerun never re-decides them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from ... import cost
+from ...config import (
+    AgreeConfig,
+    BenchConfig,
+    DesignConfig,
+    DistillConfig,
+    GenDataConfig,
+    ProfileConfig,
+    PruneConfig,
+    SweepConfig,
+)
+from ...errors import DraftwiseError
+from ...models import ModelOptions, load, load_drafter
+from ...rundir import RunDir
+from .. import accuracy, agree, bench, distill, gen_data, profile, prune, sweep
+from .candidates import Candidate, candidates
+
+GAMMAS = (1, 2, 3, 4, 6, 8)
+
+
+class Pipeline:
+    """The design run folder: which stages are done, and where each one's folder is."""
+
+    def __init__(self, config: DesignConfig, out: str | Path):
+        self.config = config
+        self.dir = RunDir(out, config)
+        self.stages = self.dir.path / "stages"
+        self.done = {r["stage"]: r for r in self.dir.records() if r.get("event") == "done"}
+
+    def folder(self, name: str) -> Path:
+        return self.stages / name
+
+    def stage(self, name: str, work, **decision) -> dict:
+        """Run `work(folder)` unless `name` is finished; returns the stage's done record."""
+        if name in self.done:
+            return self.done[name]
+        print(f"[design] {name} ...", file=sys.stderr, flush=True)
+        result = work(self.folder(name))
+        result = result if isinstance(result, dict) else {}  # stage runs return their folder; decisions a dict
+        record = {"event": "done", "stage": name, "folder": str(self.folder(name)), **decision, **result}
+        self.dir.append(record)
+        self.done[name] = record
+        return record
+
+
+def budgets(config: DesignConfig, n_trained: int) -> dict:
+    """How `minutes` is shared: target data ~15 %, distillation ~35 % split over the trained candidates; the
+    rest (profile, sweep, pruning, agreement, benchmarks, accuracy) is sized to fit the default 30 minutes."""
+    return {"gen_prompts": max(8, round(4 * config.minutes)),
+            "distill_minutes": round(0.35 * config.minutes / max(1, n_trained), 2)}
+
+
+def _options(config: DesignConfig) -> dict:
+    return {"dtype": config.dtype, "device": config.device, "threads": config.threads}
+
+
+def build(p: Pipeline, target_shape: cost.Shape, cands: list[Candidate]) -> dict[str, str]:
+    """Prune and distill each trained candidate; returns {candidate name: drafter spec}."""
+    c, opts = p.config, _options(p.config)
+    b = budgets(c, sum(x.trained for x in cands))
+    data_dir = p.folder("gen-data")
+    p.stage("gen-data", lambda f: gen_data.run(GenDataConfig(
+        target=c.target, max_new_tokens=96, temperatures=(0.0, 1.0), limit=b["gen_prompts"], seed=c.seed, **opts), f))
+    specs = {}
+    for cand in cands:
+        if not cand.trained:
+            specs[cand.name] = cand.spec
+            continue
+        p.stage(f"prune-{cand.name}", lambda f, cand=cand: prune.run(PruneConfig(
+            target=c.target, shape=cand.prune_shape(), calib_tokens=512, elimination_tokens=256, seed=c.seed, **opts), f)
+           )
+        p.stage(f"distill-{cand.name}", lambda f, cand=cand: distill.run(DistillConfig(
+            target=c.target, drafter=str(p.folder(f"prune-{cand.name}")), data=str(data_dir), loss=c.loss,
+            minutes=b["distill_minutes"], eval_prompts=16, eval_every=50, seed=c.seed, **opts), f))
+        specs[cand.name] = str(p.folder(f"distill-{cand.name}"))
+    return specs
+
+
+def measure_costs(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str]) -> None:
+    c, opts = p.config, _options(p.config)
+    depths = tuple(k for k in (1, 2, 4, 8) if k < target_shape.layers)
+    p.stage("profile", lambda f: profile.run(ProfileConfig(
+        target=c.target, drafters=tuple(specs.values()), depths=depths, gammas=GAMMAS, batches=(1,), warmup=2, repeats=7,
+        seed=c.seed, **opts), f))
+    hd = target_shape.head_dim
+    unit = hd * target_shape.heads // target_shape.kv_heads  # widths keep whole GQA groups
+    widths = tuple(sorted({max(unit, round(target_shape.hidden * m / unit) * unit) for m in (1 / 3, 2 / 3, 1, 4 / 3)}))
+    wide = [cost.Shape(k, target_shape.hidden, target_shape.heads, target_shape.kv_heads, hd, target_shape.ffn,
+                       target_shape.vocab) for k in c.wide_layers]
+    budget = min(s.params()["non_embedding"] for s in wide)
+    p.stage("sweep", lambda f: sweep.run(SweepConfig(
+        target=c.target, budget=str(budget), layers=_budget_depths(target_shape, budget), widths=widths,
+        width_depth=min(c.wide_layers), truncations=(), batches=(1,), warmup=2, repeats=5, seed=c.seed, **opts), f))
+    for name, spec in specs.items():
+        p.stage(f"agree-{name}", lambda f, spec=spec: agree.run(AgreeConfig(
+            target=c.target, drafter=spec, limit=24, max_new_tokens=c.max_new_tokens, gammas=GAMMAS, **opts), f))
+
+
+def _budget_depths(target: cost.Shape, budget: int) -> tuple[int, ...]:
+    """Depths (of 1, 2, 4, 8) at which a shape of `budget` non-embedding parameters exists."""
+    out = []
+    for k in (1, 2, 4, 8):
+        try:
+            cost.shape_for_budget(target, k, budget)
+            out.append(k)
+        except DraftwiseError:
+            break
+    return tuple(out)
+
+
+def predicted(p: Pipeline, spec: str, name: str) -> dict[int, float]:
+    """Predicted greedy tokens/s per γ: the exact greedy TAR replayed from `agree` over measured step and verify times."""
+    prof = json.loads((p.folder("profile") / "profile.json").read_text())["batches"]["1"]
+    tar = json.loads((p.folder(f"agree-{name}") / "agree.json").read_text())["predicted_greedy_tar"]
+    verify = {int(g): ms for g, ms in prof["verify_ms"].items()}
+    step = prof["drafters"][spec]["step_ms"]
+    return {g: 1e3 * cost.throughput(tar[str(g)], g, step, verify[g]) for g in GAMMAS if tar.get(str(g))}
+
+
+def _bench(p: Pipeline, name: str, spec: str, gamma: int, temperature: float = 0.0, baselines=(), suite=None,
+           limit=None) -> dict:
+    c = p.config
+    config = BenchConfig(target=c.target, drafter=spec, gamma=gamma, temperature=temperature, suite=suite or c.bench_suites,
+                         limit=limit or c.bench_limit, max_new_tokens=c.max_new_tokens, baselines=tuple(baselines),
+                         seed=c.seed, **_options(c))
+    return p.stage(name, lambda f: bench.run(config, f), drafter=spec, gamma=gamma, temperature=temperature)
+
+
+def sd_tokens_per_s(p: Pipeline, stage: str) -> float:
+    return json.loads((Path(p.done[stage]["folder"]) / "summary.json").read_text())["methods"]["sd"]["tokens_per_s"]
+
+
+def select(p: Pipeline, specs: dict[str, str]) -> tuple[str, int]:
+    """Chosen drafter (measured tokens/s at its predicted γ*), then γ* (measured at the predicted γ* ± 1)."""
+    runs = {}
+    for name, spec in specs.items():
+        pred = predicted(p, spec, name)
+        gamma = max(pred, key=pred.get) if pred else 1
+        runs[name] = _bench(p, f"bench-{name}-g{gamma}", spec, gamma)["stage"]
+    chosen = p.stage("select-drafter", lambda f: {"drafter": max(runs, key=lambda n: sd_tokens_per_s(p, runs[n]))})["drafter"]
+    g0 = p.done[runs[chosen]]["gamma"]
+    tried = {g0: runs[chosen]}
+    for g in (g0 - 1, g0 + 1):
+        if g >= 1:
+            tried[g] = _bench(p, f"bench-{chosen}-g{g}", specs[chosen], g)["stage"]
+    gamma = p.stage("select-gamma", lambda f: {"gamma": max(tried, key=lambda g: sd_tokens_per_s(p, tried[g]))})["gamma"]
+    return chosen, gamma
+
+
+def run(config: DesignConfig, out: str | Path) -> Path:
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    p = Pipeline(config, out)
+    options = ModelOptions(config.dtype, config.device)
+    target = load(config.target, options)
+    target_shape = cost.Shape.of(target.config)
+    cands = candidates(target_shape, config.wide_layers, config.narrow_factor, config.drafter)
+    specs = build(p, target_shape, cands)
+    measure_costs(p, target_shape, specs)
+    chosen, gamma = select(p, specs)
+    for t in config.temperatures:
+        _bench(p, f"bench-chosen-t{t:g}", specs[chosen], gamma, t, baselines=("ar",))
+    _bench(p, "bench-headline", specs[chosen], gamma, baselines=("ar", "hf-generate", "hf-assisted"), suite="spec_bench",
+           limit=config.headline_limit)
+    p.stage("accuracy", lambda f: measure_accuracy(config, target, specs, f, options))
+    from ...report import design as report
+    from .export import export
+
+    export(p, target, specs[chosen], chosen, gamma)
+    path = report.write(p, cands, specs)
+    print(f"report: {path}\nrun folder: {p.dir.path}")
+    return p.dir.path
+
+
+def measure_accuracy(config: DesignConfig, target, specs: dict[str, str], folder: Path, options: ModelOptions) -> None:
+    """MMLU and HellaSwag log-likelihood accuracy of the target and every drafter; records resume per item."""
+    from tqdm import tqdm
+
+    run_dir = RunDir(folder, config)
+    done = {(r["model"], r["task"], r["item"]) for r in run_dir.records()}
+    tasks = {task: accuracy.items(task, target, config.accuracy_items) for task in accuracy.TASKS}
+    for name, spec in {"target": None, **specs}.items():
+        lm = target.lm if spec is None else load_drafter(spec, target, options).lm
+        todo = [(task, it) for task, its in tasks.items() for it in its if (name, task, it.id) not in done]
+        for task, item in tqdm(todo, desc=f"accuracy {name}", unit="item", file=sys.stderr, dynamic_ncols=True,
+                               disable=not todo):
+            run_dir.append({"model": name, "task": task, **accuracy.score(lm, item)})
