@@ -15,6 +15,8 @@ def _bench_parser(sub) -> None:
     p.add_argument("--target", default="default", help="'default', a local HF model directory or a .gguf file")
     p.add_argument("--drafter", help="a checkpoint directory, a .gguf file, or layers:i,j,... of the target")
     p.add_argument("--gamma", type=int, default=4, help="lookahead: tokens drafted per round")
+    p.add_argument("--draft-stop", type=float, default=0.0,
+                   help="adaptive lookahead: stop a round's drafting once the drafter's probability of its token is below this")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--suite", default="spec_bench", help="packaged suite(s): a name, a comma list or 'all'")
@@ -38,7 +40,8 @@ def _bench(args) -> None:
     from .stages import bench
 
     config = BenchConfig(
-        target=args.target, drafter=args.drafter, gamma=args.gamma, temperature=args.temperature, top_p=args.top_p,
+        target=args.target, drafter=args.drafter, gamma=args.gamma, draft_stop=args.draft_stop, temperature=args.temperature,
+        top_p=args.top_p,
         suite=args.suite, split=args.split, prompts=args.prompts, limit=args.limit or None,
         max_new_tokens=args.max_new_tokens, baselines=tuple(b for b in args.baseline.split(",") if b),
         seed=args.seed, warmup=args.warmup, dtype=args.dtype, device=args.device, backend=args.backend,
@@ -149,6 +152,8 @@ def _prune_parser(sub) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64, help="per calibration continuation")
     p.add_argument("--l0-steps", type=int, default=60)
     p.add_argument("--layer-criterion", default="tvd", choices=["tvd", "kl"], help="what layer elimination minimises")
+    p.add_argument("--draft-vocab", type=int, default=0, help="also write reduced/: the head cut to the N hottest tokens")
+    p.add_argument("--vocab-data", help="gen-data run folder whose token frequencies choose the draft vocabulary")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int)
     p.add_argument("--out", required=True)
@@ -160,7 +165,7 @@ def _prune(args) -> None:
 
     prune.run(PruneConfig(target=args.target, shape=args.shape, method=args.method, calib_tokens=args.calib_tokens,
                           calib_suites=args.calib_suites, max_new_tokens=args.max_new_tokens, l0_steps=args.l0_steps,
-                          layer_criterion=args.layer_criterion,
+                          layer_criterion=args.layer_criterion, draft_vocab=args.draft_vocab, vocab_data=args.vocab_data,
                           seed=args.seed, threads=args.threads), args.out)
 
 
@@ -231,6 +236,7 @@ def _distill_parser(sub) -> None:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--train-embeddings", action="store_true", help="also train the embedding / LM head")
+    p.add_argument("--draft-vocab", type=int, default=0, help="also write reduced/: the head cut to the N hottest tokens of --data")
     p.add_argument("--on-policy-every", type=int, default=0, help="every n-th step on-policy (0 = off)")
     p.add_argument("--eval-every", type=int, default=25)
     p.add_argument("--checkpoint-every", type=int, default=25)
@@ -246,6 +252,7 @@ def _distill(args) -> None:
     distill.run(DistillConfig(target=args.target, drafter=args.drafter, data=args.data, loss=args.loss,
                               minutes=None if args.tokens else args.minutes, tokens=args.tokens, lr=args.lr,
                               batch_size=args.batch_size, grad_accum=args.grad_accum, train_embeddings=args.train_embeddings,
+                              draft_vocab=args.draft_vocab,
                               on_policy_every=args.on_policy_every, eval_every=args.eval_every,
                               checkpoint_every=args.checkpoint_every, seed=args.seed, threads=args.threads), args.out)
 

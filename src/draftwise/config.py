@@ -23,7 +23,8 @@ class BenchConfig:
 
     target: str = "default"
     drafter: str | None = None  # a checkpoint, a .gguf file, or layers:i,j,... of the target
-    gamma: int = 4  # lookahead γ: tokens drafted per round
+    gamma: int = 4  # lookahead γ: tokens drafted per round (the most per round when draft_stop > 0)
+    draft_stop: float = 0.0  # adaptive lookahead: stop drafting once q(own token) < this; 0 = always γ
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     suite: str = "spec_bench"  # packaged suites: a name, a comma list or 'all'
@@ -47,6 +48,8 @@ class BenchConfig:
             raise DraftwiseError(f"unknown baseline {unknown[0]!r}: choose from {', '.join(BASELINES)}")
         if self.gamma < 1:
             raise DraftwiseError(f"gamma (lookahead) must be >= 1, got {self.gamma}")
+        if not 0 <= self.draft_stop < 1:
+            raise DraftwiseError(f"draft_stop must be in [0, 1), got {self.draft_stop}")
         if self.drafter is None and "hf-assisted" in self.baselines:
             raise DraftwiseError("baseline hf-assisted needs a drafter (--drafter)")
         if self.drafter is None and not self.baselines:
@@ -140,6 +143,8 @@ class PruneConfig:
     elimination_tokens: int = 512  # scored positions the layer elimination uses (importance)
     layer_criterion: str = "tvd"  # tvd | kl: what the layer elimination minimises
     l0_steps: int = 60
+    draft_vocab: int = 0  # also write reduced/: the head cut to the N hottest tokens of `vocab_data` (0 = no)
+    vocab_data: str | None = None  # a gen-data run folder (train split) for the token frequencies
     batch_size: int = 8
     seed: int = 0
     dtype: str = "fp32"
@@ -151,6 +156,8 @@ class PruneConfig:
             raise DraftwiseError(f"unknown pruning method {self.method!r}: choose importance or l0")
         if self.layer_criterion not in ("tvd", "kl"):
             raise DraftwiseError(f"unknown layer criterion {self.layer_criterion!r}: choose tvd or kl")
+        if self.draft_vocab and not self.vocab_data:
+            raise DraftwiseError("--draft-vocab needs --vocab-data (a gen-data run folder: token frequencies)")
         if min(self.calib_tokens, self.max_new_tokens, self.elimination_tokens, self.batch_size, self.l0_steps) < 1:
             raise DraftwiseError("calib_tokens, max_new_tokens, elimination_tokens, batch_size and l0_steps must be >= 1")
 
@@ -225,6 +232,7 @@ class DistillConfig:
     grad_accum: int = 1
     max_len: int = 320  # tokens per sequence (long prompts are cut from the left)
     train_embeddings: bool = False  # the (tied) embedding and LM head are frozen by default
+    draft_vocab: int = 0  # also write reduced/: the head cut to the N hottest tokens of `data` (0 = no)
     on_policy_every: int = 0  # every n-th step on-policy (drafter generates, target scores); 0 = off
     on_policy_tokens: int = 32
     eval_every: int = 25
@@ -272,6 +280,8 @@ class DesignConfig:
     headline_limit: int = 8  # spec_bench eval prompts of the headline run (SD vs AR vs transformers)
     max_new_tokens: int = 48
     accuracy_items: int = 40  # MMLU and HellaSwag eval items per model for the accuracy sanity check
+    draft_vocabs: tuple[int, ...] = (32768, 16384, 8192, 4096)  # reduced draft heads tried on the chosen drafter
+    adaptive: bool = True  # also measure adaptive lookahead against the static γ*
     seed: int = 0
     dtype: str = "fp32"
     device: str = "cpu"
@@ -279,6 +289,8 @@ class DesignConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "wide_layers", tuple(self.wide_layers))
+        object.__setattr__(self, "draft_vocabs", tuple(self.draft_vocabs))
+        _positive("draft_vocabs", self.draft_vocabs)
         object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
         _positive("wide_layers", self.wide_layers)
         if self.minutes <= 0:

@@ -22,7 +22,7 @@ class RunDir:
         self.records_path = self.path / "records.jsonl"
         saved = self.path / "config.json"
         if saved.exists():
-            old, new = json.loads(saved.read_text()), json.loads(json.dumps(cfg.to_dict(config)))
+            old, new = _with_defaults(json.loads(saved.read_text()), config), json.loads(json.dumps(cfg.to_dict(config)))
             if old != new:
                 changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
                 raise DraftwiseError(
@@ -64,3 +64,14 @@ class RunDir:
         tmp.write_text(json.dumps(obj, indent=2) + "\n")
         os.replace(tmp, path)
         return path
+
+
+def _with_defaults(saved: dict, config) -> dict:
+    """A saved config as this version reads it: fields added since then take their defaults (so an older run folder
+    still resumes when nothing it recorded differs); one that no longer parses is returned as it is."""
+    if saved.get("stage") != type(config).__name__:
+        return saved
+    try:
+        return json.loads(json.dumps(cfg.to_dict(cfg.from_dict(type(config), saved))))
+    except (DraftwiseError, TypeError):
+        return saved

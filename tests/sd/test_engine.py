@@ -8,6 +8,7 @@ from conftest import tiny_config, tiny_model
 from draftwise.errors import DraftwiseError
 from draftwise.models.hf import HFCausalLM
 from draftwise.models.llama import LeanLlama
+from draftwise.models.vocab import ReducedHead, slice_head
 from draftwise.sd.engine import generate
 from draftwise.sd.sampling import SamplingParams, probs
 
@@ -47,6 +48,31 @@ def test_greedy_identity_with_a_drafter_made_of_target_layers():
     ar = generate(target, [1, 2, 3], GREEDY, 50, torch.Generator())
     sd = generate(target, [1, 2, 3], GREEDY, 50, torch.Generator(), drafter=drafter, gamma=4)
     assert sd.tokens == ar.tokens
+
+
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_greedy_identity_with_a_reduced_vocabulary_drafter(pair, gamma):
+    target, drafter = pair
+    small = reduced_head(drafter, ids=range(0, 64, 3))
+    for prompt in PROMPTS:
+        ar = generate(target, prompt, GREEDY, 24, torch.Generator())
+        sd = generate(target, prompt, GREEDY, 24, torch.Generator(), drafter=small, gamma=gamma)
+        assert sd.tokens == ar.tokens
+    small.reset(1, 4)
+    logits = small.forward(torch.tensor([[1, 5, 9]]), 0)  # [1, 3, V]
+    assert torch.isinf(logits[..., [i for i in range(64) if i % 3]]).all() and torch.isfinite(logits[..., ::3]).all()
+
+
+@pytest.mark.parametrize("gamma", [2, 6])
+def test_greedy_identity_with_adaptive_lookahead(pair, gamma):
+    target, drafter = pair
+    rounds = []
+    for prompt in PROMPTS:
+        ar = generate(target, prompt, GREEDY, 24, torch.Generator())
+        sd = generate(target, prompt, GREEDY, 24, torch.Generator(), drafter=drafter, gamma=gamma, stop_below=0.6)
+        assert sd.tokens == ar.tokens
+        rounds += sd.rounds
+    assert any(0 < r.drafted < gamma for r in rounds)  # some rounds stopped drafting early
 
 
 def test_drafter_equal_to_target_is_always_accepted(pair):
@@ -115,10 +141,19 @@ def exact_first_three(target, prompt, params):
     return joint12, marg3
 
 
-DRAFTERS = {
-    "independent drafter, T=1": (1.0, 1.0, lambda d: d),
-    "drafter with zero mass on tokens the target can emit, T=0.7": (0.7, 1.0, lambda d: Tweaked(d, ban_tokens)),
-    "drafter wider than the target's top-p set, T=1, top_p=0.8": (1.0, 0.8, lambda d: Tweaked(d, lambda x: 0.05 * x)),
+def reduced_head(d, ids=(0, 2, 3, 5, 7)):
+    """`d` with its LM head cut to some tokens (q = 0 on the rest, which the target can emit)."""
+    sd = {"model.embed_tokens.weight": d.embed, "model.norm.weight": d.norm}
+    sub, sd = slice_head(d.config, sd, list(ids))
+    return ReducedHead(LeanLlama(sub, sd, layers=list(d.layers)), list(ids), d.vocab_size)
+
+
+DRAFTERS = {  # (temperature, top_p, drafter, adaptive-lookahead threshold)
+    "independent drafter, T=1": (1.0, 1.0, lambda d: d, 0.0),
+    "reduced-vocabulary drafter head (5 of 8 tokens), T=1": (1.0, 1.0, reduced_head, 0.0),
+    "adaptive lookahead (stop below q = 0.3), T=1": (1.0, 1.0, lambda d: d, 0.3),
+    "drafter with zero mass on tokens the target can emit, T=0.7": (0.7, 1.0, lambda d: Tweaked(d, ban_tokens), 0.0),
+    "drafter wider than the target's top-p set, T=1, top_p=0.8": (1.0, 0.8, lambda d: Tweaked(d, lambda x: 0.05 * x), 0.0),
 }
 
 
@@ -130,7 +165,7 @@ def ban_tokens(logits):
 
 @pytest.mark.parametrize("case", DRAFTERS)
 def test_sampled_sd_follows_the_target_distribution(case):
-    temperature, top_p, make = DRAFTERS[case]
+    temperature, top_p, make, stop = DRAFTERS[case]
     params = SamplingParams(temperature, top_p)
     V = 8
     # flatter weights than elsewhere: every token has enough probability for the chi-square cells to fill
@@ -141,7 +176,7 @@ def test_sampled_sd_follows_the_target_distribution(case):
     gen = torch.Generator().manual_seed(0)
     c12, c3, rounds = torch.zeros(V, V), torch.zeros(V), []
     for _ in range(2000):
-        out = generate(target, prompt, params, 3, gen, drafter=drafter, gamma=2)
+        out = generate(target, prompt, params, 3, gen, drafter=drafter, gamma=2, stop_below=stop)
         c12[out.tokens[0], out.tokens[1]] += 1
         c3[out.tokens[2]] += 1
         rounds += out.rounds

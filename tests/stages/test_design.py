@@ -52,7 +52,7 @@ def test_bad_design_config_is_refused():
 
 def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     config = DesignConfig(target=tiny_dir, minutes=0.3, wide_layers=(1,), narrow_factor=2, bench_limit=3, headline_limit=2,
-                          max_new_tokens=8, accuracy_items=3, threads=1)
+                          max_new_tokens=8, accuracy_items=3, draft_vocabs=(32, 16), threads=1)
     out = tmp_path / "design"
 
     def killed(*args, **kwargs):
@@ -79,7 +79,7 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     assert chosen in {"wide-L1", "narrow-L2", "first-1", "self-spec"}
     report = (out / "report.md").read_text()
     for section in ("Headline", "TAR per task", "Drafters", "Wide-shallow vs deep-narrow", "Where the time goes",
-                    "Accuracy sanity check", "Export"):
+                    "Accuracy sanity check", "Reduced-vocabulary draft head and adaptive lookahead", "Export"):
         assert section in report
     for png in ("tar_per_task", "tokens_per_s", "predicted_vs_measured", "kv_footprint", "accuracy_vs_tar",
                 "verify_vs_gamma", "step_vs_layers", "latency_vs_width"):
@@ -91,4 +91,7 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
 
     AutoModelForCausalLM.from_pretrained(out / "export" / "drafter")
     vllm = json.loads((out / "export" / "vllm_speculative_config.json").read_text())
+    assert {"vocab-32", "bench-vocab-16", "select-vocab", "bench-adaptive"} <= set(stages)
+    if next(r["vocab"] for r in records if r["stage"] == "select-vocab"):
+        assert (out / "export" / "drafter-reduced-vocab" / "draft_vocab.json").exists()
     assert vllm["num_speculative_tokens"] == next(r["gamma"] for r in records if r["stage"] == "select-gamma")

@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from ..errors import DraftwiseError
-from . import hf
+from . import hf, vocab
 from .llama import LeanLlama, unsupported_reason
 from .source import resolve
 
@@ -131,9 +131,31 @@ def load(spec: str, options: ModelOptions = ModelOptions()) -> Model:
     config, tokenizer = _config_and_tokenizer(path, options)
     dtype = hf.torch_dtype(options.dtype)
     factory = lambda: hf.from_pretrained(path, dtype, options.device, options.trust_remote_code)  # noqa: E731
+    reduced = vocab.read_map(path)
+    if reduced is not None:  # a reduced-vocabulary drafter: the lean forward, seen through the target's vocabulary
+        lm = _reduced_head_lm(path, config, options, *reduced)
+        return Model(spec, config, tokenizer, lm, "lean", path, time.perf_counter() - start, _no_hf_twin(path))
     state = _to(read_weights(path), options) if unsupported_reason(config) is None else {}
     lm, backend = _engine_lm(config, state, options, factory)
     return Model(spec, config, tokenizer, lm, backend, path, time.perf_counter() - start, factory)
+
+
+def _reduced_head_lm(path: Path, config, options: ModelOptions, ids: list[int], vocab_size: int) -> vocab.ReducedHead:
+    reason = unsupported_reason(config)
+    if reason or options.backend == "transformers":
+        raise DraftwiseError(f"{path}: reduced-vocabulary drafters run on the lean forward only ({reason or 'backend transformers'})")
+    state = _to(read_weights(path), options)
+    if state["lm_head.weight"].shape[0] != len(ids):
+        raise DraftwiseError(f"{path}: LM head has {state['lm_head.weight'].shape[0]} rows but {vocab.MAP_FILE} maps {len(ids)}")
+    return vocab.ReducedHead(LeanLlama(config, state, compile=options.compile), ids, vocab_size)
+
+
+def _no_hf_twin(path: Path):
+    def refuse():
+        raise DraftwiseError(f"{path} has a reduced-vocabulary head that transformers cannot load: use the "
+                             "full-vocabulary checkpoint it was cut from for transformers baselines")
+
+    return refuse
 
 
 def parse_layers(spec: str, num_layers: int) -> list[int]:

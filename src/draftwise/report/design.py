@@ -220,6 +220,9 @@ def write(p, cands, specs: dict[str, str]) -> Path:
           "Accuracy is a sanity check only; drafters are chosen by measured agreement and throughput.")
     doc.img(path, "Task accuracy vs TAR")
 
+    if "select-vocab" in p.done:
+        _head_and_lookahead(doc, p)
+
     doc.h("Export")
     doc.p("The chosen drafter is in `export/drafter` (transformers checkpoint); `export/README.md` has the transformers "
           "and vLLM snippets, `export/vllm_speculative_config.json` the vLLM setting.")
@@ -227,6 +230,42 @@ def write(p, cands, specs: dict[str, str]) -> Path:
     (out / "report.md").write_text(doc.markdown(out))
     (out / "report.html").write_text(doc.html(f"draftwise design: {c.target}"))
     return out / "report.md"
+
+
+def _head_and_lookahead(doc: Doc, p) -> None:
+    """Reduced draft heads of the chosen drafter and adaptive lookahead, each measured beside AR (same prompts)."""
+    doc.h("Reduced-vocabulary draft head and adaptive lookahead")
+    rows, full = [], None
+    names = ["bench-vocab-full"] + sorted((n for n in p.done if n.startswith("bench-vocab-") and n != "bench-vocab-full"),
+                                          key=lambda n: -int(n.rsplit("-", 1)[1]))
+    for name in names:
+        s = _json(p.folder(name) / "summary.json")
+        sd, ar = s["methods"]["sd"], s["methods"]["ar"]
+        full = full or sd
+        rows.append([name.removeprefix("bench-vocab-"), _f(s["draft_step_ms"]), _f(sd.get("tar")), _f(sd["tokens_per_s"]),
+                     _f(ar["tokens_per_s"]), _f(sd["speedup_vs_ar"], ".2f", "x"),
+                     _f(100 * (s["draft_step_ms"] / full.get("draft_step_ms", s["draft_step_ms"]) - 1), "+.0f", " %"),
+                     _f(100 * (sd["tar"] / full["tar"] - 1), "+.1f", " %"),
+                     _f(100 * (sd["speedup_vs_ar"] / full["speedup_vs_ar"] - 1), "+.0f", " %")])
+    doc.table(["draft vocabulary", "draft step ms", "TAR", "SD tokens/s", "AR tokens/s", "SD / AR", "step vs full",
+               "TAR vs full", "SD/AR vs full"], rows)
+    n = p.done["select-vocab"]["vocab"]
+    doc.p(f"Chosen draft vocabulary: {'full' if n == 0 else n} (best measured SD / AR, spec_bench eval prompts, T=0, "
+          f"γ={p.done['select-gamma']['gamma']}). The target verifies over its full vocabulary, so output is unchanged.")
+    if "bench-adaptive" in p.done:
+        a = _json(p.folder("bench-adaptive") / "summary.json")
+        cfg = _json(p.folder("bench-adaptive") / "config.json")
+        static = _json(p.folder("bench-vocab-full" if n == 0 else f"bench-vocab-{n}") / "summary.json")["methods"]["sd"]
+        sd = a["methods"]["sd"]
+        rounds = [rd for rec in _records(p.folder("bench-adaptive")) if rec["method"] == "sd" for rd in rec["rounds"]]
+        drafted = sum(rd["drafted"] for rd in rounds) / max(1, len(rounds))
+        doc.table(["lookahead", "TAR", "drafted per round", "SD tokens/s", "SD / AR"],
+                  [[f"static γ*={p.done['select-gamma']['gamma']}", _f(static.get("tar")), "-", _f(static["tokens_per_s"]),
+                    _f(static["speedup_vs_ar"], ".2f", "x")],
+                   [f"adaptive: γ ≤ {cfg['gamma']}, stop when q(token) < τ = {cfg['draft_stop']:g}", _f(sd.get("tar")),
+                    _f(drafted), _f(sd["tokens_per_s"]), _f(sd["speedup_vs_ar"], ".2f", "x")]])
+        doc.p("τ = c (the drafter's step over the target's, measured): one more draft step costs c target steps and "
+              "pays off in expectation only when the drafter's own probability of its token exceeds that.")
 
 
 def _accuracy(records: list[dict]) -> dict[tuple[str, str], float]:

@@ -78,6 +78,11 @@ def _draw(logits: torch.Tensor, params: SamplingParams, generator: torch.Generat
     return int(sample(qs[-1], generator))
 
 
+def _own_prob(logits: torch.Tensor, params: SamplingParams, qs: list, token: int) -> float:
+    """q(token): the drafter's probability of the token it just drafted."""
+    return float(qs[-1][token]) if qs else float(torch.softmax(logits.float(), -1)[token])
+
+
 def generate(
     target,
     prompt: list[int],
@@ -87,8 +92,13 @@ def generate(
     drafter=None,
     gamma: int = 0,
     eos: frozenset[int] = frozenset(),
+    stop_below: float = 0.0,
 ) -> Generation:
-    """Decode up to `max_new_tokens` after `prompt`: SD with `drafter` and lookahead `gamma`, or AR without."""
+    """Decode up to `max_new_tokens` after `prompt`: SD with `drafter` and lookahead `gamma`, or AR without.
+
+    Adaptive lookahead: with `stop_below` > 0 a round stops drafting early once the drafter gives its own token a
+    probability below it (γ is then the most per round). The choice depends on the drafter's side only, so
+    verification stays exact."""
     if not prompt:
         raise DraftwiseError("empty prompt: nothing to condition on")
     if drafter is not None and gamma < 1:
@@ -117,8 +127,10 @@ def generate(
             logits = q_ctx.feed(seq[q_ctx.length :], 1)[-1]  # [V]
             for i in range(g):
                 drafts.append(_draw(logits, params, generator, qs))
-                if i < g - 1:
-                    logits = q_ctx.feed([drafts[-1]], 1)[-1]
+                if i == g - 1 or (stop_below and _own_prob(logits, params, qs, drafts[-1]) < stop_below):
+                    break
+                logits = q_ctx.feed([drafts[-1]], 1)[-1]
+            g = len(drafts)
         sync(dev)
         t_drafted = time.perf_counter()
         # verify: one target pass over the pending token and the drafts -> γ+1 distributions

@@ -42,6 +42,7 @@ def engine_method(target: Model, drafter: Model | None, config: BenchConfig):
         gen = generate(
             target.lm, ids, params, max_new_tokens, torch.Generator(device=target.lm.device).manual_seed(seed),
             drafter=drafter.lm if drafter else None, gamma=config.gamma, eos=target.eos_ids,
+            stop_below=config.draft_stop if drafter else 0.0,
         )
         return {"tokens": gen.tokens, "new_tokens": len(gen.tokens), "seconds": gen.seconds, "prefill_s": gen.prefill_s,
                 "rounds": [r.__dict__ for r in gen.rounds]}

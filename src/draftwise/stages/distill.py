@@ -148,6 +148,13 @@ def _step(model, opt, micro_batches: list[list[dict]], loss_name: str) -> tuple[
     return total, tokens
 
 
+def _reduced(config: DistillConfig, folder: Path) -> None:
+    if config.draft_vocab and not (folder / "reduced" / "config.json").exists():
+        from .draft_vocab import write_reduced
+
+        print(f"reduced head: {write_reduced(folder / 'checkpoint', config.data, config.draft_vocab, folder / 'reduced')}")
+
+
 def run(config: DistillConfig, out: str | Path) -> Path:
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -155,6 +162,7 @@ def run(config: DistillConfig, out: str | Path) -> Path:
     run_dir = RunDir(out, config)
     if (run_dir.path / "checkpoint" / "config.json").exists():
         print(f"already distilled: {run_dir.path / 'checkpoint'}")
+        _reduced(config, run_dir.path)
         return run_dir.path
     options = ModelOptions(config.dtype, config.device)
     target = load(config.target, options)
@@ -212,6 +220,7 @@ def run(config: DistillConfig, out: str | Path) -> Path:
     _save_state(run_dir.path / "state", model, opt, gen, meta)
     model.save_pretrained(run_dir.path / "checkpoint", safe_serialization=True)
     target.tokenizer.save_pretrained(run_dir.path / "checkpoint")
+    _reduced(config, run_dir.path)
     from ..report.plots import plot_learning_curve
 
     plot_learning_curve(run_dir.records(), run_dir.path)

@@ -31,6 +31,7 @@ from ...errors import DraftwiseError
 from ...models import ModelOptions, load, load_drafter
 from ...rundir import RunDir
 from .. import accuracy, agree, bench, distill, gen_data, profile, prune, sweep
+from ..draft_vocab import write_reduced
 from .candidates import Candidate, candidates
 
 GAMMAS = (1, 2, 3, 4, 6, 8)
@@ -136,16 +137,44 @@ def predicted(p: Pipeline, spec: str, name: str) -> dict[int, float]:
 
 
 def _bench(p: Pipeline, name: str, spec: str, gamma: int, temperature: float = 0.0, baselines=(), suite=None,
-           limit=None) -> dict:
+           limit=None, draft_stop: float = 0.0) -> dict:
     c = p.config
-    config = BenchConfig(target=c.target, drafter=spec, gamma=gamma, temperature=temperature, suite=suite or c.bench_suites,
-                         limit=limit or c.bench_limit, max_new_tokens=c.max_new_tokens, baselines=tuple(baselines),
-                         seed=c.seed, **_options(c))
+    config = BenchConfig(target=c.target, drafter=spec, gamma=gamma, draft_stop=draft_stop, temperature=temperature,
+                         suite=suite or c.bench_suites, limit=limit or c.bench_limit, max_new_tokens=c.max_new_tokens,
+                         baselines=tuple(baselines), seed=c.seed, **_options(c))
     return p.stage(name, lambda f: bench.run(config, f), drafter=spec, gamma=gamma, temperature=temperature)
 
 
+def summary(p: Pipeline, stage: str) -> dict:
+    return json.loads((Path(p.done[stage]["folder"]) / "summary.json").read_text())
+
+
 def sd_tokens_per_s(p: Pipeline, stage: str) -> float:
-    return json.loads((Path(p.done[stage]["folder"]) / "summary.json").read_text())["methods"]["sd"]["tokens_per_s"]
+    return summary(p, stage)["methods"]["sd"]["tokens_per_s"]
+
+
+def tune_head(p: Pipeline, full_checkpoint: Path, vocab_size: int, gamma: int) -> tuple[str, int]:
+    """Reduced draft heads of the chosen drafter (each benchmarked beside AR on the headline prompts), the best by
+    measured SD / AR; then adaptive lookahead (stop below τ = c, the drafter's step over the target's) against it."""
+    c = p.config
+    runs = {0: _bench(p, "bench-vocab-full", str(full_checkpoint), gamma, baselines=("ar",), suite="spec_bench",
+                      limit=c.headline_limit)["stage"]}
+    for n in (n for n in c.draft_vocabs if n < vocab_size):
+        p.stage(f"vocab-{n}", lambda f, n=n: write_reduced(full_checkpoint, p.folder("gen-data"), n, f))
+        runs[n] = _bench(p, f"bench-vocab-{n}", str(p.folder(f"vocab-{n}")), gamma, baselines=("ar",), suite="spec_bench",
+                         limit=c.headline_limit)["stage"]
+
+    def speedup(n):
+        return summary(p, runs[n])["methods"]["sd"]["speedup_vs_ar"]
+
+    n = p.stage("select-vocab", lambda f: {"vocab": max(runs, key=speedup)})["vocab"]
+    spec = str(full_checkpoint) if n == 0 else str(p.folder(f"vocab-{n}"))
+    if c.adaptive:
+        s = summary(p, runs[n])
+        tau = round(s["draft_step_ms"] / s["ar_step_ms"], 3)  # draft another token only if q(token) > t_q / t_p
+        _bench(p, "bench-adaptive", spec, max(2 * gamma, 8), baselines=("ar",), suite="spec_bench", limit=c.headline_limit,
+               draft_stop=tau)
+    return spec, n
 
 
 def select(p: Pipeline, specs: dict[str, str]) -> tuple[str, int]:
@@ -182,9 +211,13 @@ def run(config: DesignConfig, out: str | Path) -> Path:
            limit=config.headline_limit)
     p.stage("accuracy", lambda f: measure_accuracy(config, target, specs, f, options))
     from ...report import design as report
-    from .export import export
+    from .export import export, export_reduced
 
-    export(p, target, specs[chosen], chosen, gamma)
+    full = export(p, target, specs[chosen], chosen, gamma)
+    if config.draft_vocabs or config.adaptive:
+        spec, n = tune_head(p, full, target_shape.vocab, gamma)
+        if n:
+            export_reduced(p, Path(spec))
     path = report.write(p, cands, specs)
     print(f"report: {path}\nrun folder: {p.dir.path}")
     return p.dir.path

@@ -38,7 +38,19 @@ draftwise bench --target {target_spec} --drafter {drafter} --gamma {gamma}
 """
 
 
+def export_reduced(pipeline, reduced: Path) -> Path:
+    """The reduced-vocabulary variant beside the full one (draftwise engine only; the id map travels with it)."""
+    out = pipeline.dir.path / "export" / "drafter-reduced-vocab"
+    shutil.copytree(reduced, out, dirs_exist_ok=True)
+    with open(pipeline.dir.path / "export" / "README.md", "a") as f:
+        f.write(f"\nReduced-vocabulary head (faster draft steps, draftwise engine only): `{out.resolve()}` "
+                f"(`draft_vocab.json` maps draft ids to target ids):\n```\ndraftwise bench --target "
+                f"{pipeline.config.target} --drafter {out.resolve()} --gamma {pipeline.done['select-gamma']['gamma']}\n```\n")
+    return out
+
+
 def export(pipeline, target, spec: str, name: str, gamma: int) -> Path:
+    """Returns the exported full-vocabulary checkpoint folder."""
     out = pipeline.dir.path / "export"
     ckpt = out / "drafter"
     if not (ckpt / "config.json").exists():
@@ -54,4 +66,4 @@ def export(pipeline, target, spec: str, name: str, gamma: int) -> Path:
     (out / "README.md").write_text(SNIPPET.format(
         name=name, gamma=gamma, target=target.path, target_spec=pipeline.config.target, drafter=ckpt.resolve(),
         vllm=json.dumps(vllm)))
-    return out
+    return ckpt

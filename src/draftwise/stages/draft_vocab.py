@@ -1,0 +1,34 @@
+"""A reduced-vocabulary copy of a drafter checkpoint (see `models.vocab`): the head cut to the N tokens the target
+emits most in gen-data (`train` prompts only), with the id map beside the weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from safetensors.torch import save_file
+
+from ..errors import DraftwiseError
+from ..models import read_weights, vocab
+from ..models.source import resolve
+
+
+def write_reduced(drafter: str | Path, data_dir: str | Path, size: int, out: str | Path) -> Path:
+    """Write `out`: `drafter`'s checkpoint with its head cut to the `size` hottest tokens of gen-data `data_dir`."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from .distill import load_rows
+
+    source, out = resolve(str(drafter)), Path(out)
+    if vocab.read_map(source) is not None:
+        raise DraftwiseError(f"{source} already has a reduced head: cut from its full-vocabulary checkpoint")
+    config, tokenizer = AutoConfig.from_pretrained(source), AutoTokenizer.from_pretrained(source)
+    if size >= config.vocab_size:
+        raise DraftwiseError(f"draft vocabulary {size} is not smaller than the vocabulary ({config.vocab_size})")
+    ids = vocab.hot_vocab(load_rows(Path(data_dir), 10**9), size, config.vocab_size, tokenizer.all_special_ids)
+    sub, state = vocab.slice_head(config, read_weights(source), ids)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in state.items()}, out / "model.safetensors")
+    sub.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    vocab.write_map(out, ids, config.vocab_size)
+    return out

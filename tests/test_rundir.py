@@ -1,0 +1,27 @@
+import json
+
+import pytest
+
+from draftwise.config import BenchConfig
+from draftwise.errors import DraftwiseError
+from draftwise.rundir import RunDir
+
+
+def test_a_folder_from_before_a_new_field_still_resumes(tmp_path):
+    RunDir(tmp_path, BenchConfig(gamma=3)).append({"x": 1})
+    saved = json.loads((tmp_path / "config.json").read_text())
+    del saved["warmup"]  # as if written by a version without this field (its default is unchanged)
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert RunDir(tmp_path, BenchConfig(gamma=3)).records() == [{"x": 1}]
+    with pytest.raises(DraftwiseError, match="different config .*warmup"):
+        RunDir(tmp_path, BenchConfig(gamma=3, warmup=5))
+    with pytest.raises(DraftwiseError, match="different config .*gamma"):
+        RunDir(tmp_path, BenchConfig(gamma=4))
+
+
+def test_a_cut_last_line_is_dropped_and_redone(tmp_path):
+    run = RunDir(tmp_path, BenchConfig())
+    run.append({"a": 1})
+    with open(run.records_path, "a") as f:
+        f.write('{"b": ')
+    assert RunDir(tmp_path, BenchConfig()).records() == [{"a": 1}]
