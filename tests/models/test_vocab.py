@@ -62,7 +62,18 @@ def test_bad_id_map_and_bad_data_are_refused(tiny_drafter_dir, data_dir, tmp_pat
     (out / vocab.MAP_FILE).write_text(json.dumps({**m, "ids": m["ids"][::-1]}))
     with pytest.raises(DraftwiseError, match="sorted"):
         vocab.read_map(out)
-    with pytest.raises(DraftwiseError, match="no gen-data shards"):
+    with pytest.raises(DraftwiseError, match="not a gen-data run folder"):
         write_reduced(tiny_drafter_dir, tmp_path, 10, tmp_path / "x")
     with pytest.raises(DraftwiseError, match="not smaller"):
         write_reduced(tiny_drafter_dir, data_dir, 64, tmp_path / "y")
+
+
+def test_hot_vocabulary_is_never_counted_on_eval_prompts(tiny_dir, tiny_drafter_dir, tmp_path):
+    """The only data it reads is a gen-data folder (train prompts only); eval continuations (agree) are refused."""
+    from draftwise.config import AgreeConfig
+    from draftwise.stages import agree
+
+    folder = agree.run(AgreeConfig(target=tiny_dir, drafter=tiny_drafter_dir, limit=2, max_new_tokens=4, threads=1),
+                       tmp_path / "agree")
+    with pytest.raises(DraftwiseError, match="not a gen-data run folder"):
+        write_reduced(tiny_drafter_dir, folder, 10, tmp_path / "x")

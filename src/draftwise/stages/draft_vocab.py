@@ -3,6 +3,7 @@ emits most in gen-data (`train` prompts only), with the id map beside the weight
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from safetensors.torch import save_file
@@ -18,13 +19,17 @@ def write_reduced(drafter: str | Path, data_dir: str | Path, size: int, out: str
 
     from .distill import load_rows
 
-    source, out = resolve(str(drafter)), Path(out)
+    source, out, data_dir = resolve(str(drafter)), Path(out), Path(data_dir)
+    saved = data_dir / "config.json"
+    if not saved.exists() or json.loads(saved.read_text()).get("stage") != "GenDataConfig":
+        raise DraftwiseError(f"{data_dir} is not a gen-data run folder: the draft vocabulary is counted on the "
+                             "target's continuations of train prompts only")
     if vocab.read_map(source) is not None:
         raise DraftwiseError(f"{source} already has a reduced head: cut from its full-vocabulary checkpoint")
     config, tokenizer = AutoConfig.from_pretrained(source), AutoTokenizer.from_pretrained(source)
     if size >= config.vocab_size:
         raise DraftwiseError(f"draft vocabulary {size} is not smaller than the vocabulary ({config.vocab_size})")
-    ids = vocab.hot_vocab(load_rows(Path(data_dir), 10**9), size, config.vocab_size, tokenizer.all_special_ids)
+    ids = vocab.hot_vocab(load_rows(data_dir, 10**9), size, config.vocab_size, tokenizer.all_special_ids)
     sub, state = vocab.slice_head(config, read_weights(source), ids)
     out.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in state.items()}, out / "model.safetensors")
