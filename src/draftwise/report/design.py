@@ -192,7 +192,9 @@ def write(p, cands, specs: dict[str, str]) -> Path:
     if pred_rows:
         doc.img(design_plots.predicted_vs_measured(pred_rows, plots, footer), "Predicted vs measured decode tokens/s")
     doc.h("Wide-shallow vs deep-narrow at equal non-embedding parameters")
-    for line in _wide_vs_deep(cands, specs, b1, bars):
+    sweep_path = p.folder("sweep") / "sweep.json"
+    fit = _json(sweep_path).get("fits", {}).get("1") if sweep_path.exists() else None
+    for line in _wide_vs_deep(cands, specs, b1, bars, fit):
         doc.p(line)
 
     # --- cost model ---
@@ -203,7 +205,6 @@ def write(p, cands, specs: dict[str, str]) -> Path:
           + ", ".join(f"γ={g}: {v:.2f}" for g, v in b1["verify_over_ar_step"].items()) + ".")
     for path in plot_profile(prof, plots):
         doc.img(path, {"verify_vs_gamma.png": "Verify pass vs γ", "step_vs_layers.png": "Step time vs layers"}[path.name])
-    sweep_path = p.folder("sweep") / "sweep.json"
     if sweep_path.exists():
         sw = _json(sweep_path)
         for line in sw.get("findings", []):
@@ -268,6 +269,18 @@ def _head_and_lookahead(doc: Doc, p) -> None:
               "pays off in expectation only when the drafter's own probability of its token exceeds that.")
 
 
+def _cost_model_split(dw: dict, dn: dict, fit: dict) -> str:
+    """The sweep's fitted step model, split into per-layer overhead and weight bytes, for a wide/deep pair."""
+    parts = []
+    for d in (dw, dn):
+        shape = cost.Shape(**d["shape"])
+        mb = shape.layers * shape.layer_params() * 4 / 1e6
+        parts.append((shape.layers * fit["layer_overhead_ms"], mb * fit["ms_per_layer_mb"], mb))
+    (ow, bw, mw), (on, bn, mn) = parts
+    return (f" Cost model (sweep fit, batch 1): layer overhead {ow:.2f} vs {on:.2f} ms, layer weight bytes {mw:.1f} vs "
+            f"{mn:.1f} MB → {bw:.2f} vs {bn:.2f} ms; the LM head is the same for both.")
+
+
 def _accuracy(records: list[dict]) -> dict[tuple[str, str], float]:
     by: dict[tuple[str, str], list[int]] = {}
     for r in records:
@@ -275,7 +288,7 @@ def _accuracy(records: list[dict]) -> dict[tuple[str, str], float]:
     return {k: sum(v) / len(v) for k, v in by.items()}
 
 
-def _wide_vs_deep(cands, specs, b1, bars) -> list[str]:
+def _wide_vs_deep(cands, specs, b1, bars, fit: dict | None) -> list[str]:
     best = {}
     for b in bars:
         best[b["drafter"]] = max(best.get(b["drafter"], 0.0), b["tokens_per_s"])
@@ -290,5 +303,6 @@ def _wide_vs_deep(cands, specs, b1, bars) -> list[str]:
             f"({dn['params']['non_embedding'] / 1e6:.1f}M): best measured {_f(best.get(w.name))} vs {_f(best.get(n.name))} "
             f"tokens/s. Step time {dw['step_ms']:.2f} vs {dn['step_ms']:.2f} ms: the deep-narrow drafter has "
             f"{dn['layers'] // max(1, dw['layers'])}× the layers, and each layer costs a fixed overhead (launches, "
-            f"attention, norms) beside its weight bytes, so at batch 1 the extra depth is paid on every draft step.")
+            f"attention, norms) beside its weight bytes, so at batch 1 the extra depth is paid on every draft step."
+            + (_cost_model_split(dw, dn, fit) if fit else ""))
     return lines or ["(no wide/deep pair among the candidates)"]
