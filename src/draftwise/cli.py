@@ -25,6 +25,7 @@ def _bench_parser(sub) -> None:
     p.add_argument("--limit", type=int, default=10, help="number of prompts, spread over categories (0 = all)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--baseline", default="ar", help="comma list of ar, hf-generate, hf-assisted ('' for none)")
+    p.add_argument("--batch-size", type=int, default=1, help="prompts decoded together (batched SD and AR)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warmup", type=int, default=1, help="untimed runs of each method before measuring")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
@@ -44,6 +45,7 @@ def _bench(args) -> None:
         top_p=args.top_p,
         suite=args.suite, split=args.split, prompts=args.prompts, limit=args.limit or None,
         max_new_tokens=args.max_new_tokens, baselines=tuple(b for b in args.baseline.split(",") if b),
+        batch_size=args.batch_size,
         seed=args.seed, warmup=args.warmup, dtype=args.dtype, device=args.device, backend=args.backend,
         compile=args.compile, threads=args.threads,
     )

@@ -33,6 +33,7 @@ class BenchConfig:
     limit: int | None = 10  # prompts, spread round-robin over categories; None = all
     max_new_tokens: int = 128
     baselines: tuple[str, ...] = ("ar",)
+    batch_size: int = 1  # prompts decoded together (batched SD / AR; transformers baselines need 1)
     seed: int = 0
     warmup: int = 1  # untimed runs of each method before measuring
     dtype: str = "fp32"
@@ -50,6 +51,11 @@ class BenchConfig:
             raise DraftwiseError(f"gamma (lookahead) must be >= 1, got {self.gamma}")
         if not 0 <= self.draft_stop < 1:
             raise DraftwiseError(f"draft_stop must be in [0, 1), got {self.draft_stop}")
+        if self.batch_size < 1:
+            raise DraftwiseError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.batch_size > 1 and (set(self.baselines) - {"ar"} or self.draft_stop):
+            raise DraftwiseError("batch_size > 1 runs SD and AR only (transformers' assisted generation refuses batches; "
+                                 "adaptive lookahead is batch-1)")
         if self.drafter is None and "hf-assisted" in self.baselines:
             raise DraftwiseError("baseline hf-assisted needs a drafter (--drafter)")
         if self.drafter is None and not self.baselines:

@@ -61,3 +61,18 @@ def test_user_prompt_file(tiny_dir, tmp_path):
     out = bench.run(config(tiny_dir, prompts=str(prompts), baselines=()), tmp_path / "r")
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert [r["prompt_id"] for r in records] == ["user/1", "user/2"]
+
+
+def test_batched_bench_gives_the_batch1_tokens(tiny_dir, tmp_path):
+    one = bench.run(config(tiny_dir, baselines=("ar",), limit=5), tmp_path / "b1")
+    four = bench.run(config(tiny_dir, baselines=("ar",), limit=5, batch_size=4), tmp_path / "b4")
+    rec1 = [json.loads(line) for line in (one / "records.jsonl").read_text().splitlines()]
+    rec4 = [json.loads(line) for line in (four / "records.jsonl").read_text().splitlines()]
+    assert [r["batch"] for r in rec4 if r["method"] == "sd"] == [4, 1]  # 5 prompts: a batch of 4, then 1
+    by_prompt = {r["prompt_id"]: r["tokens"] for r in rec1 if r["method"] == "sd"}
+    batched = [t for r in rec4 if r["method"] == "sd" for t in r["tokens"]]
+    ids = [i for r in rec4 if r["method"] == "sd" for i in r["prompt_id"].split("+")]
+    assert batched == [by_prompt[i] for i in ids]
+    assert json.loads((four / "summary.json").read_text())["greedy_identical_to_ar"] == 1.0
+    with pytest.raises(DraftwiseError, match="batch_size > 1"):
+        config(tiny_dir, batch_size=2)  # transformers baselines are batch-1

@@ -119,12 +119,15 @@ class Layer(nn.Module):
             self.register_buffer(name, None if t is None else t.contiguous(), persistent=False)
         self.shape = shape
 
-    def forward(self, x, rot, k_cache, v_cache, pos: int, mask, start: list[int] | None):
-        # x [B, T, D]; rot [S, hd/2] complex; k_cache, v_cache [B, KV, S, hd]; mask [B or 1, 1, T, pos+T] bool or None
+    def forward(self, x, rot, k_cache, v_cache, pos: int, mask, start: list[int] | None, positions=None):
+        # x [B, T, D]; rot [S, hd/2] complex; k_cache, v_cache [B, KV, S, hd]; mask [B or 1, 1, T, pos+T] bool or None;
+        # positions [B, T]: each row's own RoPE positions when cache slots and positions differ (batched SD)
         s = self.shape
         T = x.shape[1]
         qkv = linear(rms_norm(x, self.ln1, s.rms_eps), self.wqkv, self.bqkv)  # [B, T, (H+2KV)*hd]
-        if kernels.fast_path(qkv) and T <= kernels.MAX_ROWS and s.head_dim % 8 == 0:
+        if positions is not None:
+            att = self.attention(qkv, rot[positions][:, :, None, :], k_cache, v_cache, pos, mask)
+        elif kernels.fast_path(qkv) and T <= kernels.MAX_ROWS and s.head_dim % 8 == 0:
             att = kernels.attention(qkv, rot, k_cache, v_cache, pos, s.num_heads, s.head_dim, start)
         else:
             att = self.attention(qkv, rot[pos : pos + T, None, :], k_cache, v_cache, pos, mask)
@@ -133,7 +136,7 @@ class Layer(nn.Module):
         return x + linear(silu_mul(gu), self.wd, self.bd)
 
     def attention(self, qkv, rot, k_cache, v_cache, pos: int, mask):
-        """Torch attention: RoPE on q and k, cache write, SDPA. rot [T, 1, hd/2] -> [B, T, H*hd]."""
+        """Torch attention: RoPE on q and k, cache write, SDPA. rot [T or B×T, 1, hd/2] -> [B, T, H*hd]."""
         B, T, _ = qkv.shape
         H, KV, hd = self.shape.num_heads, self.shape.num_kv_heads, self.shape.head_dim
         qkv = qkv.view(B, T, H + 2 * KV, hd)
@@ -210,24 +213,37 @@ class LeanLlama(nn.Module):
         return 0 if self.k_cache is None else 2 * self.k_cache.numel() * self.k_cache.element_size()
 
     @torch.inference_mode()
-    def forward(self, ids: torch.Tensor, pos: int, n_logits: int | None = None, start: list[int] | None = None) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, pos: int, n_logits: int | None = None, start: list[int] | None = None,
+                positions: torch.Tensor | None = None, key_mask: torch.Tensor | None = None) -> torch.Tensor:
         """`start[b]`: the first real position of row b, for batches of left-padded prompts (keys before it are
-        ignored; RoPE is relative, so a row's absolute offset does not matter)."""
+        ignored; RoPE is relative, so a row's absolute offset does not matter).
+
+        Batched SD (`sd.rows`) decouples cache slots from positions: `pos` is then the first slot written, for every
+        row alike; `positions` [B, T] the RoPE position of each token in its own row; `key_mask` [B, S] which slots
+        hold a real token of the row (keys are cached already rotated, so slots a row leaves unused cost nothing but
+        masked attention)."""
         B, T = ids.shape
         if self.k_cache is None or self.k_cache.shape[1] != B or pos + T > self.max_len:
             raise ValueError(f"KV cache holds {self.max_len} positions for batch {self.k_cache.shape[1] if self.k_cache is not None else 0}; "
                              f"need {pos + T} for batch {B}: call reset() first")
         x = F.embedding(ids, self.embed)  # [B, T, D]
         mask = None
-        if T > 1 or start is not None:  # query i (position pos+i) of row b sees keys start[b]..pos+i (and itself)
+        if key_mask is not None:  # query i (slot pos+i) sees the row's real keys up to its slot, and always itself
+            keys = torch.arange(pos + T, device=ids.device)
+            queries = torch.arange(pos, pos + T, device=ids.device)[:, None]
+            mask = ((keys <= queries)[None] & key_mask[:, None, : pos + T]) | (keys == queries)[None]  # [B, T, pos+T]
+            mask = mask[:, None]  # [B, 1, T, pos+T]
+        elif T > 1 or start is not None:  # query i (position pos+i) of row b sees keys start[b]..pos+i (and itself)
             keys = torch.arange(pos + T, device=ids.device)
             queries = torch.arange(pos, pos + T, device=ids.device)[:, None]
             mask = (keys <= queries)[None, None]  # [1, 1, T, pos+T]
             if start is not None:
                 first = torch.tensor(start, device=ids.device)[:, None, None, None]
                 mask = mask & ((keys >= first) | (keys == queries))  # [B, 1, T, pos+T]
+        if positions is not None:
+            self.rotations(int(positions.max()) + 1)
         for i, layer in enumerate(self.layers):
-            x = layer(x, self._rot, self.k_cache[i], self.v_cache[i], pos, mask, start)
+            x = layer(x, self._rot, self.k_cache[i], self.v_cache[i], pos, mask, start, positions)
         if n_logits == 0:  # prefill that only fills the cache
             return x.new_empty(B, 0, self.vocab_size)
         if n_logits is not None:

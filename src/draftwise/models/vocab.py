@@ -71,8 +71,8 @@ class ReducedHead:
     def __getattr__(self, name):  # reset, device, dtype, kv_bytes, max_len, config, ...: those of the wrapped model
         return getattr(self.lm, name)
 
-    def forward(self, ids: torch.Tensor, pos: int, n_logits: int | None = None, start=None) -> torch.Tensor:
-        small = self.lm.forward(ids, pos, n_logits, start)  # [B, n, N]
+    def forward(self, ids: torch.Tensor, pos: int, n_logits: int | None = None, start=None, **rows) -> torch.Tensor:
+        small = self.lm.forward(ids, pos, n_logits, start, **rows)  # [B, n, N]
         full = small.new_full((*small.shape[:-1], self.vocab_size), float("-inf"))  # [B, n, V]
         full[..., self.ids] = small
         return full

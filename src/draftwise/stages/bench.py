@@ -23,6 +23,7 @@ from ..config import BenchConfig
 from ..errors import DraftwiseError
 from ..models import Model, ModelOptions, describe, load, load_drafter
 from ..rundir import RunDir
+from ..sd.batched_sd import generate_batch_sd
 from ..sd.engine import generate
 from ..sd.sampling import SamplingParams
 from ..timing import sync
@@ -46,6 +47,21 @@ def engine_method(target: Model, drafter: Model | None, config: BenchConfig):
         )
         return {"tokens": gen.tokens, "new_tokens": len(gen.tokens), "seconds": gen.seconds, "prefill_s": gen.prefill_s,
                 "rounds": [r.__dict__ for r in gen.rounds]}
+
+    return run
+
+
+def batched_method(target: Model, drafter: Model | None, config: BenchConfig):
+    """B prompts at once through `sd.batched_sd` (AR without a drafter): one record per batch, wall time of the batch."""
+    params = SamplingParams(config.temperature, config.top_p)
+
+    def run(batch: list[list[int]], seed: int, max_new_tokens: int = config.max_new_tokens) -> dict:
+        gens, seconds = generate_batch_sd(
+            target.lm, batch, params, max_new_tokens, torch.Generator(device=target.lm.device).manual_seed(seed),
+            drafter=drafter.lm if drafter else None, gamma=config.gamma, eos=target.eos_ids,
+        )
+        return {"tokens": [g.tokens for g in gens], "new_tokens": sum(len(g.tokens) for g in gens), "seconds": seconds,
+                "prefill_s": gens[0].prefill_s, "rounds": [r.__dict__ for g in gens for r in g.rounds]}
 
     return run
 
@@ -83,9 +99,10 @@ def hf_method(target: Model, drafter: Model | None, config: BenchConfig):
 
 
 def methods(config: BenchConfig, target: Model, drafter: Model | None) -> dict:
-    out = {"sd": engine_method(target, drafter, config)} if drafter else {}
+    engine = engine_method if config.batch_size == 1 else batched_method
+    out = {"sd": engine(target, drafter, config)} if drafter else {}
     builders = {
-        "ar": lambda: engine_method(target, None, config),
+        "ar": lambda: engine(target, None, config),
         "hf-generate": lambda: hf_method(target, None, config),
         "hf-assisted": lambda: hf_method(target, drafter, config),
     }
@@ -106,18 +123,22 @@ def run(config: BenchConfig, out: str | Path) -> Path:
     if empty:
         raise DraftwiseError(f"prompt {empty[0]} encodes to no tokens")
     fns = methods(config, target, drafter)
+    B = config.batch_size  # work units: single prompts, or batches of B decoded together
+    units = [list(range(i, min(i + B, len(prompts)))) for i in range(0, len(prompts), B)]
+    unit_id = lambda u: "+".join(prompts[i].id for i in u)  # noqa: E731
+    unit_input = lambda u: encoded[u[0]] if B == 1 else [encoded[i] for i in u]  # noqa: E731
     done = {(r["method"], r["prompt_id"]) for r in run_dir.records()}
-    todo = [(i, name) for i in range(len(prompts)) for name in fns if (name, prompts[i].id) not in done]
+    todo = [(u, name) for u in units for name in fns if (name, unit_id(u)) not in done]
     if todo:
         for name, fn in fns.items():  # warm-up: kernels compiled, caches allocated, weights paged in
             for _ in range(config.warmup):
-                fn(encoded[0], config.seed, max_new_tokens=min(16, config.max_new_tokens))
+                fn(unit_input(units[0]), config.seed, max_new_tokens=min(16, config.max_new_tokens))
     bar = tqdm(todo, desc="bench", unit="gen", file=sys.stderr, dynamic_ncols=True, disable=not todo)
-    for i, name in bar:
-        prompt = prompts[i]
-        rec = fns[name](encoded[i], config.seed + i)
-        run_dir.append({"method": name, "prompt_id": prompt.id, "suite": prompt.suite, "category": prompt.category,
-                        "prompt_tokens": len(encoded[i]), **rec})
+    for u, name in bar:
+        prompt = prompts[u[0]]
+        rec = fns[name](unit_input(u), config.seed + u[0])
+        run_dir.append({"method": name, "prompt_id": unit_id(u), "suite": prompt.suite, "category": prompt.category,
+                        "prompt_tokens": sum(len(encoded[i]) for i in u), "batch": len(u), **rec})
         bar.set_postfix_str(f"{name} {rec['new_tokens'] / rec['seconds']:.1f} tok/s")
     summary = summarize(run_dir.records(), config)
     summary["target"] = describe(target)

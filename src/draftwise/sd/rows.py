@@ -1,0 +1,45 @@
+"""Per-row bookkeeping of a batched model's KV cache, for batched SD where rows accept different numbers of tokens.
+
+Every forward writes one block of T cache slots for all rows at once (slot `pos`..`pos+T-1`), but each row fills only
+a prefix of its block with real tokens and owns its own RoPE positions. Keys are cached already rotated, so a slot a
+row never fills, or a rejected draft's slot, is simply masked out (`valid`): no row ever has to move its cache, and
+rows stay independent — each sees exactly its own tokens at their own positions, as in batch-1 decoding.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class Rows:
+    def __init__(self, lm, batch_size: int, max_slots: int):
+        self.lm, self.pos = lm, 0
+        lm.reset(batch_size, max_slots)
+        self.valid = torch.zeros(batch_size, max_slots, dtype=torch.bool, device=lm.device)  # [B, S]
+        self.slots: list[list[int]] = [[] for _ in range(batch_size)]  # per row: the slot of each of its tokens
+
+    def length(self, b: int) -> int:
+        """Tokens of row b in the cache."""
+        return len(self.slots[b])
+
+    def feed(self, blocks: list[list[int]]) -> torch.Tensor:
+        """Append blocks[b] to row b (rows may get fewer tokens, or none); logits [B, T, V] of every slot written."""
+        B, T = len(blocks), max(1, max(map(len, blocks)))
+        ids = torch.zeros(B, T, dtype=torch.long)
+        positions = torch.zeros(B, T, dtype=torch.long)
+        for b, block in enumerate(blocks):
+            n = self.length(b)
+            ids[b, : len(block)] = torch.tensor(block, dtype=torch.long)
+            positions[b] = torch.arange(n, n + T)  # unfilled slots get positions too; they are masked for others
+            self.valid[b, self.pos : self.pos + len(block)] = True
+            self.slots[b] += range(self.pos, self.pos + len(block))
+        dev = self.lm.device
+        logits = self.lm.forward(ids.to(dev), self.pos, None, None, positions=positions.to(dev), key_mask=self.valid)
+        self.pos += T
+        return logits  # [B, T, V]
+
+    def keep(self, b: int, length: int) -> None:
+        """Row b keeps its first `length` tokens; the slots of the rest are masked out."""
+        for slot in self.slots[b][length:]:
+            self.valid[b, slot] = False
+        del self.slots[b][length:]
