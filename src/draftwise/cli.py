@@ -269,7 +269,7 @@ def _design_parser(sub) -> None:
     p.add_argument("--drafter", help="your own drafter, benchmarked beside the candidates")
     p.add_argument("--loss", default="fkl", choices=["fkl", "rkl", "tvd", "jsd"])
     p.add_argument("--temperatures", default="0,0.5,1")
-    p.add_argument("--bench-limit", type=int, default=12, help="eval prompts per benchmark run")
+    p.add_argument("--bench-limit", type=int, default=10, help="eval prompts per benchmark run")
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])

@@ -282,10 +282,10 @@ class DesignConfig:
     loss: str = "fkl"
     temperatures: tuple[float, ...] = (0.0, 0.5, 1.0)
     bench_suites: str = "spec_bench,mmlu,hellaswag,arena,cnn_dm,xsum"
-    bench_limit: int = 12  # eval prompts per benchmark (round-robin over suites)
+    bench_limit: int = 10  # eval prompts per benchmark (round-robin over suites)
     headline_limit: int = 8  # spec_bench eval prompts of the headline run (SD vs AR vs transformers)
     max_new_tokens: int = 48
-    accuracy_items: int = 40  # MMLU and HellaSwag eval items per model for the accuracy sanity check
+    accuracy_items: int = 30  # MMLU and HellaSwag eval items per model for the accuracy sanity check
     draft_vocabs: tuple[int, ...] = (32768, 16384, 8192, 4096)  # reduced draft heads tried on the chosen drafter
     adaptive: bool = True  # also measure adaptive lookahead against the static γ*
     seed: int = 0

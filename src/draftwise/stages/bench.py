@@ -124,7 +124,8 @@ def run(config: BenchConfig, out: str | Path) -> Path:
         raise DraftwiseError(f"prompt {empty[0]} encodes to no tokens")
     fns = methods(config, target, drafter)
     B = config.batch_size  # work units: single prompts, or batches of B decoded together
-    units = [list(range(i, min(i + B, len(prompts)))) for i in range(0, len(prompts), B)]
+    by_length = sorted(range(len(prompts)), key=lambda i: (len(encoded[i]), i)) if B > 1 else list(range(len(prompts)))
+    units = [by_length[i : i + B] for i in range(0, len(prompts), B)]  # similar lengths together: less padded prefill
     unit_id = lambda u: "+".join(prompts[i].id for i in u)  # noqa: E731
     unit_input = lambda u: encoded[u[0]] if B == 1 else [encoded[i] for i in u]  # noqa: E731
     done = {(r["method"], r["prompt_id"]) for r in run_dir.records()}

@@ -92,13 +92,15 @@ def run(profile_dir: str | Path, bench_dir: str | Path | None = None, alpha: flo
 
 
 def format_predictions(result: dict, top: int = 15) -> str:
-    lines = [f"AR: {result['ar_tokens_per_s']:.2f} tokens/s (batch {result['batch']})",
+    b = result["batch"]
+    lines = [f"AR: {result['ar_tokens_per_s']:.2f} tokens/s per sequence (batch {b}: {b * result['ar_tokens_per_s']:.1f} "
+             "in total); tokens/s below are per sequence",
              f"{'drafter':<42}{'γ':>3}{'E[N]':>7}{'tokens/s':>10}{'vs AR':>8}  acceptance"]
     for r in result["rows"][:top]:
         lines.append(f"{r['drafter'][:42]:<42}{r['gamma']:>3}{r['expected_tokens']:>7.2f}{r['tokens_per_s']:>10.2f}"
                      f"{r['speedup_vs_ar']:>7.2f}x  {r['acceptance']}")
     for spec, r in result["best_gamma"].items():
-        lines.append(f"γ* for {spec[:42]}: {r['gamma']} ({r['tokens_per_s']:.2f} tokens/s)")
+        lines.append(f"γ* for {spec[:42]}: {r['gamma']} ({r['tokens_per_s']:.2f} tokens/s, {b * r['tokens_per_s']:.1f} in total)")
     if result["skipped"]:
         lines.append(f"no acceptance known (give --alpha) for: {', '.join(s[:30] for s in result['skipped'])}")
     check = result.get("check")

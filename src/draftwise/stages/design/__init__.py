@@ -63,10 +63,10 @@ class Pipeline:
 
 
 def budgets(config: DesignConfig, n_trained: int) -> dict:
-    """How `minutes` is shared: target data ~13 %, distillation ~30 % split over the trained candidates; the
+    """How `minutes` is shared: target data ~11 %, distillation ~28 % split over the trained candidates; the
     rest (profile, sweep, pruning, agreement, benchmarks, accuracy) is sized to fit the default 30 minutes."""
-    return {"gen_prompts": max(8, round(3.5 * config.minutes)),
-            "distill_minutes": round(0.3 * config.minutes / max(1, n_trained), 2)}
+    return {"gen_prompts": max(8, round(3 * config.minutes)),
+            "distill_minutes": round(0.28 * config.minutes / max(1, n_trained), 2)}
 
 
 def _options(config: DesignConfig) -> dict:
@@ -86,7 +86,7 @@ def build(p: Pipeline, target_shape: cost.Shape, cands: list[Candidate]) -> dict
             specs[cand.name] = cand.spec
             continue
         p.stage(f"prune-{cand.name}", lambda f, cand=cand: prune.run(PruneConfig(
-            target=c.target, shape=cand.prune_shape(), calib_tokens=512, elimination_tokens=128, seed=c.seed, **opts), f)
+            target=c.target, shape=cand.prune_shape(), calib_tokens=384, elimination_tokens=96, seed=c.seed, **opts), f)
            )
         p.stage(f"distill-{cand.name}", lambda f, cand=cand: distill.run(DistillConfig(
             target=c.target, drafter=str(p.folder(f"prune-{cand.name}")), data=str(data_dir), loss=c.loss,
@@ -172,7 +172,7 @@ def tune_head(p: Pipeline, full_checkpoint: Path, vocab_size: int, gamma: int) -
     if c.adaptive:
         s = summary(p, runs[n])
         tau = round(s["draft_step_ms"] / s["ar_step_ms"], 3)  # draft another token only if q(token) > t_q / t_p
-        _bench(p, "bench-adaptive", spec, max(2 * gamma, 8), baselines=("ar",), suite="spec_bench", limit=c.headline_limit,
+        _bench(p, "bench-adaptive", spec, 2 * gamma + 1, baselines=("ar",), suite="spec_bench", limit=c.headline_limit,
                draft_stop=tau)
     return spec, n
 
