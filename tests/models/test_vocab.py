@@ -19,8 +19,10 @@ from draftwise.stages.draft_vocab import write_reduced
 def test_hot_vocab_ranks_by_the_targets_expected_emissions_and_keeps_special_tokens():
     rows = [{"topk_ids": torch.tensor([[5, 7], [5, 9]]), "topk_probs": torch.tensor([[0.6, 0.4], [0.7, 0.3]])},
             {"topk_ids": torch.tensor([[9, 3]]), "topk_probs": torch.tensor([[0.9, 0.1]])}]
-    assert vocab.hot_vocab(rows, 2, 16, special_ids=[2]) == [2, 5, 9]  # mass: 5 → 1.3, 9 → 1.2, 7 → 0.4, 3 → 0.1
-    assert vocab.hot_vocab(rows, 3, 16) == [5, 7, 9]
+    # mass: 5 → 1.3, 9 → 1.2, 7 → 0.4, 3 → 0.1, the rest 0 (ties: smaller id first); padded to 8 ids
+    assert vocab.hot_vocab(rows, 2, 16, special_ids=[2]) == [0, 1, 2, 3, 4, 5, 7, 9]
+    assert vocab.hot_vocab(rows, 9, 16, special_ids=[15]) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+    assert vocab.hot_vocab(rows, 9, 10) == list(range(10))  # never more than the vocabulary
     with pytest.raises(DraftwiseError):
         vocab.hot_vocab(rows, 0, 16)
 

@@ -24,7 +24,8 @@ MAP_FILE = "draft_vocab.json"
 
 def hot_vocab(shards: list[dict], size: int, vocab_size: int, special_ids=()) -> list[int]:
     """The `size` target ids with the most expected emissions in gen-data rows (the target's top-k probabilities
-    summed over every generated position), plus the special tokens; sorted ascending."""
+    summed over every generated position), plus the special tokens, plus the next hottest up to a multiple of 8
+    (the C kernel's row blocking; a ragged head falls back to a much slower GEMM); sorted ascending."""
     if size < 1:
         raise DraftwiseError(f"draft vocabulary size must be >= 1, got {size}")
     mass = torch.zeros(vocab_size, dtype=torch.float64)
@@ -32,7 +33,8 @@ def hot_vocab(shards: list[dict], size: int, vocab_size: int, special_ids=()) ->
         mass.index_add_(0, row["topk_ids"].reshape(-1), row["topk_probs"].reshape(-1).double())
     special = sorted({int(i) for i in special_ids if i is not None and 0 <= i < vocab_size})
     order = [i for i in torch.argsort(-mass, stable=True).tolist() if i not in special]  # ties: the smaller id first
-    return sorted(set(special) | set(order[:size]))
+    total = min(vocab_size, -(-(size + len(special)) // 8) * 8)  # a multiple of 8 rows keeps the CPU GEMM kernel
+    return sorted(set(special) | set(order[: total - len(special)]))
 
 
 def slice_head(config, state_dict: dict[str, torch.Tensor], ids: list[int]):
