@@ -188,7 +188,9 @@ def write(p, cands, specs: dict[str, str]) -> Path:
     doc.p(f"Target: AR step {b1['ar_step_ms']:.2f} ms; MMLU {_f(acc.get(('target', 'mmlu')), '.2f')}, HellaSwag "
           f"{_f(acc.get(('target', 'hellaswag')), '.2f')}. c = drafter step / target step. Agreement and greedy TAR from "
           "`agree` (teacher-forced on the target's greedy eval continuations); measured figures from `bench` at T=0.")
-    doc.img(design_plots.tokens_per_s(bars, ar, plots, footer), "SD tokens/s per drafter and γ (T=0) with the AR line")
+    ar_mix = _json(p.folder("bench-chosen-t0") / "summary.json")["methods"]["ar"]["tokens_per_s"]  # same prompts as the bars
+    doc.img(design_plots.tokens_per_s(bars, ar_mix, plots, footer),
+            "SD tokens/s per drafter and γ (T=0, the six-task eval mix, prefill included) with AR on the same prompts")
     if pred_rows:
         doc.img(design_plots.predicted_vs_measured(pred_rows, plots, footer), "Predicted vs measured decode tokens/s")
     doc.h("Wide-shallow vs deep-narrow at equal non-embedding parameters")
