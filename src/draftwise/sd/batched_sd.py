@@ -14,10 +14,9 @@ import torch
 
 from ..errors import DraftwiseError
 from ..timing import sync
-from .engine import Generation, Round, _draw
+from .engine import Generation, Round, _draw, settle
 from .rows import Rows
-from .sampling import SamplingParams, argmax, probs
-from .verify import verify, verify_greedy
+from .sampling import SamplingParams
 
 
 def generate_batch_sd(target, prompts: list[list[int]], params: SamplingParams, max_new_tokens: int,
@@ -55,26 +54,19 @@ def generate_batch_sd(target, prompts: list[list[int]], params: SamplingParams, 
         t_drafted = time.perf_counter()
         blocks = [seqs[b][p_rows.length(b):] + drafts[b] if b in drafts else [] for b in range(B)]
         logits = p_rows.feed(blocks)  # [B, g+1, V]: each active row's block is its pending token + its drafts
+        settled = {}
         for b in active:
-            p_logits = logits[b, : g + 1]  # [g+1, V]
-            if params.greedy:
-                verdict = verify_greedy(drafts[b], argmax(p_logits).tolist())
-            else:
-                q = torch.stack(qs[b]) if qs[b] else p_logits[:0]  # [g, V]
-                verdict = verify(torch.tensor(drafts[b], dtype=torch.long, device=p_logits.device), q, probs(p_logits, params),
-                                 generator)
-            new = (drafts[b][: verdict.accepted] + [verdict.next_token])[: max_new_tokens - len(outs[b].tokens)]
-            new = new[: next((i + 1 for i, t in enumerate(new) if t in eos), len(new))]  # stop after EOS
+            verdict, new = settle(drafts[b], qs[b], logits[b, : g + 1], params, generator,
+                                  max_new_tokens - len(outs[b].tokens), eos)
             seqs[b] += new
             outs[b].tokens += new
             for rows in filter(None, (p_rows, q_rows)):
                 rows.keep(b, min(rows.length(b), len(seqs[b]) - 1))  # the last token is fed next round
-            outs[b].rounds.append(Round(g, verdict.accepted, len(new), 0.0, 0.0))
+            settled[b] = (verdict.accepted, len(new))
         sync(target.device)
         t_end = time.perf_counter()
-        for b in active:  # every row of the batch waited for the whole round
-            outs[b].rounds[-1] = Round(g, outs[b].rounds[-1].accepted, outs[b].rounds[-1].emitted, t_drafted - t_round,
-                                       t_end - t_drafted)
+        for b, (accepted, emitted) in settled.items():  # every row of the batch waited for the whole round
+            outs[b].rounds.append(Round(g, accepted, emitted, t_drafted - t_round, t_end - t_drafted))
         active = [b for b in active
                   if len(outs[b].tokens) < max_new_tokens and not (outs[b].tokens and outs[b].tokens[-1] in eos)]
     seconds = time.perf_counter() - start

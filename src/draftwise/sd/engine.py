@@ -21,7 +21,7 @@ import torch
 from ..errors import DraftwiseError
 from ..timing import sync
 from .sampling import SamplingParams, argmax, probs, sample
-from .verify import verify, verify_greedy
+from .verify import Verdict, verify, verify_greedy
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,23 @@ def _draw(logits: torch.Tensor, params: SamplingParams, generator: torch.Generat
     return int(sample(qs[-1], generator))
 
 
-def _own_prob(logits: torch.Tensor, params: SamplingParams, qs: list, token: int) -> float:
+def _own_prob(logits: torch.Tensor, qs: list, token: int) -> float:
     """q(token): the drafter's probability of the token it just drafted."""
     return float(qs[-1][token]) if qs else float(torch.softmax(logits.float(), -1)[token])
+
+
+def settle(drafts: list[int], qs: list, logits: torch.Tensor, params: SamplingParams, generator: torch.Generator,
+           room: int, eos: frozenset[int]) -> tuple[Verdict, list[int]]:
+    """A round's verdict from the target's logits [g+1, V] over the pending token and the drafts, and the tokens it
+    emits: the accepted drafts and the recovered/bonus token, at most `room` of them, cut after an EOS."""
+    if params.greedy:
+        verdict = verify_greedy(drafts, argmax(logits).tolist())
+    else:
+        q = torch.stack(qs) if qs else logits[:0]  # [g, V]
+        drafted = torch.tensor(drafts, dtype=torch.long, device=logits.device)
+        verdict = verify(drafted, q, probs(logits, params), generator)
+    new = (drafts[: verdict.accepted] + [verdict.next_token])[:room]
+    return verdict, new[: next((i + 1 for i, t in enumerate(new) if t in eos), len(new))]  # stop after EOS
 
 
 def generate(
@@ -127,7 +141,7 @@ def generate(
             logits = q_ctx.feed(seq[q_ctx.length :], 1)[-1]  # [V]
             for i in range(g):
                 drafts.append(_draw(logits, params, generator, qs))
-                if i == g - 1 or (stop_below and _own_prob(logits, params, qs, drafts[-1]) < stop_below):
+                if i == g - 1 or (stop_below and _own_prob(logits, qs, drafts[-1]) < stop_below):
                     break
                 logits = q_ctx.feed([drafts[-1]], 1)[-1]
             g = len(drafts)
@@ -135,13 +149,7 @@ def generate(
         t_drafted = time.perf_counter()
         # verify: one target pass over the pending token and the drafts -> γ+1 distributions
         logits = p_ctx.feed(seq[p_ctx.length :] + drafts, g + 1)  # [g+1, V]
-        if params.greedy:
-            verdict = verify_greedy(drafts, argmax(logits).tolist())
-        else:
-            q = torch.stack(qs) if qs else logits[:0]  # [g, V]
-            verdict = verify(torch.tensor(drafts, dtype=torch.long, device=dev), q, probs(logits, params), generator)
-        new = (drafts[: verdict.accepted] + [verdict.next_token])[: max_new_tokens - len(out.tokens)]
-        new = new[: next((i + 1 for i, t in enumerate(new) if t in eos), len(new))]  # stop after EOS
+        verdict, new = settle(drafts, qs, logits, params, generator, max_new_tokens - len(out.tokens), eos)
         seq += new
         out.tokens += new
         # the caches keep only what is now part of the sequence; its last token is fed next round
