@@ -95,3 +95,13 @@ def test_bad_distill_inputs(tiny_dir, tmp_path):
         DistillConfig(drafter="layers:0", data="x", loss="mse")
     with pytest.raises(DraftwiseError, match="no gen-data shards"):
         distill.run(DistillConfig(target=tiny_dir, drafter="layers:0", data=str(tmp_path), tokens=10), tmp_path / "d")
+
+
+def test_draft_vocab_writes_a_reduced_copy_beside_the_checkpoint(tiny_dir, data_dir, tmp_path):
+    from draftwise.models import vocab
+
+    out = distill.run(distill_config(tiny_dir, data_dir, tokens=40, draft_vocab=16), tmp_path / "d")
+    ids, size = vocab.read_map(out / "reduced")
+    assert size == 64 and len(ids) % 8 == 0 and len(ids) >= 16
+    distill.run(distill_config(tiny_dir, data_dir, tokens=40, draft_vocab=16), out)  # a rerun keeps it as it is
+    assert vocab.read_map(out / "reduced") == (ids, size)

@@ -30,6 +30,7 @@ from ..sd.batched import generate_batch
 from ..sd.sampling import SamplingParams
 from . import losses
 from .agree import greedy_tar
+from .draft_vocab import ensure_reduced
 from .gen_data import read_shard
 
 
@@ -148,13 +149,6 @@ def _step(model, opt, micro_batches: list[list[dict]], loss_name: str) -> tuple[
     return total, tokens
 
 
-def _reduced(config: DistillConfig, folder: Path) -> None:
-    if config.draft_vocab and not (folder / "reduced" / "config.json").exists():
-        from .draft_vocab import write_reduced
-
-        print(f"reduced head: {write_reduced(folder / 'checkpoint', config.data, config.draft_vocab, folder / 'reduced')}")
-
-
 def run(config: DistillConfig, out: str | Path) -> Path:
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -162,7 +156,7 @@ def run(config: DistillConfig, out: str | Path) -> Path:
     run_dir = RunDir(out, config)
     if (run_dir.path / "checkpoint" / "config.json").exists():
         print(f"already distilled: {run_dir.path / 'checkpoint'}")
-        _reduced(config, run_dir.path)
+        ensure_reduced(run_dir.path, config.draft_vocab, config.data)
         return run_dir.path
     options = ModelOptions(config.dtype, config.device)
     target = load(config.target, options)
@@ -220,7 +214,7 @@ def run(config: DistillConfig, out: str | Path) -> Path:
     _save_state(run_dir.path / "state", model, opt, gen, meta)
     model.save_pretrained(run_dir.path / "checkpoint", safe_serialization=True)
     target.tokenizer.save_pretrained(run_dir.path / "checkpoint")
-    _reduced(config, run_dir.path)
+    ensure_reduced(run_dir.path, config.draft_vocab, config.data)
     from ..report.plots import plot_learning_curve
 
     plot_learning_curve(run_dir.records(), run_dir.path)

@@ -37,3 +37,10 @@ def write_reduced(drafter: str | Path, data_dir: str | Path, size: int, out: str
     tokenizer.save_pretrained(out)
     vocab.write_map(out, ids, config.vocab_size)
     return out
+
+
+def ensure_reduced(folder: Path, size: int, data_dir: str | Path | None) -> None:
+    """A pruning or distillation run folder's `reduced/` copy of its `checkpoint/`, when asked for (size > 0) and
+    not written yet."""
+    if size and not (folder / "reduced" / "config.json").exists():
+        print(f"reduced head: {write_reduced(folder / 'checkpoint', data_dir, size, folder / 'reduced')}")

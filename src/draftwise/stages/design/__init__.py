@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -104,9 +105,7 @@ def measure_costs(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str]) 
     hd = target_shape.head_dim
     unit = hd * target_shape.heads // target_shape.kv_heads  # widths keep whole GQA groups
     widths = tuple(sorted({max(unit, round(target_shape.hidden * m / unit) * unit) for m in (1 / 3, 2 / 3, 1, 4 / 3)}))
-    wide = [cost.Shape(k, target_shape.hidden, target_shape.heads, target_shape.kv_heads, hd, target_shape.ffn,
-                       target_shape.vocab) for k in c.wide_layers]
-    budget = min(s.params()["non_embedding"] for s in wide)
+    budget = min(replace(target_shape, layers=k).params()["non_embedding"] for k in c.wide_layers)
     p.stage("sweep", lambda f: sweep.run(SweepConfig(
         target=c.target, budget=str(budget), layers=_budget_depths(target_shape, budget), widths=widths,
         width_depth=min(c.wide_layers), truncations=(), batches=(1,), warmup=2, repeats=5, seed=c.seed, **opts), f))

@@ -20,6 +20,7 @@ from ... import continuations, cost
 from ...config import PruneConfig
 from ...models import ModelOptions, load, read_weights, save_checkpoint
 from ...rundir import RunDir
+from ..draft_vocab import ensure_reduced
 from . import l0, scores
 from .slicing import PruneShape, select, slice_checkpoint
 
@@ -60,7 +61,7 @@ def run(config: PruneConfig, out: str | Path) -> Path:
     run_dir = RunDir(out, config)
     if (run_dir.path / "prune.json").exists() and (run_dir.path / "checkpoint" / "config.json").exists():
         print(f"already pruned: {run_dir.path / 'checkpoint'}")
-        _reduced(config, run_dir.path)
+        ensure_reduced(run_dir.path, config.draft_vocab, config.vocab_data)
         return run_dir.path
     target = load(config.target, ModelOptions(config.dtype, config.device, "lean"))
     shape = PruneShape.parse(config.shape, target.config)
@@ -88,12 +89,5 @@ def run(config: PruneConfig, out: str | Path) -> Path:
     p = info["params"]
     print(f"pruned to {shape.__dict__}: layers {kept.layers}; {p['non_embedding'] / 1e6:.1f}M non-embedding, "
           f"{p['total'] / 1e6:.1f}M total parameters\ncheckpoint: {run_dir.path / 'checkpoint'}")
-    _reduced(config, run_dir.path)
+    ensure_reduced(run_dir.path, config.draft_vocab, config.vocab_data)
     return run_dir.path
-
-
-def _reduced(config: PruneConfig, folder: Path) -> None:
-    if config.draft_vocab and not (folder / "reduced" / "config.json").exists():
-        from ..draft_vocab import write_reduced
-
-        print(f"reduced head: {write_reduced(folder / 'checkpoint', config.vocab_data, config.draft_vocab, folder / 'reduced')}")
