@@ -228,18 +228,18 @@ class LeanLlama(nn.Module):
                              f"need {pos + T} for batch {B}: call reset() first")
         x = F.embedding(ids, self.embed)  # [B, T, D]
         mask = None
-        if key_mask is not None:  # query i (slot pos+i) sees the row's real keys up to its slot, and always itself
+        if T > 1 or start is not None or key_mask is not None:
+            # query i (slot pos+i) of row b sees the row's keys up to its own slot — those from start[b] on, or those
+            # key_mask marks real — and always itself (so a padding query stays finite)
             keys = torch.arange(pos + T, device=ids.device)
             queries = torch.arange(pos, pos + T, device=ids.device)[:, None]
-            mask = ((keys <= queries)[None] & key_mask[:, None, : pos + T]) | (keys == queries)[None]  # [B, T, pos+T]
-            mask = mask[:, None]  # [B, 1, T, pos+T]
-        elif T > 1 or start is not None:  # query i (position pos+i) of row b sees keys start[b]..pos+i (and itself)
-            keys = torch.arange(pos + T, device=ids.device)
-            queries = torch.arange(pos, pos + T, device=ids.device)[:, None]
-            mask = (keys <= queries)[None, None]  # [1, 1, T, pos+T]
-            if start is not None:
-                first = torch.tensor(start, device=ids.device)[:, None, None, None]
-                mask = mask & ((keys >= first) | (keys == queries))  # [B, 1, T, pos+T]
+            mask = (keys <= queries)[None]  # [1, T, pos+T]
+            if key_mask is not None:
+                mask = (mask & key_mask[:, None, : pos + T]) | (keys == queries)  # [B, T, pos+T]
+            elif start is not None:
+                first = torch.tensor(start, device=ids.device)[:, None, None]  # [B, 1, 1]
+                mask = (mask & (keys >= first)) | (keys == queries)  # [B, T, pos+T]
+            mask = mask[:, None]  # [B or 1, 1, T, pos+T]
         if positions is not None:
             self.rotations(int(positions.max()) + 1)
         for i, layer in enumerate(self.layers):
