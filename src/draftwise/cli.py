@@ -13,11 +13,12 @@ def _bench_parser(sub) -> None:
     p = sub.add_parser("bench", help="speculative decoding with a drafter vs baselines, same prompts, same process",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--target", default="default", help="'default', a local HF model directory or a .gguf file")
-    p.add_argument("--drafter", help="a checkpoint directory, a .gguf file, or layers:i,j,... of the target")
-    p.add_argument("--gamma", type=int, default=4, help="lookahead: tokens drafted per round")
+    p.add_argument("--drafter", action="append", default=[],
+                   help="a checkpoint directory, a .gguf file, layers:i,j,... of the target or random:... (repeat for a grid)")
+    p.add_argument("--gamma", type=_ints, default=(4,), help="lookahead: tokens drafted per round (a comma list: a grid)")
     p.add_argument("--draft-stop", type=float, default=0.0,
                    help="adaptive lookahead: stop a round's drafting once the drafter's probability of its token is below this")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--temperature", type=_floats, default=(0.0,), help="0 = greedy (a comma list: a grid)")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--suite", default="spec_bench", help="packaged suite(s): a name, a comma list or 'all'")
     p.add_argument("--split", default="eval", choices=["train", "eval", "all"])
@@ -25,7 +26,11 @@ def _bench_parser(sub) -> None:
     p.add_argument("--limit", type=int, default=10, help="number of prompts, spread over categories (0 = all)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--baseline", default="ar", help="comma list of ar, hf-generate, hf-assisted ('' for none)")
-    p.add_argument("--batch-size", type=int, default=1, help="prompts decoded together (batched SD and AR)")
+    p.add_argument("--batch-size", type=_ints, default=(1,),
+                   help="prompts decoded together (batched SD and AR; a comma list: a grid)")
+    p.add_argument("--synthetic-alpha", type=float,
+                   help="accept each drafted token with this probability instead of testing it: measures system cost "
+                        "for random-weight shapes (not lossless)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warmup", type=int, default=1, help="untimed runs of each method before measuring")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
@@ -33,23 +38,42 @@ def _bench_parser(sub) -> None:
     p.add_argument("--backend", default="auto", choices=["auto", "lean", "transformers"])
     p.add_argument("--compile", action="store_true", help="torch.compile the lean forward's layers (helps on GPUs)")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    _executor_args(p)
     p.add_argument("--out", required=True, help="run folder (rerun on the same folder to resume)")
 
 
 def _bench(args) -> None:
-    from .config import BenchConfig
-    from .stages import bench
+    from .config import BenchConfig, BenchGridConfig
+    from .stages import bench, bench_grid
 
     config = BenchConfig(
-        target=args.target, drafter=args.drafter, gamma=args.gamma, draft_stop=args.draft_stop, temperature=args.temperature,
-        top_p=args.top_p,
+        target=args.target, drafter=(args.drafter or [None])[0], gamma=args.gamma[0], draft_stop=args.draft_stop,
+        temperature=args.temperature[0], top_p=args.top_p,
         suite=args.suite, split=args.split, prompts=args.prompts, limit=args.limit or None,
         max_new_tokens=args.max_new_tokens, baselines=tuple(b for b in args.baseline.split(",") if b),
-        batch_size=args.batch_size,
+        batch_size=args.batch_size[0], synthetic_alpha=args.synthetic_alpha,
         seed=args.seed, warmup=args.warmup, dtype=args.dtype, device=args.device, backend=args.backend,
         compile=args.compile, threads=args.threads,
     )
-    bench.run(config, args.out)
+    axes = (args.drafter, args.gamma, args.temperature, args.batch_size)
+    if all(len(a) <= 1 for a in axes):
+        bench.run(config, args.out, _executor(args))
+    else:
+        grid = BenchGridConfig(bench=config, drafters=tuple(args.drafter), gammas=args.gamma, temperatures=args.temperature,
+                               batch_sizes=args.batch_size)
+        bench_grid.run(grid, args.out, _executor(args))
+
+
+def _executor_args(p) -> None:
+    p.add_argument("--executor", default="inprocess", choices=["inprocess", "ray"],
+                   help="where the points run: here, one after another, or as Ray tasks (pip install 'draftwise[ray]')")
+    p.add_argument("--ray-address", help="an existing Ray cluster (default with --executor ray: start a local one)")
+
+
+def _executor(args):
+    from .executors import make
+
+    return make(args.executor, args.ray_address)
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -57,6 +81,13 @@ def _ints(text: str) -> tuple[int, ...]:
         return tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
 
 
 def _model_args(p) -> None:
@@ -78,6 +109,7 @@ def _profile_parser(sub) -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=15)
     _model_args(p)
+    _executor_args(p)
     p.add_argument("--out", required=True)
 
 
@@ -90,7 +122,7 @@ def _profile(args) -> None:
         context=args.context, warmup=args.warmup, repeats=args.repeats, dtype=args.dtype, device=args.device,
         backend=args.backend, threads=args.threads,
     )
-    profile.run(config, args.out)
+    profile.run(config, args.out, _executor(args))
 
 
 def _sweep_parser(sub) -> None:
@@ -111,6 +143,7 @@ def _sweep_parser(sub) -> None:
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int)
+    _executor_args(p)
     p.add_argument("--out", required=True)
 
 
@@ -123,7 +156,7 @@ def _sweep(args) -> None:
         truncations=args.truncations, vocabs=args.vocab, context=args.context, memory=args.memory, batches=args.batch,
         warmup=args.warmup, repeats=args.repeats, dtype=args.dtype, device=args.device, threads=args.threads,
     )
-    sweep.run(config, args.out)
+    sweep.run(config, args.out, _executor(args))
 
 
 def _predict_parser(sub) -> None:
@@ -271,10 +304,15 @@ def _design_parser(sub) -> None:
     p.add_argument("--temperatures", default="0,0.5,1")
     p.add_argument("--bench-limit", type=int, default=10, help="eval prompts per benchmark run")
     p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--memory", default="1GiB",
+                   help="budget for target + drafter weights and KV caches: the largest batch that fits with SD on")
+    p.add_argument("--context", type=int, default=1024, help="KV positions per sequence in that footprint")
+    p.add_argument("--batch-cap", type=int, default=8, help="the largest batch benchmarked on this machine")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    _executor_args(p)
     p.add_argument("--out", required=True, help="run folder; rerun the same command to resume after a kill")
 
 
@@ -288,8 +326,9 @@ def _design(args) -> None:
         raise DraftwiseError(f"--temperatures takes numbers, got {args.temperatures!r}") from None
     design.run(DesignConfig(target=args.target, minutes=args.minutes, wide_layers=args.wide_layers,
                             narrow_factor=args.narrow_factor, drafter=args.drafter, loss=args.loss, temperatures=temps,
-                            bench_limit=args.bench_limit, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                            dtype=args.dtype, device=args.device, threads=args.threads), args.out)
+                            bench_limit=args.bench_limit, max_new_tokens=args.max_new_tokens, memory=args.memory,
+                            context=args.context, batch_cap=args.batch_cap, seed=args.seed,
+                            dtype=args.dtype, device=args.device, threads=args.threads), args.out, _executor(args))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,6 +34,7 @@ class BenchConfig:
     max_new_tokens: int = 128
     baselines: tuple[str, ...] = ("ar",)
     batch_size: int = 1  # prompts decoded together (batched SD / AR; transformers baselines need 1)
+    synthetic_alpha: float | None = None  # accept each draft with this probability instead of testing it (cost only)
     seed: int = 0
     warmup: int = 1  # untimed runs of each method before measuring
     dtype: str = "fp32"
@@ -56,6 +57,12 @@ class BenchConfig:
         if self.batch_size > 1 and (set(self.baselines) - {"ar"} or self.draft_stop):
             raise DraftwiseError("batch_size > 1 runs SD and AR only (transformers' assisted generation refuses batches; "
                                  "adaptive lookahead is batch-1)")
+        if self.synthetic_alpha is not None:
+            if not 0 <= self.synthetic_alpha <= 1:
+                raise DraftwiseError(f"synthetic_alpha must be in [0, 1], got {self.synthetic_alpha}")
+            if self.drafter is None or "hf-assisted" in self.baselines:
+                raise DraftwiseError("synthetic acceptance needs a drafter and applies to the draftwise engine only "
+                                     "(not to hf-assisted)")
         if self.drafter is None and "hf-assisted" in self.baselines:
             raise DraftwiseError("baseline hf-assisted needs a drafter (--drafter)")
         if self.drafter is None and not self.baselines:
@@ -68,6 +75,48 @@ class BenchConfig:
             raise DraftwiseError(f"need temperature >= 0 and 0 < top_p <= 1, got {self.temperature}, {self.top_p}")
         if self.threads is not None and self.threads < 1:
             raise DraftwiseError(f"threads must be >= 1, got {self.threads}")
+
+
+@dataclass(frozen=True)
+class BenchGridConfig:
+    """`draftwise bench` over a grid: drafters × γ × temperatures × batch sizes, each other setting from `bench`.
+    An empty axis keeps `bench`'s value. Baselines run once per (temperature, batch size), hf-assisted per point;
+    the transformers baselines at batch size 1 only (they refuse batches)."""
+
+    bench: BenchConfig = BenchConfig(drafter="layers:0")
+    drafters: tuple[str, ...] = ()
+    gammas: tuple[int, ...] = ()
+    temperatures: tuple[float, ...] = ()
+    batch_sizes: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        if isinstance(self.bench, dict):  # read back from config.json
+            object.__setattr__(self, "bench", from_dict(BenchConfig, self.bench))
+        for name in ("drafters", "gammas", "temperatures", "batch_sizes"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
+        _positive("gammas", self.gammas)
+        _positive("batch_sizes", self.batch_sizes)
+        if not (self.drafters or self.bench.drafter):
+            raise DraftwiseError("a bench grid needs at least one drafter")
+        self.points()  # every point must be a valid BenchConfig
+
+    def points(self) -> list[BenchConfig]:
+        """SD points (one per drafter, γ, temperature, batch size), then one baseline point per (temperature, batch)."""
+        b = self.bench
+        drafters, gammas = self.drafters or (b.drafter,), self.gammas or (b.gamma,)
+        temps, sizes = self.temperatures or (b.temperature,), self.batch_sizes or (b.batch_size,)
+        sd = [dataclasses.replace(b, drafter=d, gamma=g, temperature=t, batch_size=n,
+                                  baselines=tuple(x for x in b.baselines if x == "hf-assisted" and n == 1))
+              for t in temps for n in sizes for d in drafters for g in gammas]
+        base = []
+        for t in temps:
+            for n in sizes:  # transformers' baselines are batch-1: at B > 1 only AR runs beside SD
+                names = tuple(x for x in b.baselines if x == "ar" or (x == "hf-generate" and n == 1))
+                if names:
+                    base.append(dataclasses.replace(b, drafter=None, gamma=1, synthetic_alpha=None, temperature=t,
+                                                    batch_size=n, baselines=names))
+        return sd + base
 
 
 def _positive(name: str, values) -> None:
@@ -288,12 +337,17 @@ class DesignConfig:
     accuracy_items: int = 30  # MMLU and HellaSwag eval items per model for the accuracy sanity check
     draft_vocabs: tuple[int, ...] = (32768, 16384, 8192, 4096)  # reduced draft heads tried on the chosen drafter
     adaptive: bool = True  # also measure adaptive lookahead against the static γ*
+    memory: str = "1GiB"  # budget for target + drafter weights and both KV caches: the largest batch that fits with SD on
+    context: int = 1024  # KV positions per sequence in that footprint
+    batch_cap: int = 8  # the largest batch benchmarked here (the feasible batch is capped to it, and the report says so)
     seed: int = 0
     dtype: str = "fp32"
     device: str = "cpu"
     threads: int | None = None
 
     def __post_init__(self):
+        from .cost import parse_count
+
         object.__setattr__(self, "wide_layers", tuple(self.wide_layers))
         object.__setattr__(self, "draft_vocabs", tuple(self.draft_vocabs))
         _positive("draft_vocabs", self.draft_vocabs)
@@ -307,6 +361,9 @@ class DesignConfig:
             raise DraftwiseError("temperatures must include 0 (the greedy headline) and be >= 0")
         if min(self.bench_limit, self.headline_limit, self.max_new_tokens, self.accuracy_items) < 1:
             raise DraftwiseError("bench_limit, headline_limit, max_new_tokens and accuracy_items must be >= 1")
+        if parse_count(self.memory) < 1 or min(self.context, self.batch_cap) < 1:
+            raise DraftwiseError(f"memory, context and batch_cap must be >= 1, got {self.memory}, {self.context}, "
+                                 f"{self.batch_cap}")
 
 
 def to_dict(config) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from draftwise.config import DesignConfig
 from draftwise.errors import DraftwiseError
 from draftwise.stages import design
 from draftwise.stages.design.candidates import (
+    Candidate,
     candidates,
     narrow_twin,
     self_speculative_layers,
@@ -48,25 +49,72 @@ def test_bad_design_config_is_refused():
         DesignConfig(temperatures=(0.5,))
     with pytest.raises(DraftwiseError, match="narrow_factor"):
         DesignConfig(narrow_factor=1)
+    with pytest.raises(DraftwiseError, match="batch_cap"):
+        DesignConfig(batch_cap=0)
+    with pytest.raises(DraftwiseError, match="not a count"):
+        DesignConfig(memory="lots")
+
+
+def _shape(path) -> cost.Shape:
+    from transformers import AutoConfig
+
+    return cost.Shape.of(AutoConfig.from_pretrained(path, local_files_only=True))
+
+
+def _expected_max_batch(memory: int, target: cost.Shape, drafter: cost.Shape, context: int) -> int:
+    """The footprint with SD on, from the shapes' own byte counts (fp32): weights of both, then KV per sequence."""
+    free = memory - target.weight_bytes(4) - drafter.weight_bytes(4)
+    return max(0, free // (target.kv_bytes(context, 1, 4) + drafter.kv_bytes(context, 1, 4)))
+
+
+def test_batch_dividend_skips_the_bench_when_not_even_one_sequence_fits(tiny_dir, tiny_drafter_dir, tmp_path,
+                                                                       monkeypatch):
+    target, drafter = _shape(tiny_dir), _shape(tiny_drafter_dir)
+    memory = target.weight_bytes(4) + drafter.weight_bytes(4) - 1  # the weights alone do not fit
+    p = design.Pipeline(DesignConfig(target=tiny_dir, memory=str(memory), context=64), tmp_path / "design")
+    monkeypatch.setattr(design.bench, "run", lambda *a, **k: pytest.fail("benchmarked a batch that does not fit"))
+    cands = [Candidate("wide-L1", "wide-shallow", drafter)]
+    design.batch_dividend(p, target, {"wide-L1": tiny_drafter_dir}, cands)
+    record = p.done["max-batch-wide-L1"]
+    assert record["max_batch"] == 0 == record["batch"] and "bench-wide-L1-batch" not in p.done
+    assert record["kv_bytes_per_seq_target"] == target.kv_bytes(64)
+    assert record["kv_bytes_per_seq_drafter"] == drafter.kv_bytes(64)
+    from draftwise.report import design as report
+
+    doc = report.Doc()
+    report._batch_dividend(doc, p, cands)
+    assert "Batch dividend" in doc.markdown(tmp_path) and "does not fit" in doc.markdown(tmp_path)
 
 
 def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
+    target = _shape(tiny_dir)
+    trained = [c.shape for c in candidates(target, (1,), 2) if c.trained]
+    context = 64
+    per_seq = max(target.kv_bytes(context) + s.kv_bytes(context) for s in trained)
+    memory = target.weight_bytes() + max(s.weight_bytes() for s in trained) + 3 * per_seq  # ≥ 3 sequences fit
     config = DesignConfig(target=tiny_dir, minutes=0.3, wide_layers=(1,), narrow_factor=2, bench_limit=3, headline_limit=2,
-                          max_new_tokens=8, accuracy_items=3, draft_vocabs=(32, 16), threads=1)
+                          max_new_tokens=8, accuracy_items=3, draft_vocabs=(32, 16), memory=str(memory), context=context,
+                          batch_cap=2, threads=1)
     out = tmp_path / "design"
 
-    def killed(*args, **kwargs):
-        raise RuntimeError("killed")
+    agree_run = design.agree.run
+
+    def killed(agree_config, folder):  # the second candidate's item dies after its prune and distill finished
+        if "narrow" in agree_config.drafter:
+            raise RuntimeError("killed")
+        return agree_run(agree_config, folder)
 
     monkeypatch.setattr(design.agree, "run", killed)
     with pytest.raises(RuntimeError, match="killed"):
         design.run(config, out)
     monkeypatch.undo()
-    finished = [json.loads(line)["stage"] for line in (out / "records.jsonl").read_text().splitlines()]
-    assert {"gen-data", "prune-wide-L1", "distill-wide-L1", "prune-narrow-L2", "distill-narrow-L2", "profile"} <= set(finished)
+    appended = [json.loads(line)["stage"] for line in (out / "records.jsonl").read_text().splitlines()]
+    assert "agree-wide-L1" in appended and "distill-narrow-L2" not in appended  # its item never returned ...
+    finished = set(design.Pipeline(config, out).done)  # ... but its finished stages are found in their folders
+    assert {"gen-data", "prune-wide-L1", "distill-wide-L1", "agree-wide-L1", "prune-narrow-L2", "distill-narrow-L2"} <= finished
 
     calls = []
-    for stage in (design.gen_data, design.prune, design.distill, design.profile):
+    for stage in (design.gen_data, design.prune, design.distill):
         original = stage.run
         monkeypatch.setattr(stage, "run", lambda *a, _o=original, _n=stage.__name__, **k: (calls.append(_n), _o(*a, **k))[1])
     design.run(config, out)
@@ -78,9 +126,22 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     chosen = next(r["drafter"] for r in records if r["stage"] == "select-drafter")
     assert chosen in {"wide-L1", "narrow-L2", "first-1", "self-spec"}
     report = (out / "report.md").read_text()
-    for section in ("Headline", "TAR per task", "Drafters", "Wide-shallow vs deep-narrow", "Where the time goes",
-                    "Accuracy sanity check", "Reduced-vocabulary draft head and adaptive lookahead", "Export"):
+    for section in ("Headline", "TAR per task", "Drafters", "Wide-shallow vs deep-narrow", "Batch dividend",
+                    "Where the time goes", "Accuracy sanity check", "Reduced-vocabulary draft head and adaptive lookahead",
+                    "Export"):
         assert section in report
+    assert "Capped at batch_cap = 2" in report
+    for name in ("wide-L1", "narrow-L2"):  # the batch each trained candidate's SD footprint allows, then benchmarked
+        decision = next(r for r in records if r["stage"] == f"max-batch-{name}")
+        drafter = _shape(out / "stages" / f"distill-{name}" / "checkpoint")
+        assert decision["max_batch"] == _expected_max_batch(memory, target, drafter, context) >= 3
+        assert decision["batch"] == min(decision["max_batch"], config.batch_cap) == 2
+        bench_folder = out / "stages" / f"bench-{name}-batch"
+        batched = [json.loads(line) for line in (bench_folder / "records.jsonl").read_text().splitlines()]
+        assert {r["method"] for r in batched} == {"sd", "ar"} and {r["batch"] for r in batched} == {2}
+        assert json.loads((bench_folder / "config.json").read_text())["batch_size"] == 2
+        summary = json.loads((bench_folder / "summary.json").read_text())["methods"]
+        assert summary["sd"]["tokens_per_s"] > 0 and summary["ar"]["tokens_per_s"] > 0
     for png in ("tar_per_task", "tokens_per_s", "predicted_vs_measured", "kv_footprint", "accuracy_vs_tar",
                 "verify_vs_gamma", "step_vs_layers", "latency_vs_width"):
         assert (out / "plots" / f"{png}.png").exists()

@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from ..errors import DraftwiseError
-from . import hf, vocab
+from . import hf, kernels, random, vocab
 from .llama import LeanLlama, unsupported_reason
 from .source import resolve
 
@@ -127,6 +127,8 @@ def load(spec: str, options: ModelOptions = ModelOptions()) -> Model:
         raise DraftwiseError(f"unknown backend {options.backend!r}: choose one of {', '.join(BACKENDS)}")
     _check_device(options.device)
     start = time.perf_counter()
+    if spec.startswith(random.PREFIX):
+        return _random_model(spec, None, options)
     path = resolve(spec)
     config, tokenizer = _config_and_tokenizer(path, options)
     dtype = hf.torch_dtype(options.dtype)
@@ -156,6 +158,22 @@ def _no_hf_twin(path: Path):
                              "full-vocabulary checkpoint it was cut from for transformers baselines")
 
     return refuse
+
+
+def _random_model(spec: str, target: "Model | None", options: ModelOptions) -> Model:
+    """`random:...` (see models.random): a target, or a drafter whose left-out dimensions are its target's."""
+    if options.backend == "transformers":
+        raise DraftwiseError(f"{spec}: random-weight models run on the lean engine only")
+    start = time.perf_counter()
+    shape = random.parse(spec, random.shape_of(target.config) if target else None)
+    config = random.llama_config(shape, target.config if target else None)
+    lm = random.random_lm(config, hf.torch_dtype(options.dtype), options.device, shape["seed"])
+    tokenizer = target.tokenizer if target else random.ByteTokenizer(shape["vocab"])
+
+    def refuse():
+        raise DraftwiseError(f"{spec} has random weights in the lean engine only: transformers baselines need a checkpoint")
+
+    return Model(spec, config, tokenizer, lm, "lean", None, time.perf_counter() - start, refuse)
 
 
 def parse_layers(spec: str, num_layers: int) -> list[int]:
@@ -189,16 +207,19 @@ def layer_subset(config, state_dict: dict[str, torch.Tensor], ids: list[int]):
 
 
 def _layers_drafter(spec: str, target: Model, options: ModelOptions) -> Model:
-    if target.path is None:
+    lean = isinstance(target.lm, LeanLlama) and options.backend != "transformers"
+    if target.path is None and not lean:
         raise DraftwiseError(f"{spec}: the target must be loaded from a checkpoint")
     ids = parse_layers(spec, target.config.num_hidden_layers)
     dtype = hf.torch_dtype(options.dtype)
 
     def subset_weights():
+        if target.path is None:  # a random-weight target: its layers live in the lean engine only
+            target.hf_model()  # raises the target's own explanation
         return layer_subset(target.config, _to(read_weights(target.path), options), ids)
 
     factory = lambda: hf.from_state_dict(*subset_weights(), dtype, options.device)  # noqa: E731
-    if isinstance(target.lm, LeanLlama) and options.backend != "transformers":
+    if lean:
         sub_config = layer_subset(target.config, {}, ids)[0]
         lm, backend = target.lm.subset(ids, sub_config), "lean"  # shares the target's weights
     else:
@@ -208,8 +229,13 @@ def _layers_drafter(spec: str, target: Model, options: ModelOptions) -> Model:
 
 
 def load_drafter(spec: str, target: Model, options: ModelOptions = ModelOptions()) -> Model:
-    """A drafter for `target`: a checkpoint (as `load`) or `layers:i,j,...` of the target itself."""
-    drafter = _layers_drafter(spec, target, options) if spec.startswith("layers:") else load(spec, options)
+    """A drafter for `target`: a checkpoint (as `load`), `layers:i,j,...` of the target itself, or `random:...`."""
+    if spec.startswith("layers:"):
+        drafter = _layers_drafter(spec, target, options)
+    elif spec.startswith(random.PREFIX):
+        drafter = _random_model(spec, target, options)
+    else:
+        drafter = load(spec, options)
     check_compatible(target, drafter)
     return drafter
 
@@ -239,6 +265,15 @@ def save_checkpoint(path: Path, config, state_dict: dict[str, torch.Tensor], tok
     return Path(path)
 
 
+def engine(model: Model, options: ModelOptions) -> str:
+    """The code path a timing of `model` measures: backend, the CPU C kernels when they run, torch.compile."""
+    name = model.backend
+    if name == "lean" and options.device == "cpu" and options.dtype == "fp32" and not options.compile \
+            and kernels.kernel_available():
+        name += "+c-kernels"
+    return name + ("+compile" if options.compile else "")
+
+
 def describe(model: Model) -> dict:
     """What a run folder records about a model."""
     return {
@@ -253,5 +288,5 @@ def describe(model: Model) -> dict:
     }
 
 
-__all__ = ["ModelOptions", "Model", "load", "load_drafter", "check_compatible", "layer_subset", "parse_layers", "describe",
+__all__ = ["ModelOptions", "Model", "engine", "load", "load_drafter", "check_compatible", "layer_subset", "parse_layers", "describe",
            "read_weights", "save_checkpoint"]

@@ -199,6 +199,8 @@ def write(p, cands, specs: dict[str, str]) -> Path:
     for line in _wide_vs_deep(cands, specs, b1, bars, fit):
         doc.p(line)
 
+    _batch_dividend(doc, p, cands)
+
     # --- cost model ---
     doc.h("Where the time goes (profile and sweep)")
     fit = b1.get("depth_fit") or {}
@@ -269,6 +271,35 @@ def _head_and_lookahead(doc: Doc, p) -> None:
                     _f(drafted), _f(sd["tokens_per_s"]), _f(sd["speedup_vs_ar"], ".2f", "x")]])
         doc.p("τ = c (the drafter's step over the target's, measured): one more draft step costs c target steps and "
               "pays off in expectation only when the drafter's own probability of its token exceeds that.")
+
+
+def _batch_dividend(doc: Doc, p, cands) -> None:
+    """Each trained candidate at the largest batch its SD footprint allows in `memory`, SD beside AR at that batch."""
+    c, rows, capped = p.config, [], []
+    for cand in (x for x in cands if f"max-batch-{x.name}" in p.done):
+        d = p.done[f"max-batch-{cand.name}"]
+        stage = f"bench-{cand.name}-batch"
+        s = _json(p.folder(stage) / "summary.json")["methods"] if stage in p.done else {}
+        sd, ar = s.get("sd", {}), s.get("ar", {})
+        if d["capped"]:
+            capped.append(cand.name)
+        rows.append([cand.name, cand.role, _f(d["kv_bytes_per_seq_drafter"] / 1e6, ".2f"),
+                     _f(d["kv_bytes_per_seq_target"] / 1e6, ".2f"), d["max_batch"] or "does not fit",
+                     d["batch"] or "-", p.done[stage]["gamma"] if stage in p.done else "-", _f(sd.get("tokens_per_s")),
+                     _f(ar.get("tokens_per_s")), _f(sd.get("speedup_vs_ar"), ".2f", "x")])
+    if not rows:
+        return
+    doc.h("Batch dividend")
+    doc.table(["candidate", "role", "drafter KV MB/seq", "target KV MB/seq",
+               f"largest batch in {c.memory} at context {c.context}", "benchmarked batch", "γ", "SD tokens/s (total)",
+               "AR tokens/s (total)", "SD / AR"], rows)
+    doc.p(f"Largest batch = (memory − target weights − drafter weights) // (target + drafter KV of {c.context} positions "
+          f"per sequence), at {c.dtype}. Tokens/s is the total across the batch: new tokens of all its sequences over the "
+          "wall time of the batched generation, prefill included (a batch runs until its last sequence finishes); SD "
+          f"and AR decode the same eval prompts (T=0, full batches, {c.max_new_tokens} new tokens at most, prompts at "
+          f"their own length: {c.context} positions only sizes the footprint)."
+          + (f" Capped at batch_cap = {c.batch_cap} (the largest batch benchmarked on this machine): "
+             + ", ".join(capped) + "." if capped else ""))
 
 
 def _cost_model_split(dw: dict, dn: dict, fit: dict) -> str:

@@ -21,7 +21,8 @@ from .sampling import SamplingParams
 
 def generate_batch_sd(target, prompts: list[list[int]], params: SamplingParams, max_new_tokens: int,
                       generator: torch.Generator, drafter=None, gamma: int = 0,
-                      eos: frozenset[int] = frozenset()) -> tuple[list[Generation], float]:
+                      eos: frozenset[int] = frozenset(), synthetic_alpha: float | None = None
+                      ) -> tuple[list[Generation], float]:
     """Decode every prompt; returns one Generation per row and the wall seconds of the whole batch."""
     if not prompts or not all(prompts):
         raise DraftwiseError("every prompt needs at least one token")
@@ -57,7 +58,7 @@ def generate_batch_sd(target, prompts: list[list[int]], params: SamplingParams, 
         settled = {}
         for b in active:
             verdict, new = settle(drafts[b], qs[b], logits[b, : g + 1], params, generator,
-                                  max_new_tokens - len(outs[b].tokens), eos)
+                                  max_new_tokens - len(outs[b].tokens), eos, synthetic_alpha)
             seqs[b] += new
             outs[b].tokens += new
             for rows in filter(None, (p_rows, q_rows)):

@@ -21,7 +21,7 @@ import torch
 from ..errors import DraftwiseError
 from ..timing import sync
 from .sampling import SamplingParams, argmax, probs, sample
-from .verify import Verdict, verify, verify_greedy
+from .verify import Verdict, verify, verify_greedy, verify_synthetic
 
 
 @dataclass(frozen=True)
@@ -84,10 +84,13 @@ def _own_prob(logits: torch.Tensor, qs: list, token: int) -> float:
 
 
 def settle(drafts: list[int], qs: list, logits: torch.Tensor, params: SamplingParams, generator: torch.Generator,
-           room: int, eos: frozenset[int]) -> tuple[Verdict, list[int]]:
+           room: int, eos: frozenset[int], synthetic_alpha: float | None = None) -> tuple[Verdict, list[int]]:
     """A round's verdict from the target's logits [g+1, V] over the pending token and the drafts, and the tokens it
-    emits: the accepted drafts and the recovered/bonus token, at most `room` of them, cut after an EOS."""
-    if params.greedy:
+    emits: the accepted drafts and the recovered/bonus token, at most `room` of them, cut after an EOS.
+    `synthetic_alpha` replaces the acceptance test by a coin of that bias (see `verify_synthetic`)."""
+    if synthetic_alpha is not None:
+        verdict = verify_synthetic(len(drafts), argmax(logits).tolist(), synthetic_alpha, generator)
+    elif params.greedy:
         verdict = verify_greedy(drafts, argmax(logits).tolist())
     else:
         q = torch.stack(qs) if qs else logits[:0]  # [g, V]
@@ -107,12 +110,13 @@ def generate(
     gamma: int = 0,
     eos: frozenset[int] = frozenset(),
     stop_below: float = 0.0,
+    synthetic_alpha: float | None = None,
 ) -> Generation:
     """Decode up to `max_new_tokens` after `prompt`: SD with `drafter` and lookahead `gamma`, or AR without.
 
     Adaptive lookahead: with `stop_below` > 0 a round stops drafting early once the drafter gives its own token a
     probability below it (γ is then the most per round). The choice depends on the drafter's side only, so
-    verification stays exact."""
+    verification stays exact. `synthetic_alpha` (cost measurement, not lossless): see `verify_synthetic`."""
     if not prompt:
         raise DraftwiseError("empty prompt: nothing to condition on")
     if drafter is not None and gamma < 1:
@@ -149,7 +153,7 @@ def generate(
         t_drafted = time.perf_counter()
         # verify: one target pass over the pending token and the drafts -> γ+1 distributions
         logits = p_ctx.feed(seq[p_ctx.length :] + drafts, g + 1)  # [g+1, V]
-        verdict, new = settle(drafts, qs, logits, params, generator, max_new_tokens - len(out.tokens), eos)
+        verdict, new = settle(drafts, qs, logits, params, generator, max_new_tokens - len(out.tokens), eos, synthetic_alpha)
         seq += new
         out.tokens += new
         # the caches keep only what is now part of the sequence; its last token is fed next round

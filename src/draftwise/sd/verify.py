@@ -50,3 +50,12 @@ def verify(drafts: torch.Tensor, q: torch.Tensor, p: torch.Tensor, generator: to
     # mass > 0 whenever a rejection happened (p(x) < q(x) leaves mass where p > q); the guard covers rounding
     dist = residual / mass if mass > 0 else p[n]
     return Verdict(n, int(sample(dist, generator)))
+
+
+def verify_synthetic(gamma: int, targets: list[int], alpha: float, generator: torch.Generator) -> Verdict:
+    """Synthetic acceptance (cost measurement only, NOT lossless): each of γ drafts is kept with probability α,
+    independently of p and q; the next token is the target's own at the first rejection (or the bonus position).
+    `targets` [γ+1] are the target's tokens at the verified positions. E[accepted] = Σ_k α^k, as for i.i.d. α."""
+    u = torch.rand(gamma, generator=generator, device=generator.device).tolist()
+    n = next((i for i, x in enumerate(u) if x >= alpha), gamma)
+    return Verdict(n, targets[n])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -21,6 +22,7 @@ from tqdm import tqdm
 from .. import data, metrics
 from ..config import BenchConfig
 from ..errors import DraftwiseError
+from ..executors import Executor, InProcess, exclusive
 from ..models import Model, ModelOptions, describe, load, load_drafter
 from ..rundir import RunDir
 from ..sd.batched_sd import generate_batch_sd
@@ -43,7 +45,7 @@ def engine_method(target: Model, drafter: Model | None, config: BenchConfig):
         gen = generate(
             target.lm, ids, params, max_new_tokens, torch.Generator(device=target.lm.device).manual_seed(seed),
             drafter=drafter.lm if drafter else None, gamma=config.gamma, eos=target.eos_ids,
-            stop_below=config.draft_stop if drafter else 0.0,
+            stop_below=config.draft_stop if drafter else 0.0, synthetic_alpha=config.synthetic_alpha if drafter else None,
         )
         return {"tokens": gen.tokens, "new_tokens": len(gen.tokens), "seconds": gen.seconds, "prefill_s": gen.prefill_s,
                 "rounds": [r.__dict__ for r in gen.rounds]}
@@ -59,6 +61,7 @@ def batched_method(target: Model, drafter: Model | None, config: BenchConfig):
         gens, seconds = generate_batch_sd(
             target.lm, batch, params, max_new_tokens, torch.Generator(device=target.lm.device).manual_seed(seed),
             drafter=drafter.lm if drafter else None, gamma=config.gamma, eos=target.eos_ids,
+            synthetic_alpha=config.synthetic_alpha if drafter else None,
         )
         return {"tokens": [g.tokens for g in gens], "new_tokens": sum(len(g.tokens) for g in gens), "seconds": seconds,
                 "prefill_s": gens[0].prefill_s, "rounds": [r.__dict__ for g in gens for r in g.rounds]}
@@ -98,6 +101,10 @@ def hf_method(target: Model, drafter: Model | None, config: BenchConfig):
     return run
 
 
+def method_names(config: BenchConfig) -> list[str]:
+    return (["sd"] if config.drafter else []) + list(config.baselines)
+
+
 def methods(config: BenchConfig, target: Model, drafter: Model | None) -> dict:
     engine = engine_method if config.batch_size == 1 else batched_method
     out = {"sd": engine(target, drafter, config)} if drafter else {}
@@ -110,37 +117,86 @@ def methods(config: BenchConfig, target: Model, drafter: Model | None) -> dict:
     return out
 
 
-def run(config: BenchConfig, out: str | Path) -> Path:
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    run_dir = RunDir(out, config)
+def units(config: BenchConfig, encoded: list[list[int]]) -> list[tuple[int, ...]]:
+    """Work units: single prompts, or batches of B decoded together (similar lengths together: less padded prefill)."""
+    B = config.batch_size
+    order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), i)) if B > 1 else list(range(len(encoded)))
+    return [tuple(order[i : i + B]) for i in range(0, len(order), B)]
+
+
+def encode_prompts(config: BenchConfig, target: Model) -> tuple[list[data.Prompt], list[list[int]]]:
     prompts = select_prompts(config)
-    options = ModelOptions(config.dtype, config.device, config.backend, config.compile)
-    target = load(config.target, options)
-    drafter = load_drafter(config.drafter, target, options) if config.drafter else None
     encoded = [target.encode(p.text) for p in prompts]
     empty = [p.id for p, ids in zip(prompts, encoded) if not ids]
     if empty:
         raise DraftwiseError(f"prompt {empty[0]} encodes to no tokens")
-    fns = methods(config, target, drafter)
-    B = config.batch_size  # work units: single prompts, or batches of B decoded together
-    by_length = sorted(range(len(prompts)), key=lambda i: (len(encoded[i]), i)) if B > 1 else list(range(len(prompts)))
-    units = [by_length[i : i + B] for i in range(0, len(prompts), B)]  # similar lengths together: less padded prefill
+    return prompts, encoded
+
+
+class Runner:
+    """Runs one (unit, method) of a bench config and returns its record; warms each method up before its first."""
+
+    def __init__(self, config: BenchConfig, target: Model, drafter: Model | None):
+        self.config, self.fns, self.warm = config, methods(config, target, drafter), set()
+        self.prompts, self.encoded = encode_prompts(config, target)
+
+    def input(self, unit: tuple[int, ...]):
+        return self.encoded[unit[0]] if self.config.batch_size == 1 else [self.encoded[i] for i in unit]
+
+    def __call__(self, item: tuple[tuple[int, ...], str]) -> dict:
+        unit, name = item
+        fn, c = self.fns[name], self.config
+        if name not in self.warm:  # kernels compiled, caches allocated, weights paged in
+            for _ in range(c.warmup):
+                fn(self.input(unit), c.seed, max_new_tokens=min(16, c.max_new_tokens))
+            self.warm.add(name)
+        prompt = self.prompts[unit[0]]
+        rec = fn(self.input(unit), c.seed + unit[0])
+        return {"method": name, "prompt_id": "+".join(self.prompts[i].id for i in unit), "suite": prompt.suite,
+                "category": prompt.category, "prompt_tokens": sum(len(self.encoded[i]) for i in unit), "batch": len(unit), **rec}
+
+
+def load_models(config: BenchConfig, loaded: dict | None = None) -> tuple[Model, Model | None]:
+    """Target and drafter of `config`; `loaded` (spec -> Model) lets several configs share one process's models."""
+    loaded = {} if loaded is None else loaded
+    options = ModelOptions(config.dtype, config.device, config.backend, config.compile)
+    key = (config.target, options)
+    if key not in loaded:
+        loaded[key] = load(config.target, options)
+    target = loaded[key]
+    if config.drafter and (config.drafter, key) not in loaded:
+        loaded[(config.drafter, key)] = load_drafter(config.drafter, target, options)
+    return target, loaded[(config.drafter, key)] if config.drafter else None
+
+
+@dataclass(frozen=True)
+class BenchWork:
+    """The executor's recipe: load the models (once per process), then run (unit, method) items."""
+
+    config: BenchConfig
+
+    def __call__(self) -> Runner:
+        if self.config.threads:
+            torch.set_num_threads(self.config.threads)
+        return Runner(self.config, *load_models(self.config))
+
+
+def run(config: BenchConfig, out: str | Path, executor: Executor | None = None) -> Path:
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    run_dir = RunDir(out, config)
+    target, drafter = load_models(config)
+    prompts, encoded = encode_prompts(config, target)
+    names = method_names(config)
     unit_id = lambda u: "+".join(prompts[i].id for i in u)  # noqa: E731
-    unit_input = lambda u: encoded[u[0]] if B == 1 else [encoded[i] for i in u]  # noqa: E731
     done = {(r["method"], r["prompt_id"]) for r in run_dir.records()}
-    todo = [(u, name) for u in units for name in fns if (name, unit_id(u)) not in done]
-    if todo:
-        for name, fn in fns.items():  # warm-up: kernels compiled, caches allocated, weights paged in
-            for _ in range(config.warmup):
-                fn(unit_input(units[0]), config.seed, max_new_tokens=min(16, config.max_new_tokens))
-    bar = tqdm(todo, desc="bench", unit="gen", file=sys.stderr, dynamic_ncols=True, disable=not todo)
-    for u, name in bar:
-        prompt = prompts[u[0]]
-        rec = fns[name](unit_input(u), config.seed + u[0])
-        run_dir.append({"method": name, "prompt_id": unit_id(u), "suite": prompt.suite, "category": prompt.category,
-                        "prompt_tokens": sum(len(encoded[i]) for i in u), "batch": len(u), **rec})
-        bar.set_postfix_str(f"{name} {rec['new_tokens'] / rec['seconds']:.1f} tok/s")
+    todo = [(u, name) for u in units(config, encoded) for name in names if (name, unit_id(u)) not in done]
+    bar = tqdm(total=len(todo), desc="bench", unit="gen", file=sys.stderr, dynamic_ncols=True, disable=not todo)
+    for _, rec in (executor or InProcess()).map(BenchWork(config), todo, exclusive(config.device, config.threads)):
+        run_dir.append(rec)
+        bar.update()
+        bar.set_postfix_str(f"{rec['method']} {rec['new_tokens'] / rec['seconds']:.1f} tok/s")
+    bar.close()
     summary = summarize(run_dir.records(), config)
     summary["target"] = describe(target)
     summary["drafter"] = describe(drafter) if drafter else None
@@ -159,7 +215,7 @@ def summarize(records: list[dict], config: BenchConfig) -> dict:
     ar_speed = per.get("ar", {}).get("tokens_per_s")
     for name, s in per.items():
         s["speedup_vs_ar"] = s["tokens_per_s"] / ar_speed if ar_speed else None
-        greedy_pair = config.temperature == 0 and name != "ar" and "ar" in by_method
+        greedy_pair = config.temperature == 0 and name != "ar" and "ar" in by_method and config.synthetic_alpha is None
         s["identical_to_ar"] = metrics.identical_fraction(by_method[name], by_method["ar"]) if greedy_pair else None
     head = per.get("sd") or per.get("ar") or next(iter(per.values()), {})
     ar_step = per.get("ar", {}).get("verify_ms", {}).get(0)

@@ -12,6 +12,7 @@ derived from the records.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +21,11 @@ from tqdm import tqdm
 
 from .. import cost
 from ..config import ProfileConfig
-from ..executors import Executor, InProcess
-from ..models import Model, ModelOptions, load, load_drafter
+from ..executors import Executor, InProcess, exclusive
+from ..models import Model, ModelOptions, engine, load, load_drafter
 from ..models.hf import HFCausalLM
 from ..rundir import RunDir
-from ..timing import measure_interleaved, median
+from ..timing import check_machine, machine, measure_interleaved, median
 
 DEFINITIONS = """\
 ar_step_ms: the target's forward over 1 new token (batch b, `context` positions cached), median of repeats.
@@ -54,24 +55,51 @@ def points(config: ProfileConfig, n_layers: int) -> list[dict]:
 
 
 def key(point: dict) -> tuple:
-    return tuple(sorted((k, v) for k, v in point.items() if k not in ("ms", "ref_ms", "median_ms")))
+    return tuple(sorted((k, v) for k, v in point.items() if k not in ("ms", "ref_ms", "median_ms", "machine")))
+
+
+@dataclass(frozen=True)
+class ProfileWork:
+    """The executor's recipe: load the target and every drafter (once per process), then time points with them."""
+
+    config: ProfileConfig
+
+    def __call__(self) -> "Timer":
+        c = self.config
+        if c.threads:
+            torch.set_num_threads(c.threads)
+        models = load_models(c)
+        return Timer(models, c, machine(c.device, c.dtype, engine(models["target"], _options(c))))
+
+
+def _options(config: ProfileConfig) -> ModelOptions:
+    return ModelOptions(config.dtype, config.device, config.backend)
+
+
+def load_models(config: ProfileConfig) -> dict[str, Model]:
+    options = _options(config)
+    target = load(config.target, options)
+    models = {"target": target}
+    for spec in dict.fromkeys(p["model"] for p in points(config, target.config.num_hidden_layers) if p["model"] != "target"):
+        models[spec] = load_drafter(spec, target, options)
+    return models
 
 
 class Timer:
     """Times one point: a forward at position `context` (the cache is filled once per model and batch) or the head."""
 
-    def __init__(self, models: dict[str, Model], config: ProfileConfig):
-        self.models, self.config = models, config
+    def __init__(self, models: dict[str, Model], config: ProfileConfig, machine: dict):
+        self.models, self.config, self.machine = models, config, machine
         self.gen = torch.Generator().manual_seed(config.seed)
 
     def __call__(self, point: dict) -> dict:
         fn = self.call(point)
         if point["kind"] == "step" and point["model"] == "target":
             (ms,) = measure_interleaved([fn], self.device, self.config.warmup, self.config.repeats)
-            return {"ms": ms}
+            return {"ms": ms, "machine": self.machine}
         ref = self.call({"kind": "step", "model": "target", "batch": point["batch"], "tokens": 1})
         ms, ref_ms = measure_interleaved([fn, ref], self.device, self.config.warmup, self.config.repeats)
-        return {"ms": ms, "ref_ms": ref_ms}
+        return {"ms": ms, "ref_ms": ref_ms, "machine": self.machine}
 
     @property
     def device(self):
@@ -96,17 +124,15 @@ def run(config: ProfileConfig, out: str | Path, executor: Executor | None = None
     if config.threads:
         torch.set_num_threads(config.threads)
     run_dir = RunDir(out, config)
-    options = ModelOptions(config.dtype, config.device, config.backend)
-    target = load(config.target, options)
-    todo_all = points(config, target.config.num_hidden_layers)
-    done = {key(r) for r in run_dir.records()}
-    todo = [p for p in todo_all if key(p) not in done]
-    models = {"target": target}
-    for spec in dict.fromkeys(p["model"] for p in todo_all if p["model"] != "target"):
-        models[spec] = load_drafter(spec, target, options)
+    models = load_models(config)  # here too: the summary needs every model's shape
+    records = run_dir.records()
+    done = {key(r) for r in records}
+    todo = [p for p in points(config, models["target"].config.num_hidden_layers) if key(p) not in done]
     bar = tqdm(total=len(todo), desc="profile", unit="point", file=sys.stderr, dynamic_ncols=True, disable=not todo)
-    for point, times in (executor or InProcess()).map(Timer(models, config), todo):
-        run_dir.append({**point, "median_ms": median(times["ms"]), **times})
+    for point, times in (executor or InProcess()).map(ProfileWork(config), todo, exclusive(config.device, config.threads)):
+        check_machine(records, times["machine"], run_dir.path)
+        records.append({**point, "median_ms": median(times["ms"]), **times})
+        run_dir.append(records[-1])
         bar.update()
         bar.set_postfix_str(f"{point['kind']} {point['model'][:24]} b={point['batch']} t={point['tokens']}: {median(times['ms']):.2f} ms")
     bar.close()
@@ -123,7 +149,8 @@ def run(config: ProfileConfig, out: str | Path, executor: Executor | None = None
 def summarize(records: list[dict], configs: dict, config: ProfileConfig) -> dict:
     """profile.json from the raw records (medians, ratios, shares and the depth fit are all derived here)."""
     target_shape = cost.Shape.of(configs["target"])
-    out = {"definitions": DEFINITIONS, "context": config.context, "target": {
+    out = {"definitions": DEFINITIONS, "context": config.context,
+           "machine": next((r["machine"] for r in records if r.get("machine")), None), "target": {
         "spec": config.target, "shape": target_shape.__dict__, "params": target_shape.params()}, "batches": {}}
     for b in config.batches:
         recs = [r for r in records if r["batch"] == b]

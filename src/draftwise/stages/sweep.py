@@ -14,7 +14,7 @@ finish, and are skipped on rerun. sweep.json (fits, KV bytes, largest batch) and
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -24,12 +24,13 @@ from tqdm import tqdm
 from .. import cost
 from ..config import SweepConfig
 from ..errors import DraftwiseError
-from ..executors import Executor, InProcess
-from ..models import ModelOptions, layer_subset, load
+from ..executors import Executor, InProcess, exclusive
+from ..models import ModelOptions, engine, layer_subset, load
 from ..models.hf import torch_dtype
 from ..models.llama import LeanLlama
+from ..models.random import llama_config, random_lm
 from ..rundir import RunDir
-from ..timing import measure_interleaved, median
+from ..timing import check_machine, machine, measure_interleaved, median
 
 DEFINITIONS = """\
 step_ms: one drafter step (1 token per sequence, `context` positions cached), median of repeats. c = step / target AR step,
@@ -69,36 +70,30 @@ def shape_of(point: dict) -> cost.Shape:
 
 
 def key(point: dict) -> tuple:
-    return tuple(sorted((k, v) for k, v in point.items() if k not in ("ms", "ref_ms")))
+    return tuple(sorted((k, v) for k, v in point.items() if k not in ("ms", "ref_ms", "machine")))
 
 
 def random_model(template_config, shape: cost.Shape, dtype: torch.dtype, device: str, seed: int) -> LeanLlama:
-    config = template_config.__class__.from_dict(template_config.to_dict())
-    config.update(dict(num_hidden_layers=shape.layers, hidden_size=shape.hidden, num_attention_heads=shape.heads,
-                       num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim, intermediate_size=shape.ffn,
-                       vocab_size=shape.vocab, tie_word_embeddings=shape.tied))
-    gen = torch.Generator().manual_seed(seed)
-    d, hd, f = shape.hidden, shape.head_dim, shape.ffn
+    return random_lm(llama_config({**shape.__dict__, "vocab": shape.vocab}, template_config), dtype, device, seed)
 
-    def w(*size):
-        return (0.02 * torch.randn(*size, generator=gen)).to(device, dtype)
 
-    sd = {"model.embed_tokens.weight": w(shape.vocab, d), "model.norm.weight": torch.ones(d, device=device, dtype=dtype)}
-    if not shape.tied:
-        sd["lm_head.weight"] = w(shape.vocab, d)
-    for i in range(shape.layers):
-        p = f"model.layers.{i}."
-        sd.update({p + "self_attn.q_proj.weight": w(shape.heads * hd, d), p + "self_attn.k_proj.weight": w(shape.kv_heads * hd, d),
-                   p + "self_attn.v_proj.weight": w(shape.kv_heads * hd, d), p + "self_attn.o_proj.weight": w(d, shape.heads * hd),
-                   p + "mlp.gate_proj.weight": w(f, d), p + "mlp.up_proj.weight": w(f, d), p + "mlp.down_proj.weight": w(d, f),
-                   p + "input_layernorm.weight": torch.ones(d, device=device, dtype=dtype),
-                   p + "post_attention_layernorm.weight": torch.ones(d, device=device, dtype=dtype)})
-    return LeanLlama(config, sd)
+@dataclass(frozen=True)
+class SweepWork:
+    """The executor's recipe: load the target (once per process), then time points with it."""
+
+    config: SweepConfig
+
+    def __call__(self) -> "Timer":
+        if self.config.threads:
+            torch.set_num_threads(self.config.threads)
+        options = ModelOptions(self.config.dtype, self.config.device, "lean")
+        target = load(self.config.target, options)
+        return Timer(target, self.config, machine(self.config.device, self.config.dtype, engine(target, options)))
 
 
 class Timer:
-    def __init__(self, target, config: SweepConfig):
-        self.target, self.config = target, config
+    def __init__(self, target, config: SweepConfig, machine: dict):
+        self.target, self.config, self.machine = target, config, machine
         self.target_shape = cost.Shape.of(target.config)
 
     def __call__(self, point: dict) -> dict:
@@ -114,7 +109,7 @@ class Timer:
         ref_ids = ids.clamp_max(self.target_shape.vocab - 1)
         ms, ref_ms = measure_interleaved([lambda: lm.forward(ids, ctx, 1), lambda: self.target.lm.forward(ref_ids, ctx, 1)],
                                          self.config.device, self.config.warmup, self.config.repeats)
-        return {"ms": ms, "ref_ms": ref_ms}
+        return {"ms": ms, "ref_ms": ref_ms, "machine": self.machine}
 
 
 def run(config: SweepConfig, out: str | Path, executor: Executor | None = None) -> Path:
@@ -124,11 +119,14 @@ def run(config: SweepConfig, out: str | Path, executor: Executor | None = None) 
     run_dir = RunDir(out, config)
     target = load(config.target, ModelOptions(config.dtype, config.device, "lean"))
     all_points = points(config, cost.Shape.of(target.config))
-    done = {key(r) for r in run_dir.records()}
+    records = run_dir.records()
+    done = {key(r) for r in records}
     todo = [p for p in all_points if key(p) not in done]
     bar = tqdm(total=len(todo), desc="sweep", unit="shape", file=sys.stderr, dynamic_ncols=True, disable=not todo)
-    for point, times in (executor or InProcess()).map(Timer(target, config), todo):
-        run_dir.append({**point, **times})
+    for point, times in (executor or InProcess()).map(SweepWork(config), todo, exclusive(config.device, config.threads)):
+        check_machine(records, times["machine"], run_dir.path)
+        records.append({**point, **times})
+        run_dir.append(records[-1])
         bar.update()
         bar.set_postfix_str(f"{point['family']} {shape_of(point).describe()} b={point['batch']}: {median(times['ms']):.2f} ms")
     bar.close()
@@ -159,6 +157,7 @@ def summarize(records: list[dict], target: cost.Shape, config: SweepConfig) -> d
             errs = [abs(model.predict_ms(s) - ms) / ms for s, ms in pts]
             fits[str(b)] = {**model.as_dict(), "median_abs_error": float(np.median(errs)), "max_abs_error": float(max(errs))}
     return {"definitions": DEFINITIONS, "target": target.__dict__, "context": config.context, "memory": memory,
+            "machine": next((r["machine"] for r in records if r.get("machine")), None),
             "budget": cost.parse_count(config.budget), "rows": rows, "fits": fits,
             "depth_lines": _depth_lines(rows), "findings": _findings(rows, fits, target)}
 

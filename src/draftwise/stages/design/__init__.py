@@ -1,7 +1,8 @@
 """`draftwise design`: the paper's study, run for one target on this machine, ending in a chosen drafter and γ*.
 
   gen-data → prune + distill each candidate → profile → sweep → agree → predict γ* → bench (select drafter,
-  then γ*, then temperatures, then the headline against transformers) → accuracy → report → export
+  then γ*, then temperatures, then each trained candidate at the largest batch that fits `memory`, then the
+  headline against transformers) → accuracy → report → export
 
 Every stage writes its own run folder under `stages/` and, when finished, one `done` record in this folder's
 records.jsonl; a rerun skips finished stages and resumes the unfinished one from its own folder, so a kill at any
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -29,7 +31,9 @@ from ...config import (
     SweepConfig,
 )
 from ...errors import DraftwiseError
-from ...models import ModelOptions, load, load_drafter
+from ...executors import Executor, InProcess, exclusive
+from ...models import ModelOptions, hf, load, load_drafter
+from ...models.source import resolve
 from ...rundir import RunDir
 from .. import accuracy, agree, bench, distill, gen_data, profile, prune, sweep
 from ..draft_vocab import write_reduced
@@ -38,14 +42,14 @@ from .candidates import Candidate, candidates
 GAMMAS = (1, 2, 3, 4, 6, 8)
 
 
-class Pipeline:
-    """The design run folder: which stages are done, and where each one's folder is."""
+class Stages:
+    """Which stages are done and where each one's folder is; `stage` runs one unless it is done, writes its done
+    record into the stage's own folder (done.json) and hands it to `on_done`. A worker (see `CandidateWork`) holds
+    one of these without the run folder: it returns its records to the driver, which alone appends to
+    records.jsonl; a done.json whose item never returned (a kill) is collected by the next `Pipeline`."""
 
-    def __init__(self, config: DesignConfig, out: str | Path):
-        self.config = config
-        self.dir = RunDir(out, config)
-        self.stages = self.dir.path / "stages"
-        self.done = {r["stage"]: r for r in self.dir.records() if r.get("event") == "done"}
+    def __init__(self, config: DesignConfig, stages: Path, done: dict[str, dict], on_done: Callable[[dict], None]):
+        self.config, self.stages, self.done, self.on_done = config, stages, done, on_done
 
     def folder(self, name: str) -> Path:
         return self.stages / name
@@ -58,9 +62,30 @@ class Pipeline:
         result = work(self.folder(name))
         result = result if isinstance(result, dict) else {}  # stage runs return their folder; decisions a dict
         record = {"event": "done", "stage": name, "folder": str(self.folder(name)), **decision, **result}
-        self.dir.append(record)
+        self.folder(name).mkdir(parents=True, exist_ok=True)
+        tmp = self.folder(name) / "done.json.tmp"
+        tmp.write_text(json.dumps(record) + "\n")
+        tmp.replace(self.folder(name) / "done.json")
         self.done[name] = record
+        self.on_done(record)
         return record
+
+
+class Pipeline(Stages):
+    """The design run folder: config.json, and one done record per finished stage in records.jsonl."""
+
+    def __init__(self, config: DesignConfig, out: str | Path, executor: Executor | None = None):
+        self.dir, self.executor = RunDir(out, config), executor or InProcess()  # where every stage's items run
+        done = {r["stage"]: r for r in self.dir.records() if r.get("event") == "done"}
+        super().__init__(config, self.dir.path / "stages", done, self.dir.append)
+        for marker in sorted(self.stages.glob("*/done.json")):  # finished in an item that was killed before returning
+            self.add(json.loads(marker.read_text()))
+
+    def add(self, record: dict) -> None:
+        """A done record a worker returned."""
+        if record["stage"] not in self.done:
+            self.done[record["stage"]] = record
+            self.dir.append(record)
 
 
 def budgets(config: DesignConfig, n_trained: int) -> dict:
@@ -74,26 +99,59 @@ def _options(config: DesignConfig) -> dict:
     return {"dtype": config.dtype, "device": config.device, "threads": config.threads}
 
 
-def build(p: Pipeline, target_shape: cost.Shape, cands: list[Candidate]) -> dict[str, str]:
-    """Prune and distill each trained candidate; returns {candidate name: drafter spec}."""
+def spec_of(p: Stages, cand: Candidate) -> str:
+    """What the engine loads for a candidate: its distilled checkpoint, or the spec it is taken as."""
+    return str(p.folder(f"distill-{cand.name}")) if cand.trained else cand.spec
+
+
+def candidate_stages(p: Stages, cand: Candidate, n_trained: int) -> None:
+    """One candidate's own stages: prune and distill (trained candidates), then teacher-forced agreement."""
     c, opts = p.config, _options(p.config)
-    b = budgets(c, sum(x.trained for x in cands))
-    data_dir = p.folder("gen-data")
+    if cand.trained:
+        p.stage(f"prune-{cand.name}", lambda f: prune.run(PruneConfig(
+            target=c.target, shape=cand.prune_shape(), calib_tokens=384, elimination_tokens=96, seed=c.seed, **opts), f))
+        p.stage(f"distill-{cand.name}", lambda f: distill.run(DistillConfig(
+            target=c.target, drafter=str(p.folder(f"prune-{cand.name}")), data=str(p.folder("gen-data")), loss=c.loss,
+            minutes=budgets(c, n_trained)["distill_minutes"], eval_prompts=16, eval_every=50, seed=c.seed, **opts), f))
+    p.stage(f"agree-{cand.name}", lambda f: agree.run(AgreeConfig(
+        target=c.target, drafter=spec_of(p, cand), limit=24, max_new_tokens=c.max_new_tokens, gammas=GAMMAS, **opts), f))
+
+
+@dataclass(frozen=True)
+class CandidateWork:
+    """The executor's recipe for one candidate's stages: items are (candidate, done records so far); the result is
+    the done records the candidate's stages wrote."""
+
+    config: DesignConfig
+    stages: str
+    n_trained: int
+
+    def __call__(self):
+        if self.config.threads:
+            torch.set_num_threads(self.config.threads)
+
+        def run_candidate(item: tuple[Candidate, dict]) -> list[dict]:
+            cand, done = item
+            records: list[dict] = []
+            candidate_stages(Stages(self.config, Path(self.stages), dict(done), records.append), cand, self.n_trained)
+            return records
+
+        return run_candidate
+
+
+def build(p: Pipeline, cands: list[Candidate]) -> dict[str, str]:
+    """Target data, then every candidate's own stages (each candidate an executor item); {name: drafter spec}."""
+    c, opts = p.config, _options(p.config)
+    n_trained = sum(x.trained for x in cands)
     p.stage("gen-data", lambda f: gen_data.run(GenDataConfig(
-        target=c.target, max_new_tokens=96, temperatures=(0.0, 1.0), limit=b["gen_prompts"], seed=c.seed, **opts), f))
-    specs = {}
-    for cand in cands:
-        if not cand.trained:
-            specs[cand.name] = cand.spec
-            continue
-        p.stage(f"prune-{cand.name}", lambda f, cand=cand: prune.run(PruneConfig(
-            target=c.target, shape=cand.prune_shape(), calib_tokens=384, elimination_tokens=96, seed=c.seed, **opts), f)
-           )
-        p.stage(f"distill-{cand.name}", lambda f, cand=cand: distill.run(DistillConfig(
-            target=c.target, drafter=str(p.folder(f"prune-{cand.name}")), data=str(data_dir), loss=c.loss,
-            minutes=b["distill_minutes"], eval_prompts=16, eval_every=50, seed=c.seed, **opts), f))
-        specs[cand.name] = str(p.folder(f"distill-{cand.name}"))
-    return specs
+        target=c.target, max_new_tokens=96, temperatures=(0.0, 1.0), limit=budgets(c, n_trained)["gen_prompts"],
+        seed=c.seed, **opts), f))
+    todo = [(cand, dict(p.done)) for cand in cands if f"agree-{cand.name}" not in p.done]
+    work = CandidateWork(c, str(p.stages), n_trained)
+    for _, records in p.executor.map(work, todo, exclusive(c.device, c.threads)):
+        for record in records:
+            p.add(record)
+    return {cand.name: spec_of(p, cand) for cand in cands}
 
 
 def measure_costs(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str]) -> None:
@@ -101,14 +159,15 @@ def measure_costs(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str]) 
     depths = tuple(k for k in (1, 2, 4, 8) if k < target_shape.layers)
     p.stage("profile", lambda f: profile.run(ProfileConfig(
         target=c.target, drafters=tuple(specs.values()), depths=depths, gammas=GAMMAS, batches=(1,), warmup=2, repeats=7,
-        seed=c.seed, **opts), f))
+        seed=c.seed, **opts), f, p.executor))
     hd = target_shape.head_dim
     unit = hd * target_shape.heads // target_shape.kv_heads  # widths keep whole GQA groups
     widths = tuple(sorted({max(unit, round(target_shape.hidden * m / unit) * unit) for m in (1 / 3, 2 / 3, 1, 4 / 3)}))
     budget = min(replace(target_shape, layers=k).params()["non_embedding"] for k in c.wide_layers)
     p.stage("sweep", lambda f: sweep.run(SweepConfig(
         target=c.target, budget=str(budget), layers=_budget_depths(target_shape, budget), widths=widths,
-        width_depth=min(c.wide_layers), truncations=(), batches=(1,), warmup=2, repeats=5, seed=c.seed, **opts), f))
+        width_depth=min(c.wide_layers), truncations=(), batches=(1,), warmup=2, repeats=5, seed=c.seed, **opts), f,
+        p.executor))
     for name, spec in specs.items():
         p.stage(f"agree-{name}", lambda f, spec=spec: agree.run(AgreeConfig(
             target=c.target, drafter=spec, limit=24, max_new_tokens=c.max_new_tokens, gammas=GAMMAS, **opts), f))
@@ -136,12 +195,12 @@ def predicted(p: Pipeline, spec: str, name: str) -> dict[int, float]:
 
 
 def _bench(p: Pipeline, name: str, spec: str, gamma: int, temperature: float = 0.0, baselines=(), suite=None,
-           limit=None, draft_stop: float = 0.0) -> dict:
+           limit=None, draft_stop: float = 0.0, batch_size: int = 1) -> dict:
     c = p.config
     config = BenchConfig(target=c.target, drafter=spec, gamma=gamma, draft_stop=draft_stop, temperature=temperature,
                          suite=suite or c.bench_suites, limit=limit or c.bench_limit, max_new_tokens=c.max_new_tokens,
-                         baselines=tuple(baselines), seed=c.seed, **_options(c))
-    return p.stage(name, lambda f: bench.run(config, f), drafter=spec, gamma=gamma, temperature=temperature)
+                         baselines=tuple(baselines), batch_size=batch_size, seed=c.seed, **_options(c))
+    return p.stage(name, lambda f: bench.run(config, f, p.executor), drafter=spec, gamma=gamma, temperature=temperature)
 
 
 def summary(p: Pipeline, stage: str) -> dict:
@@ -193,19 +252,61 @@ def select(p: Pipeline, specs: dict[str, str]) -> tuple[str, int]:
     return chosen, gamma
 
 
-def run(config: DesignConfig, out: str | Path) -> Path:
+def measured_gamma(p: Pipeline, name: str) -> int:
+    """The γ a candidate runs at: γ* for the chosen drafter, else the fastest γ of its selection bench(es)."""
+    if name == p.done["select-drafter"]["drafter"]:
+        return p.done["select-gamma"]["gamma"]
+    prefix = f"bench-{name}-g"
+    runs = {p.done[n]["gamma"]: n for n in p.done if n.startswith(prefix) and n[len(prefix):].isdigit()}
+    return max(runs, key=lambda g: sd_tokens_per_s(p, runs[g])) if runs else p.done["select-gamma"]["gamma"]
+
+
+def batch_dividend(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str], cands: list[Candidate]) -> None:
+    """Each trained candidate at the largest batch whose footprint with SD on fits `memory`: target + drafter
+    weights, plus target + drafter KV of `context` positions per sequence (capped at `batch_cap`), SD beside AR.
+
+    The decision (`max-batch-<name>`) is a record; the bench (`bench-<name>-batch`) decodes about `bench_limit`
+    eval prompts in full batches of that size at T = 0 and the candidate's measured γ."""
+    from transformers import AutoConfig
+
+    c = p.config
+    memory = cost.parse_count(c.memory)
+    bytes_per_value = torch.empty((), dtype=hf.torch_dtype(c.dtype)).element_size()  # 4 fp32, 2 bf16/fp16
+    for cand in (x for x in cands if x.trained):
+        spec = specs[cand.name]
+        shape = cost.Shape.of(AutoConfig.from_pretrained(resolve(spec), local_files_only=True))
+
+        def decide(folder, shape=shape) -> dict:
+            largest = int(cost.max_batch(memory, target_shape, shape, c.context, bytes_per_value))
+            return {"memory": memory, "context": c.context, "bytes_per_value": bytes_per_value,
+                    "weight_bytes_target": target_shape.weight_bytes(bytes_per_value),
+                    "weight_bytes_drafter": shape.weight_bytes(bytes_per_value),
+                    "kv_bytes_per_seq_target": target_shape.kv_bytes(c.context, 1, bytes_per_value),
+                    "kv_bytes_per_seq_drafter": shape.kv_bytes(c.context, 1, bytes_per_value),
+                    "max_batch": largest, "batch": min(largest, c.batch_cap), "capped": largest > c.batch_cap}
+
+        batch = p.stage(f"max-batch-{cand.name}", decide, drafter=spec)["batch"]
+        if batch < 1:
+            continue  # not even one sequence fits beside the weights: nothing to benchmark
+        limit = batch * max(1, round(c.bench_limit / batch))  # full batches only: every record decodes `batch` prompts
+        _bench(p, f"bench-{cand.name}-batch", spec, measured_gamma(p, cand.name), baselines=("ar",), limit=limit,
+               batch_size=batch)
+
+
+def run(config: DesignConfig, out: str | Path, executor: Executor | None = None) -> Path:
     if config.threads:
         torch.set_num_threads(config.threads)
-    p = Pipeline(config, out)
+    p = Pipeline(config, out, executor)
     options = ModelOptions(config.dtype, config.device)
     target = load(config.target, options)
     target_shape = cost.Shape.of(target.config)
     cands = candidates(target_shape, config.wide_layers, config.narrow_factor, config.drafter)
-    specs = build(p, target_shape, cands)
+    specs = build(p, cands)
     measure_costs(p, target_shape, specs)
     chosen, gamma = select(p, specs)
     for t in config.temperatures:
         _bench(p, f"bench-chosen-t{t:g}", specs[chosen], gamma, t, baselines=("ar",))
+    batch_dividend(p, target_shape, specs, cands)
     _bench(p, "bench-headline", specs[chosen], gamma, baselines=("ar", "hf-generate", "hf-assisted"), suite="spec_bench",
            limit=config.headline_limit)
     p.stage("accuracy", lambda f: measure_accuracy(config, target, specs, f, options))

@@ -1,0 +1,99 @@
+"""Random-weight Llama models: shapes whose trained weights are not at hand (a LLaMA-7B-shaped target on a GPU
+machine with no model files), for what depends on the shape alone — step latency, and SD's system cost under
+`bench --synthetic-alpha`.
+
+Spec: `random:` followed by `key=value` pairs over layers, hidden, heads, kv_heads, head_dim, ffn, vocab and seed.
+A target's left-out keys take LLaMA-7B's (32 layers, d=4096, 32 heads, FFN 11008, vocabulary 32000); a drafter's
+take its target's, so `random:layers=5` is a 5-layer drafter at the target's width. Text is encoded byte by byte
+(ids 3..258, folded into the vocabulary): there is no tokenizer, and none is needed to measure cost.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import DraftwiseError
+from .llama import LeanLlama
+
+PREFIX = "random:"
+LLAMA_7B = {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 32, "ffn": 11008, "vocab": 32000, "tied": False}
+KEYS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "seed")
+
+
+class ByteTokenizer:
+    """Stands in for a tokenizer: UTF-8 bytes as ids (no chat template, no EOS)."""
+
+    chat_template = None
+    eos_token_id = None
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+
+    def __call__(self, text: str) -> dict:
+        return {"input_ids": [3 + (b % max(1, self.vocab_size - 3)) for b in text.encode()]}
+
+    def get_vocab(self) -> dict[str, int]:
+        return {f"<byte {i}>": i for i in range(self.vocab_size)}
+
+
+def parse(spec: str, base: dict | None = None) -> dict:
+    """`random:layers=5,hidden=2048` -> the full shape (left-out keys from `base`, else LLaMA-7B)."""
+    shape = dict(base or LLAMA_7B)
+    shape.setdefault("seed", 0)
+    body = spec[len(PREFIX):]
+    for part in filter(None, (p.strip() for p in body.split(","))):
+        key, _, value = part.partition("=")
+        if key not in KEYS or not value.isdigit():
+            raise DraftwiseError(f"bad random model spec {spec!r}: expected key=integer pairs over {', '.join(KEYS)}")
+        shape[key] = int(value)
+    if "head_dim" not in body:
+        shape["head_dim"] = shape["hidden"] // shape["heads"]
+    if min(shape[k] for k in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab")) < 1:
+        raise DraftwiseError(f"bad random model spec {spec!r}: every dimension must be >= 1")
+    if shape["heads"] % shape["kv_heads"]:
+        raise DraftwiseError(f"bad random model spec {spec!r}: heads ({shape['heads']}) must be a multiple of kv_heads")
+    return shape
+
+
+def shape_of(config) -> dict:
+    return {"layers": config.num_hidden_layers, "hidden": config.hidden_size, "heads": config.num_attention_heads,
+            "kv_heads": config.num_key_value_heads, "head_dim": config.head_dim, "ffn": config.intermediate_size,
+            "vocab": config.vocab_size, "tied": bool(config.tie_word_embeddings)}
+
+
+def llama_config(shape: dict, template=None):
+    """A transformers LlamaConfig of `shape` (from `template`'s other settings when given)."""
+    from transformers import LlamaConfig
+
+    config = template.__class__.from_dict(template.to_dict()) if template is not None else LlamaConfig()
+    config.update(dict(num_hidden_layers=shape["layers"], hidden_size=shape["hidden"], num_attention_heads=shape["heads"],
+                       num_key_value_heads=shape["kv_heads"], head_dim=shape["head_dim"], intermediate_size=shape["ffn"],
+                       vocab_size=shape["vocab"], tie_word_embeddings=shape.get("tied", False)))
+    if template is None:
+        config.eos_token_id = None  # random weights: a generation runs to its length
+    return config
+
+
+def random_lm(config, dtype: torch.dtype, device: str, seed: int = 0) -> LeanLlama:
+    """A LeanLlama of `config`'s shape with N(0, 0.02²) weights and unit norms, drawn on `device` itself (a 7B
+    model is never materialised on the host)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    d, hd, f, v = config.hidden_size, config.head_dim, config.intermediate_size, config.vocab_size
+    heads, kv = config.num_attention_heads, config.num_key_value_heads
+
+    def w(*size):
+        return 0.02 * torch.randn(*size, generator=gen, device=device, dtype=dtype)
+
+    def ones(n):
+        return torch.ones(n, device=device, dtype=dtype)
+
+    sd = {"model.embed_tokens.weight": w(v, d), "model.norm.weight": ones(d)}
+    if not config.tie_word_embeddings:
+        sd["lm_head.weight"] = w(v, d)
+    for i in range(config.num_hidden_layers):
+        p = f"model.layers.{i}."
+        sd.update({p + "self_attn.q_proj.weight": w(heads * hd, d), p + "self_attn.k_proj.weight": w(kv * hd, d),
+                   p + "self_attn.v_proj.weight": w(kv * hd, d), p + "self_attn.o_proj.weight": w(d, heads * hd),
+                   p + "mlp.gate_proj.weight": w(f, d), p + "mlp.up_proj.weight": w(f, d), p + "mlp.down_proj.weight": w(d, f),
+                   p + "input_layernorm.weight": ones(d), p + "post_attention_layernorm.weight": ones(d)})
+    return LeanLlama(config, sd)

@@ -1,0 +1,112 @@
+"""`draftwise bench` over a grid (drafters × γ × temperature × batch size): one run folder, one records.jsonl.
+
+Every record is a `bench` record plus its point (drafter, gamma, temperature, batch_size; baselines have drafter
+None and gamma 0). Items are (point, unit, method), ordered unit by unit so that the points of one temperature and
+batch size are interleaved on the same prompts (drift hits all alike); through the Ray executor each item is a task.
+A rerun skips the records that are there. grid.json holds one bench summary per SD point, derived from the records.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from ..config import BenchConfig, BenchGridConfig
+from ..executors import Executor, InProcess, exclusive
+from ..rundir import RunDir
+from . import bench
+
+AXES = ("drafter", "gamma", "temperature", "batch_size")
+
+
+def point_of(config: BenchConfig) -> dict:
+    return {"drafter": config.drafter, "gamma": config.gamma if config.drafter else 0,
+            "temperature": config.temperature, "batch_size": config.batch_size}
+
+
+class GridRunner:
+    """One process's view of the grid: models loaded once and shared by every point's `bench.Runner`."""
+
+    def __init__(self, grid: BenchGridConfig):
+        if grid.bench.threads:
+            torch.set_num_threads(grid.bench.threads)
+        self.points, self.loaded, self.runners = grid.points(), {}, {}
+
+    def __call__(self, item: tuple[int, tuple[int, ...], str]) -> dict:
+        index, unit, method = item
+        if index not in self.runners:
+            config = self.points[index]
+            self.runners[index] = bench.Runner(config, *bench.load_models(config, self.loaded))
+        return {**point_of(self.points[index]), **self.runners[index]((unit, method))}
+
+
+@dataclass(frozen=True)
+class GridWork:
+    grid: BenchGridConfig
+
+    def __call__(self) -> GridRunner:
+        return GridRunner(self.grid)
+
+
+def _key(record: dict) -> tuple:
+    return tuple(record[a] for a in AXES) + (record["method"], record["prompt_id"])
+
+
+def run(grid: BenchGridConfig, out: str | Path, executor: Executor | None = None) -> Path:
+    run_dir = RunDir(out, grid)
+    points = grid.points()
+    loaded: dict = {}
+    for config in points:  # every drafter loads and speaks the target's vocabulary, before any point runs
+        bench.load_models(config, loaded)
+    target, _ = bench.load_models(replace(grid.bench, drafter=None, baselines=("ar",), synthetic_alpha=None), loaded)
+    prompts, encoded = bench.encode_prompts(grid.bench, target)
+    del loaded, target  # the executor's processes load their own
+    done = {_key(r) for r in run_dir.records()}
+    items = []
+    for index, config in enumerate(points):
+        for order, unit in enumerate(bench.units(config, encoded)):
+            for method in bench.method_names(config):
+                rec = {**point_of(config), "method": method, "prompt_id": "+".join(prompts[i].id for i in unit)}
+                if _key(rec) not in done:
+                    items.append(((config.temperature, config.batch_size, order, index), (index, unit, method)))
+    todo = [item for _, item in sorted(items, key=lambda x: x[0])]
+    bar = tqdm(total=len(todo), desc="bench grid", unit="gen", file=sys.stderr, dynamic_ncols=True, disable=not todo)
+    for _, rec in (executor or InProcess()).map(GridWork(grid), todo, exclusive(grid.bench.device, grid.bench.threads)):
+        run_dir.append(rec)
+        bar.update()
+        bar.set_postfix_str(f"{rec['method']} {rec['drafter'] or ''} γ={rec['gamma']} B={rec['batch_size']}: "
+                            f"{rec['new_tokens'] / rec['seconds']:.1f} tok/s")
+    bar.close()
+    summary = summarize(run_dir.records(), points)
+    run_dir.write_json("grid.json", summary)
+    print(format_grid(summary))
+    print(f"run folder: {run_dir.path}")
+    return run_dir.path
+
+
+def summarize(records: list[dict], points: list[BenchConfig]) -> dict:
+    """One `bench.summarize` per SD point, over its own records and its (temperature, batch size)'s baselines."""
+    rows = []
+    for config in (p for p in points if p.drafter):
+        point = point_of(config)
+        mine = [r for r in records if all(r[a] == point[a] for a in AXES)]
+        baselines = [r for r in records if r["drafter"] is None and r["temperature"] == config.temperature
+                     and r["batch_size"] == config.batch_size]
+        if mine:
+            rows.append({**point, "synthetic_alpha": config.synthetic_alpha,
+                         **bench.summarize(mine + baselines, config)})
+    return {"definitions": rows[0]["definitions"] if rows else "", "points": rows}
+
+
+def format_grid(summary: dict) -> str:
+    lines = [f"{'drafter':<40}{'γ':>3}{'T':>5}{'B':>4}{'SD tok/s':>10}{'AR tok/s':>10}{'vs AR':>7}{'TAR':>6}{'α':>7}"]
+    for r in summary["points"]:
+        ar = r["baselines"].get("ar", {}).get("tokens_per_s")
+        lines.append(f"{str(r['drafter'])[-40:]:<40}{r['gamma']:>3}{r['temperature']:>5g}{r['batch_size']:>4}"
+                     f"{r['tokens_per_s']:>10.2f}{ar if ar is not None else float('nan'):>10.2f}"
+                     f"{r['speedup_vs_ar'] or float('nan'):>7.2f}{r['tar'] or float('nan'):>6.2f}{r['alpha'] or float('nan'):>7.3f}")
+    return "\n".join(lines)
