@@ -285,21 +285,28 @@ def _batch_dividend(doc: Doc, p, cands) -> None:
             capped.append(cand.name)
         rows.append([cand.name, cand.role, _f(d["kv_bytes_per_seq_drafter"] / 1e6, ".2f"),
                      _f(d["kv_bytes_per_seq_target"] / 1e6, ".2f"), d["max_batch"] or "does not fit",
-                     d["batch"] or "-", p.done[stage]["gamma"] if stage in p.done else "-", _f(sd.get("tokens_per_s")),
-                     _f(ar.get("tokens_per_s")), _f(sd.get("speedup_vs_ar"), ".2f", "x")])
+                     d["batch"] or "-", p.done[stage]["gamma"] if stage in p.done else "-",
+                     _f(sd.get("decode_tokens_per_s")), _f(ar.get("decode_tokens_per_s")),
+                     _f(_ratio(sd.get("decode_tokens_per_s"), ar.get("decode_tokens_per_s")), ".2f", "x"),
+                     _f(sd.get("tokens_per_s")), _f(ar.get("tokens_per_s"))])
     if not rows:
         return
     doc.h("Batch dividend")
     doc.table(["candidate", "role", "drafter KV MB/seq", "target KV MB/seq",
-               f"largest batch in {c.memory} at context {c.context}", "benchmarked batch", "γ", "SD tokens/s (total)",
-               "AR tokens/s (total)", "SD / AR"], rows)
+               f"largest batch in {c.memory} at context {c.context}", "benchmarked batch", "γ", "SD decode tokens/s",
+               "AR decode tokens/s", "SD / AR (decode)", "SD tokens/s with prefill", "AR tokens/s with prefill"], rows)
     doc.p(f"Largest batch = (memory − target weights − drafter weights) // (target + drafter KV of {c.context} positions "
           f"per sequence), at {c.dtype}. Tokens/s is the total across the batch: new tokens of all its sequences over the "
-          "wall time of the batched generation, prefill included (a batch runs until its last sequence finishes); SD "
-          f"and AR decode the same eval prompts (T=0, full batches, {c.max_new_tokens} new tokens at most, prompts at "
-          f"their own length: {c.context} positions only sizes the footprint)."
+          "wall time of the batched generation without (decode) and with its prefill, which pads every prompt to the "
+          "batch's longest (a batch runs until its last sequence finishes); SD "
+          f"and AR decode the same spec_bench eval prompts (T=0, at least two full batches, {c.max_new_tokens} new "
+          f"tokens at most, prompts at their own length: {c.context} positions only sizes the footprint)."
           + (f" Capped at batch_cap = {c.batch_cap} (the largest batch benchmarked on this machine): "
              + ", ".join(capped) + "." if capped else ""))
+
+
+def _ratio(a, b):
+    return a / b if a and b else None
 
 
 def _cost_model_split(dw: dict, dn: dict, fit: dict) -> str:
