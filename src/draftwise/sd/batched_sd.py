@@ -34,7 +34,7 @@ def generate_batch_sd(target, prompts: list[list[int]], params: SamplingParams, 
     sync(target.device)
     start = time.perf_counter()
     for rows in filter(None, (p_rows, q_rows)):
-        rows.feed([s[:-1] for s in seqs])  # prefill: all but each prompt's last token
+        rows.feed([s[:-1] for s in seqs], logits=False)  # prefill: all but each prompt's last token
     prefill_s = time.perf_counter() - start
     active = list(range(B))
     while active:

@@ -22,8 +22,10 @@ class Rows:
         """Tokens of row b in the cache."""
         return len(self.slots[b])
 
-    def feed(self, blocks: list[list[int]]) -> torch.Tensor:
-        """Append blocks[b] to row b (rows may get fewer tokens, or none); logits [B, T, V] of every slot written."""
+    def feed(self, blocks: list[list[int]], logits: bool = True) -> torch.Tensor:
+        """Append blocks[b] to row b (rows may get fewer tokens, or none); logits [B, T, V] of every slot written
+        (none, [B, 0, V], with `logits=False`: a prefill only fills the caches, and the LM head over every prompt
+        position would cost a fifth of it)."""
         B, T = len(blocks), max(1, max(map(len, blocks)))
         ids = torch.zeros(B, T, dtype=torch.long)
         positions = torch.zeros(B, T, dtype=torch.long)
@@ -34,9 +36,10 @@ class Rows:
             self.valid[b, self.pos : self.pos + len(block)] = True
             self.slots[b] += range(self.pos, self.pos + len(block))
         dev = self.lm.device
-        logits = self.lm.forward(ids.to(dev), self.pos, None, None, positions=positions.to(dev), key_mask=self.valid)
+        out = self.lm.forward(ids.to(dev), self.pos, None if logits else 0, None, positions=positions.to(dev),
+                              key_mask=self.valid)
         self.pos += T
-        return logits  # [B, T, V]
+        return out  # [B, T, V]
 
     def keep(self, b: int, length: int) -> None:
         """Row b keeps its first `length` tokens; the slots of the rest are masked out."""
