@@ -218,7 +218,14 @@ class StepModel:
 
     def as_dict(self) -> dict:
         return {"fixed_ms": self.fixed_ms, "layer_overhead_ms": self.layer_overhead_ms,
-                "ms_per_layer_mb": self.ms_per_layer_mb, "ms_per_head_mb": self.ms_per_head_mb}
+                "ms_per_layer_mb": self.ms_per_layer_mb, "ms_per_head_mb": self.ms_per_head_mb,
+                "bytes_per_value": self.bytes_per_value}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StepModel":
+        """As `as_dict` wrote it (fits written before bytes_per_value was recorded were fp32)."""
+        return cls(d["fixed_ms"], d["layer_overhead_ms"], d["ms_per_layer_mb"], d["ms_per_head_mb"],
+                   d.get("bytes_per_value", 4))
 
 
 def _nonneg_lstsq(a: np.ndarray, y: np.ndarray) -> np.ndarray:

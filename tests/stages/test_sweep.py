@@ -49,3 +49,15 @@ def test_sweep_resumes_without_redoing_points(tiny_dir, tmp_path):
 def test_impossible_shapes(tiny_dir, tmp_path, kw, message):
     with pytest.raises(DraftwiseError, match=message):
         sweep.run(cfg(tiny_dir, **kw), tmp_path / "s")
+
+
+def test_bf16_sweep_counts_two_bytes_per_value(tiny_dir, tmp_path):
+    out = sweep.run(cfg(tiny_dir, dtype="bf16", vocabs=(0,), layers=(1, 2), widths=(16,)), tmp_path / "s")
+    summary = json.loads((out / "sweep.json").read_text())
+    assert summary["bytes_per_value"] == 2 and summary["fits"]["1"]["bytes_per_value"] == 2
+    target = cost.Shape(**summary["target"])
+    for r in summary["rows"]:
+        shape = cost.Shape(**r["shape"])
+        assert r["kv_bytes_per_seq"] == shape.kv_bytes(32, 1, 2)
+        assert r["max_batch"] == cost.max_batch(2**30, target, shape, 32, 2)
+    assert summary["machine"]["dtype"] == "bf16"

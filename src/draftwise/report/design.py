@@ -314,7 +314,7 @@ def _cost_model_split(dw: dict, dn: dict, fit: dict) -> str:
     parts = []
     for d in (dw, dn):
         shape = cost.Shape(**d["shape"])
-        mb = shape.layers * shape.layer_params() * 4 / 1e6
+        mb = shape.layers * shape.layer_params() * fit.get("bytes_per_value", 4) / 1e6
         parts.append((shape.layers * fit["layer_overhead_ms"], mb * fit["ms_per_layer_mb"], mb))
     (ow, bw, mw), (on, bn, mn) = parts
     return (f" Cost model (sweep fit, batch 1): layer overhead {ow:.2f} vs {on:.2f} ms, layer weight bytes {mw:.1f} vs "

@@ -95,7 +95,7 @@ def plot_sweep(summary: dict, folder: Path) -> list[Path]:
         if series:
             pts = next(iter(series.values()))
             ax.plot([p[0] for p in pts], [p[1]["kv_bytes_per_seq"] / 1e6 for p in pts], marker, label=family.replace("_", " "))
-    ax.set(xlabel="layers", ylabel=f"KV cache MB per sequence ({summary['context']} positions, fp32)", title="KV footprint vs depth")
+    ax.set(xlabel="layers", ylabel=f"KV cache MB per sequence ({summary['context']} positions, {summary.get('dtype', 'fp32')})", title="KV footprint vs depth")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7)
     paths.append(_save(fig, folder / "kv_vs_layers.png", footer))

@@ -35,7 +35,7 @@ from ..timing import check_machine, machine, measure_interleaved, median
 DEFINITIONS = """\
 step_ms: one drafter step (1 token per sequence, `context` positions cached), median of repeats. c = step / target AR step,
 timed interleaved. params: the draftwise convention (see draftwise.cost). kv_bytes_per_seq: keys + values of `context`
-positions, fp32. max_batch: the largest batch whose target + drafter KV caches fit in `memory` beside both models' weights.
+positions at the run's dtype. max_batch: the largest batch whose target + drafter KV caches fit in `memory` beside both models' weights.
 fit: least squares step_ms = fixed + layers·(layer_overhead + layer_MB·ms_per_layer_MB) + head_MB·ms_per_head_MB."""
 
 
@@ -142,21 +142,23 @@ def run(config: SweepConfig, out: str | Path, executor: Executor | None = None) 
 
 def summarize(records: list[dict], target: cost.Shape, config: SweepConfig) -> dict:
     memory = cost.parse_count(config.memory)
+    bpv = torch.empty((), dtype=torch_dtype(config.dtype)).element_size()  # bytes per weight and KV value
     rows = []
     for r in records:
         shape = shape_of(r)
         rows.append({"family": r["family"], "batch": r["batch"], "shape": shape.__dict__, "label": shape.describe(),
                      "params": shape.params(), "step_ms": median(r["ms"]), "c": median(r["ms"]) / median(r["ref_ms"]),
-                     "kv_bytes_per_seq": shape.kv_bytes(config.context),
-                     "max_batch": cost.max_batch(memory, target, shape, config.context)})
+                     "kv_bytes_per_seq": shape.kv_bytes(config.context, 1, bpv),
+                     "max_batch": cost.max_batch(memory, target, shape, config.context, bpv)})
     fits = {}
     for b in config.batches:
         pts = [(cost.Shape(**row["shape"]), row["step_ms"]) for row in rows if row["batch"] == b]
         if len(pts) >= 4:
-            model = cost.StepModel.fit(pts)
+            model = cost.StepModel.fit(pts, bpv)
             errs = [abs(model.predict_ms(s) - ms) / ms for s, ms in pts]
             fits[str(b)] = {**model.as_dict(), "median_abs_error": float(np.median(errs)), "max_abs_error": float(max(errs))}
     return {"definitions": DEFINITIONS, "target": target.__dict__, "context": config.context, "memory": memory,
+            "dtype": config.dtype, "bytes_per_value": bpv,
             "machine": next((r["machine"] for r in records if r.get("machine")), None),
             "budget": cost.parse_count(config.budget), "rows": rows, "fits": fits,
             "depth_lines": _depth_lines(rows), "findings": _findings(rows, fits, target)}
@@ -201,7 +203,7 @@ def _findings(rows: list[dict], fits: dict, target: cost.Shape) -> list[str]:
                    + ", ".join(f"{k}L {ms:.2f}" for k, ms in eq) + " ms.")
     fit = fits.get(str(min((r["batch"] for r in rows), default=1)))
     if fit:
-        model = cost.StepModel(**{k: fit[k] for k in ("fixed_ms", "layer_overhead_ms", "ms_per_layer_mb", "ms_per_head_mb")})
+        model = cost.StepModel.from_dict(fit)
         for k in (1, 2, 4, 8):
             s = replace(target, layers=k)
             share = model.head_ms(s) / model.predict_ms(s)
