@@ -108,6 +108,7 @@ def _profile_parser(sub) -> None:
     p.add_argument("--context", type=int, default=256, help="positions in the KV cache when timing")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--compile", action="store_true", help="torch.compile the lean forward's layers (helps on GPUs)")
     _model_args(p)
     _executor_args(p)
     p.add_argument("--out", required=True)
@@ -120,7 +121,7 @@ def _profile(args) -> None:
     config = ProfileConfig(
         target=args.target, drafters=tuple(args.drafter), depths=args.depths, gammas=args.gammas, batches=args.batch,
         context=args.context, warmup=args.warmup, repeats=args.repeats, dtype=args.dtype, device=args.device,
-        backend=args.backend, threads=args.threads,
+        backend=args.backend, compile=args.compile, threads=args.threads,
     )
     profile.run(config, args.out, _executor(args))
 

@@ -141,6 +141,7 @@ class ProfileConfig:
     dtype: str = "fp32"
     device: str = "cpu"
     backend: str = "auto"
+    compile: bool = False  # torch.compile the lean forward's layers (launch-bound GPUs at batch 1)
     threads: int | None = None
 
     def __post_init__(self):

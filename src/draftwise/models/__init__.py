@@ -167,7 +167,7 @@ def _random_model(spec: str, target: "Model | None", options: ModelOptions) -> M
     start = time.perf_counter()
     shape = random.parse(spec, random.shape_of(target.config) if target else None)
     config = random.llama_config(shape, target.config if target else None)
-    lm = random.random_lm(config, hf.torch_dtype(options.dtype), options.device, shape["seed"])
+    lm = random.random_lm(config, hf.torch_dtype(options.dtype), options.device, shape["seed"], options.compile)
     tokenizer = target.tokenizer if target else random.ByteTokenizer(shape["vocab"])
 
     def refuse():

@@ -74,7 +74,7 @@ def llama_config(shape: dict, template=None):
     return config
 
 
-def random_lm(config, dtype: torch.dtype, device: str, seed: int = 0) -> LeanLlama:
+def random_lm(config, dtype: torch.dtype, device: str, seed: int = 0, compile: bool = False) -> LeanLlama:
     """A LeanLlama of `config`'s shape with N(0, 0.02²) weights and unit norms, drawn on `device` itself (a 7B
     model is never materialised on the host)."""
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -96,4 +96,4 @@ def random_lm(config, dtype: torch.dtype, device: str, seed: int = 0) -> LeanLla
                    p + "self_attn.v_proj.weight": w(kv * hd, d), p + "self_attn.o_proj.weight": w(d, heads * hd),
                    p + "mlp.gate_proj.weight": w(f, d), p + "mlp.up_proj.weight": w(f, d), p + "mlp.down_proj.weight": w(d, f),
                    p + "input_layernorm.weight": ones(d), p + "post_attention_layernorm.weight": ones(d)})
-    return LeanLlama(config, sd)
+    return LeanLlama(config, sd, compile=compile)

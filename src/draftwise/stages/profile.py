@@ -73,7 +73,7 @@ class ProfileWork:
 
 
 def _options(config: ProfileConfig) -> ModelOptions:
-    return ModelOptions(config.dtype, config.device, config.backend)
+    return ModelOptions(config.dtype, config.device, config.backend, config.compile)
 
 
 def load_models(config: ProfileConfig) -> dict[str, Model]:
