@@ -53,10 +53,9 @@ class KillingExecutor(RayExecutor):
         super().__init__()
         self.marker, self.victim_index = marker, victim_index
 
-    def map(self, work, items, resources=None):
+    def map(self, work, items, resources, local=None):
         items = list(items)
-        wrapped = KillOnce(work, str(self.marker), repr(items[self.victim_index]))
-        return super().map(wrapped, items, resources) if resources else super().map(wrapped, items)
+        return super().map(KillOnce(work, str(self.marker), repr(items[self.victim_index])), items, resources)
 
 
 def sweep_config(tiny_dir):

@@ -61,3 +61,11 @@ def test_bf16_sweep_counts_two_bytes_per_value(tiny_dir, tmp_path):
         assert r["kv_bytes_per_seq"] == shape.kv_bytes(32, 1, 2)
         assert r["max_batch"] == cost.max_batch(2**30, target, shape, 32, 2)
     assert summary["machine"]["dtype"] == "bf16"
+
+
+def test_in_process_sweep_loads_the_target_once(tiny_dir, tmp_path, monkeypatch):
+    calls = []
+    real = sweep.load
+    monkeypatch.setattr(sweep, "load", lambda *a, **k: (calls.append(a[0]), real(*a, **k))[1])
+    sweep.run(cfg(tiny_dir, vocabs=(0,), layers=(1,), widths=(16,), truncations=(1,)), tmp_path / "s")
+    assert calls == [tiny_dir]  # the driver's Timer is the one that times: no second copy of the target

@@ -46,16 +46,20 @@ def exclusive(device: str, threads: int | None) -> Resources:
 
 
 class Executor(Protocol):
-    def map(self, work: Work[T, R], items: Iterable[T], resources: Resources = Resources()) -> Iterator[tuple[T, R]]:
-        """Run `work()`'s function on each item, yielding (item, result) as each finishes (in any order)."""
+    def map(self, work: Work[T, R], items: Iterable[T], resources: Resources = Resources(),
+            local: Callable[[T], R] | None = None) -> Iterator[tuple[T, R]]:
+        """Run `work()`'s function on each item, yielding (item, result) as each finishes (in any order). `local`:
+        that function already built in this process by the caller (an in-process executor uses it instead of
+        loading the models a second time)."""
 
 
 class InProcess:
-    def map(self, work: Work[T, R], items: Iterable[T], resources: Resources = Resources()) -> Iterator[tuple[T, R]]:
+    def map(self, work: Work[T, R], items: Iterable[T], resources: Resources = Resources(),
+            local: Callable[[T], R] | None = None) -> Iterator[tuple[T, R]]:
         items = list(items)
         if not items:
             return
-        fn = work()
+        fn = local or work()
         for item in items:
             yield item, fn(item)
 

@@ -39,7 +39,8 @@ class RayExecutor:
             ray.init(address=address, include_dashboard=False, log_to_driver=True)
         self.remote = ray.remote(_run_item)
 
-    def map(self, work: Work, items: Iterable, resources: Resources = Resources()) -> Iterator[tuple]:
+    def map(self, work: Work, items: Iterable, resources: Resources = Resources(), local=None) -> Iterator[tuple]:
+        """As `Executor.map`; `local` is not used (each worker builds its own)."""
         ray = self.ray
         items = list(items)
         if not items:

@@ -137,7 +137,8 @@ class Runner:
     """Runs one (unit, method) of a bench config and returns its record; warms each method up before its first."""
 
     def __init__(self, config: BenchConfig, target: Model, drafter: Model | None):
-        self.config, self.fns, self.warm = config, methods(config, target, drafter), set()
+        self.config, self.target, self.drafter = config, target, drafter
+        self.fns, self.warm = methods(config, target, drafter), set()
         self.prompts, self.encoded = encode_prompts(config, target)
 
     def input(self, unit: tuple[int, ...]):
@@ -185,14 +186,15 @@ def run(config: BenchConfig, out: str | Path, executor: Executor | None = None) 
     if config.threads:
         torch.set_num_threads(config.threads)
     run_dir = RunDir(out, config)
-    target, drafter = load_models(config)
-    prompts, encoded = encode_prompts(config, target)
+    work = BenchWork(config)
+    runner = work()  # the models here too (prompts, the summary); in-process, this Runner does the runs
+    target, drafter, prompts, encoded = runner.target, runner.drafter, runner.prompts, runner.encoded
     names = method_names(config)
     unit_id = lambda u: "+".join(prompts[i].id for i in u)  # noqa: E731
     done = {(r["method"], r["prompt_id"]) for r in run_dir.records()}
     todo = [(u, name) for u in units(config, encoded) for name in names if (name, unit_id(u)) not in done]
     bar = tqdm(total=len(todo), desc="bench", unit="gen", file=sys.stderr, dynamic_ncols=True, disable=not todo)
-    for _, rec in (executor or InProcess()).map(BenchWork(config), todo, exclusive(config.device, config.threads)):
+    for _, rec in (executor or InProcess()).map(work, todo, exclusive(config.device, config.threads), runner):
         run_dir.append(rec)
         bar.update()
         bar.set_postfix_str(f"{rec['method']} {rec['new_tokens'] / rec['seconds']:.1f} tok/s")

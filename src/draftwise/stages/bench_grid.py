@@ -59,12 +59,12 @@ def _key(record: dict) -> tuple:
 def run(grid: BenchGridConfig, out: str | Path, executor: Executor | None = None) -> Path:
     run_dir = RunDir(out, grid)
     points = grid.points()
-    loaded: dict = {}
+    work = GridWork(grid)
+    runner = work()  # in-process, this runner (and the models loaded below) runs the items
     for config in points:  # every drafter loads and speaks the target's vocabulary, before any point runs
-        bench.load_models(config, loaded)
-    target, _ = bench.load_models(replace(grid.bench, drafter=None, baselines=("ar",), synthetic_alpha=None), loaded)
+        bench.load_models(config, runner.loaded)
+    target, _ = bench.load_models(replace(grid.bench, drafter=None, baselines=("ar",), synthetic_alpha=None), runner.loaded)
     prompts, encoded = bench.encode_prompts(grid.bench, target)
-    del loaded, target  # the executor's processes load their own
     done = {_key(r) for r in run_dir.records()}
     items = []
     for index, config in enumerate(points):
@@ -75,7 +75,7 @@ def run(grid: BenchGridConfig, out: str | Path, executor: Executor | None = None
                     items.append(((config.temperature, config.batch_size, order, index), (index, unit, method)))
     todo = [item for _, item in sorted(items, key=lambda x: x[0])]
     bar = tqdm(total=len(todo), desc="bench grid", unit="gen", file=sys.stderr, dynamic_ncols=True, disable=not todo)
-    for _, rec in (executor or InProcess()).map(GridWork(grid), todo, exclusive(grid.bench.device, grid.bench.threads)):
+    for _, rec in (executor or InProcess()).map(work, todo, exclusive(grid.bench.device, grid.bench.threads), runner):
         run_dir.append(rec)
         bar.update()
         bar.set_postfix_str(f"{rec['method']} {rec['drafter'] or ''} γ={rec['gamma']} B={rec['batch_size']}: "

@@ -124,12 +124,14 @@ def run(config: ProfileConfig, out: str | Path, executor: Executor | None = None
     if config.threads:
         torch.set_num_threads(config.threads)
     run_dir = RunDir(out, config)
-    models = load_models(config)  # here too: the summary needs every model's shape
+    work = ProfileWork(config)
+    timer = work()  # the models here too: the summary needs their shapes; in-process, this Timer does the timing
+    models = timer.models
     records = run_dir.records()
     done = {key(r) for r in records}
     todo = [p for p in points(config, models["target"].config.num_hidden_layers) if key(p) not in done]
     bar = tqdm(total=len(todo), desc="profile", unit="point", file=sys.stderr, dynamic_ncols=True, disable=not todo)
-    for point, times in (executor or InProcess()).map(ProfileWork(config), todo, exclusive(config.device, config.threads)):
+    for point, times in (executor or InProcess()).map(work, todo, exclusive(config.device, config.threads), timer):
         check_machine(records, times["machine"], run_dir.path)
         records.append({**point, "median_ms": median(times["ms"]), **times})
         run_dir.append(records[-1])

@@ -117,13 +117,15 @@ def run(config: SweepConfig, out: str | Path, executor: Executor | None = None) 
         torch.set_num_threads(config.threads)
     torch_dtype(config.dtype)
     run_dir = RunDir(out, config)
-    target = load(config.target, ModelOptions(config.dtype, config.device, "lean"))
+    work = SweepWork(config)
+    timer = work()  # the target here too: its shape; an in-process executor times with this same Timer
+    target = timer.target
     all_points = points(config, cost.Shape.of(target.config))
     records = run_dir.records()
     done = {key(r) for r in records}
     todo = [p for p in all_points if key(p) not in done]
     bar = tqdm(total=len(todo), desc="sweep", unit="shape", file=sys.stderr, dynamic_ncols=True, disable=not todo)
-    for point, times in (executor or InProcess()).map(SweepWork(config), todo, exclusive(config.device, config.threads)):
+    for point, times in (executor or InProcess()).map(work, todo, exclusive(config.device, config.threads), timer):
         check_machine(records, times["machine"], run_dir.path)
         records.append({**point, **times})
         run_dir.append(records[-1])
