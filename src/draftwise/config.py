@@ -338,6 +338,7 @@ class DesignConfig:
     accuracy_items: int = 30  # MMLU and HellaSwag eval items per model for the accuracy sanity check
     draft_vocabs: tuple[int, ...] = (32768, 16384, 8192, 4096)  # reduced draft heads tried on the chosen drafter
     adaptive: bool = True  # also measure adaptive lookahead against the static γ*
+    select_tie: float = 0.05  # drafters within this fraction of the fastest's tokens/s: the highest TAR is chosen
     memory: str = "1GiB"  # budget for target + drafter weights and both KV caches: the largest batch that fits with SD on
     context: int = 1024  # KV positions per sequence in that footprint
     batch_cap: int = 8  # the largest batch benchmarked here (the feasible batch is capped to it, and the report says so)
@@ -356,6 +357,8 @@ class DesignConfig:
         _positive("wide_layers", self.wide_layers)
         if self.minutes <= 0:
             raise DraftwiseError(f"minutes must be > 0, got {self.minutes}")
+        if not 0 <= self.select_tie < 1:
+            raise DraftwiseError(f"select_tie must be in [0, 1), got {self.select_tie}")
         if self.narrow_factor < 2:
             raise DraftwiseError(f"narrow_factor must be >= 2, got {self.narrow_factor}")
         if 0.0 not in self.temperatures or min(self.temperatures) < 0:

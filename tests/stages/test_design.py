@@ -156,3 +156,11 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     if next(r["vocab"] for r in records if r["stage"] == "select-vocab"):
         assert (out / "export" / "drafter-reduced-vocab" / "draft_vocab.json").exists()
     assert vllm["num_speculative_tokens"] == next(r["gamma"] for r in records if r["stage"] == "select-gamma")
+
+
+def test_pick_drafter_breaks_near_ties_by_tar():
+    speeds = {"first-2": 20.83, "wide-L2": 20.42, "narrow-L6": 19.35, "self-spec": 15.53}
+    tars = {"first-2": 1.04, "wide-L2": 1.16, "narrow-L6": 1.14, "self-spec": 1.10}
+    assert design.pick_drafter(speeds, tars, 0.05) == "wide-L2"  # 2 % slower, TAR 1.16 vs 1.04: noise, not cost
+    assert design.pick_drafter(speeds, tars, 0.0) == "first-2"  # no tie band: the fastest
+    assert design.pick_drafter({**speeds, "first-2": 25.0}, tars, 0.05) == "first-2"  # clearly faster wins

@@ -120,7 +120,12 @@ def write(p, cands, specs: dict[str, str]) -> Path:
     # --- headline ---
     ar, hf = headline["ar"]["tokens_per_s"], headline.get("hf-generate", {}).get("tokens_per_s")
     doc.h("Headline (spec_bench eval mix, T=0)")
-    doc.p(f"Chosen drafter: {chosen} ({specs[chosen]}), γ* = {gamma}, chosen by measured tokens/s.")
+    decision = p.done["select-drafter"]
+    rule = (f"the fastest by measured SD tokens/s; among drafters within {100 * decision['tie']:.0f} % of it, the one "
+            "with the highest TAR" if "tie" in decision else "chosen by measured tokens/s")
+    doc.p(f"Chosen drafter: {chosen} ({specs[chosen]}), γ* = {gamma}; rule: {rule}."
+          + ("" if "tokens_per_s" not in decision else " Measured: " + ", ".join(
+              f"{n} {v:.2f} tokens/s (TAR {decision['tar'][n]:.2f})" for n, v in decision["tokens_per_s"].items()) + "."))
     rows = []
     for name, label in (("sd", f"SD, {chosen}, γ={gamma}"), ("ar", "AR, draftwise engine"),
                         ("hf-generate", "AR, transformers generate()"), ("hf-assisted", f"transformers assisted, {chosen}")):

@@ -235,6 +235,15 @@ def tune_head(p: Pipeline, full_checkpoint: Path, vocab_size: int, gamma: int) -
     return spec, n
 
 
+def pick_drafter(speeds: dict[str, float], tars: dict[str, float], tie: float) -> str:
+    """The fastest drafter by measured tokens/s; among those within `tie` (relative) of the fastest — differences one
+    sequential benchmark cannot tell from machine noise — the one with the highest TAR, which is a count and does not
+    drift with the machine."""
+    best = max(speeds.values())
+    close = [n for n, v in speeds.items() if v >= (1 - tie) * best]
+    return max(close, key=lambda n: (tars.get(n) or 0.0, speeds[n]))
+
+
 def select(p: Pipeline, specs: dict[str, str]) -> tuple[str, int]:
     """Chosen drafter (measured tokens/s at its predicted γ*), then γ* (measured at the predicted γ* ± 1)."""
     runs = {}
@@ -242,7 +251,13 @@ def select(p: Pipeline, specs: dict[str, str]) -> tuple[str, int]:
         pred = predicted(p, spec, name)
         gamma = max(pred, key=pred.get) if pred else 1
         runs[name] = _bench(p, f"bench-{name}-g{gamma}", spec, gamma)["stage"]
-    chosen = p.stage("select-drafter", lambda f: {"drafter": max(runs, key=lambda n: sd_tokens_per_s(p, runs[n]))})["drafter"]
+    def decide(folder) -> dict:
+        speeds = {n: sd_tokens_per_s(p, runs[n]) for n in runs}
+        tars = {n: summary(p, runs[n])["tar"] for n in runs}
+        return {"drafter": pick_drafter(speeds, tars, p.config.select_tie), "tokens_per_s": speeds, "tar": tars,
+                "tie": p.config.select_tie}
+
+    chosen = p.stage("select-drafter", decide)["drafter"]
     g0 = p.done[runs[chosen]]["gamma"]
     tried = {g0: runs[chosen]}
     for g in (g0 - 1, g0 + 1):
