@@ -164,3 +164,18 @@ def test_pick_drafter_breaks_near_ties_by_tar():
     assert design.pick_drafter(speeds, tars, 0.05) == "wide-L2"  # 2 % slower, TAR 1.16 vs 1.04: noise, not cost
     assert design.pick_drafter(speeds, tars, 0.0) == "first-2"  # no tie band: the fastest
     assert design.pick_drafter({**speeds, "first-2": 25.0}, tars, 0.05) == "first-2"  # clearly faster wins
+
+
+def test_batched_bench_runs_at_the_gamma_predicted_for_its_batch(tiny_dir, tmp_path):
+    """The profile covers each trained candidate's feasible batch, and the batched bench uses γ* predicted there."""
+    target = _shape(tiny_dir)
+    config = DesignConfig(target=tiny_dir, minutes=0.2, wide_layers=(1,), narrow_factor=2, bench_limit=2, headline_limit=2,
+                          max_new_tokens=6, accuracy_items=2, draft_vocabs=(), adaptive=False, context=32, batch_cap=3,
+                          memory=str(10 * target.weight_bytes() + 100 * target.kv_bytes(32)), threads=1)
+    out = design.run(config, tmp_path / "d")
+    p = design.Pipeline(config, out)
+    profiled = json.loads((out / "stages" / "profile" / "profile.json").read_text())["batches"]
+    assert set(profiled) == {"1", "3"}
+    for name in ("wide-L1", "narrow-L2"):
+        pred = design.predicted(p, design.spec_of(p, next(c for c in candidates(target, (1,), 2) if c.name == name)), name, 3)
+        assert pred and p.done[f"bench-{name}-batch"]["gamma"] == max(pred, key=pred.get)

@@ -305,7 +305,9 @@ def _batch_dividend(doc: Doc, p, cands) -> None:
           "wall time of the batched generation without (decode) and with its prefill, which pads every prompt to the "
           "batch's longest (a batch runs until its last sequence finishes); SD "
           f"and AR decode the same spec_bench eval prompts (T=0, at least two full batches, {c.max_new_tokens} new "
-          f"tokens at most, prompts at their own length: {c.context} positions only sizes the footprint)."
+          f"tokens at most, prompts at their own length: {c.context} positions only sizes the footprint). γ is the γ* "
+          "predicted at that batch from the profile at that batch and the candidate's greedy TAR: the verify pass grows "
+          "with the batch, so γ* shrinks."
           + (f" Capped at batch_cap = {c.batch_cap} (the largest batch benchmarked on this machine): "
              + ", ".join(capped) + "." if capped else ""))
 

@@ -154,12 +154,26 @@ def build(p: Pipeline, cands: list[Candidate]) -> dict[str, str]:
     return {cand.name: spec_of(p, cand) for cand in cands}
 
 
-def measure_costs(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str]) -> None:
+def bytes_per_value(config: DesignConfig) -> int:
+    return torch.empty((), dtype=hf.torch_dtype(config.dtype)).element_size()  # 4 fp32, 2 bf16/fp16
+
+
+def feasible_batch(config: DesignConfig, target: cost.Shape, drafter: cost.Shape) -> tuple[int, int]:
+    """(largest batch whose SD footprint fits `memory`, the batch benchmarked: that capped at `batch_cap`)."""
+    largest = int(cost.max_batch(cost.parse_count(config.memory), target, drafter, config.context,
+                                 bytes_per_value(config)))
+    return largest, min(largest, config.batch_cap)
+
+
+def measure_costs(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str], cands: list[Candidate]) -> None:
+    """Profile at batch 1 and at each trained candidate's feasible batch (for γ* there), then the shape sweep."""
     c, opts = p.config, _options(p.config)
     depths = tuple(k for k in (1, 2, 4, 8) if k < target_shape.layers)
+    batches = (1,) + tuple(sorted({b for x in cands if x.trained
+                                   for b in [feasible_batch(c, target_shape, x.shape)[1]] if b > 1}))
     p.stage("profile", lambda f: profile.run(ProfileConfig(
-        target=c.target, drafters=tuple(specs.values()), depths=depths, gammas=GAMMAS, batches=(1,), warmup=2, repeats=7,
-        seed=c.seed, **opts), f, p.executor))
+        target=c.target, drafters=tuple(specs.values()), depths=depths, gammas=GAMMAS, batches=batches, warmup=2,
+        repeats=7, seed=c.seed, **opts), f, p.executor))
     hd = target_shape.head_dim
     unit = hd * target_shape.heads // target_shape.kv_heads  # widths keep whole GQA groups
     widths = tuple(sorted({max(unit, round(target_shape.hidden * m / unit) * unit) for m in (1 / 3, 2 / 3, 1, 4 / 3)}))
@@ -168,9 +182,6 @@ def measure_costs(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str]) 
         target=c.target, budget=str(budget), layers=_budget_depths(target_shape, budget), widths=widths,
         width_depth=min(c.wide_layers), truncations=(), batches=(1,), warmup=2, repeats=5, seed=c.seed, **opts), f,
         p.executor))
-    for name, spec in specs.items():
-        p.stage(f"agree-{name}", lambda f, spec=spec: agree.run(AgreeConfig(
-            target=c.target, drafter=spec, limit=24, max_new_tokens=c.max_new_tokens, gammas=GAMMAS, **opts), f))
 
 
 def _budget_depths(target: cost.Shape, budget: int) -> tuple[int, ...]:
@@ -185,9 +196,12 @@ def _budget_depths(target: cost.Shape, budget: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def predicted(p: Pipeline, spec: str, name: str) -> dict[int, float]:
-    """Predicted greedy tokens/s per γ: the exact greedy TAR replayed from `agree` over measured step and verify times."""
-    prof = json.loads((p.folder("profile") / "profile.json").read_text())["batches"]["1"]
+def predicted(p: Pipeline, spec: str, name: str, batch: int = 1) -> dict[int, float]:
+    """Predicted greedy tokens/s per γ (per sequence, at `batch`): the exact greedy TAR replayed from `agree` over
+    step and verify times measured at that batch. Empty when the profile has no such batch."""
+    prof = json.loads((p.folder("profile") / "profile.json").read_text())["batches"].get(str(batch))
+    if prof is None:
+        return {}
     tar = json.loads((p.folder(f"agree-{name}") / "agree.json").read_text())["predicted_greedy_tar"]
     verify = {int(g): ms for g, ms in prof["verify_ms"].items()}
     step = prof["drafters"][spec]["step_ms"]
@@ -281,24 +295,23 @@ def batch_dividend(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str],
     weights, plus target + drafter KV of `context` positions per sequence (capped at `batch_cap`), SD beside AR.
 
     The decision (`max-batch-<name>`) is a record; the bench (`bench-<name>-batch`) decodes about `bench_limit`
-    eval prompts in full batches of that size at T = 0 and the candidate's measured γ."""
+    eval prompts in full batches of that size at T = 0 and the γ* predicted at that batch (the profile at that batch,
+    the candidate's greedy TAR; its measured batch-1 γ when the profile lacks the batch)."""
     from transformers import AutoConfig
 
     c = p.config
-    memory = cost.parse_count(c.memory)
-    bytes_per_value = torch.empty((), dtype=hf.torch_dtype(c.dtype)).element_size()  # 4 fp32, 2 bf16/fp16
+    memory, bpv = cost.parse_count(c.memory), bytes_per_value(c)
     for cand in (x for x in cands if x.trained):
         spec = specs[cand.name]
         shape = cost.Shape.of(AutoConfig.from_pretrained(resolve(spec), local_files_only=True))
 
         def decide(folder, shape=shape) -> dict:
-            largest = int(cost.max_batch(memory, target_shape, shape, c.context, bytes_per_value))
-            return {"memory": memory, "context": c.context, "bytes_per_value": bytes_per_value,
-                    "weight_bytes_target": target_shape.weight_bytes(bytes_per_value),
-                    "weight_bytes_drafter": shape.weight_bytes(bytes_per_value),
-                    "kv_bytes_per_seq_target": target_shape.kv_bytes(c.context, 1, bytes_per_value),
-                    "kv_bytes_per_seq_drafter": shape.kv_bytes(c.context, 1, bytes_per_value),
-                    "max_batch": largest, "batch": min(largest, c.batch_cap), "capped": largest > c.batch_cap}
+            largest, batch = feasible_batch(c, target_shape, shape)
+            return {"memory": memory, "context": c.context, "bytes_per_value": bpv,
+                    "weight_bytes_target": target_shape.weight_bytes(bpv), "weight_bytes_drafter": shape.weight_bytes(bpv),
+                    "kv_bytes_per_seq_target": target_shape.kv_bytes(c.context, 1, bpv),
+                    "kv_bytes_per_seq_drafter": shape.kv_bytes(c.context, 1, bpv),
+                    "max_batch": largest, "batch": batch, "capped": largest > c.batch_cap}
 
         batch = p.stage(f"max-batch-{cand.name}", decide, drafter=spec)["batch"]
         if batch < 1:
@@ -306,8 +319,10 @@ def batch_dividend(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str],
         # full batches only (every record decodes `batch` prompts), at least two of them; spec_bench's prompts, as the
         # headline's: the batch's prefill pads every prompt to its longest, and long articles would swamp the decode
         limit = batch * max(2, round(c.bench_limit / batch))
-        _bench(p, f"bench-{cand.name}-batch", spec, measured_gamma(p, cand.name), baselines=("ar",), limit=limit,
-               batch_size=batch, suite="spec_bench")
+        pred = predicted(p, spec, cand.name, batch)
+        gamma = max(pred, key=pred.get) if pred else measured_gamma(p, cand.name)
+        _bench(p, f"bench-{cand.name}-batch", spec, gamma, baselines=("ar",), limit=limit, batch_size=batch,
+               suite="spec_bench")
 
 
 def run(config: DesignConfig, out: str | Path, executor: Executor | None = None) -> Path:
@@ -319,7 +334,7 @@ def run(config: DesignConfig, out: str | Path, executor: Executor | None = None)
     target_shape = cost.Shape.of(target.config)
     cands = candidates(target_shape, config.wide_layers, config.narrow_factor, config.drafter)
     specs = build(p, cands)
-    measure_costs(p, target_shape, specs)
+    measure_costs(p, target_shape, specs, cands)
     chosen, gamma = select(p, specs)
     for t in config.temperatures:
         _bench(p, f"bench-chosen-t{t:g}", specs[chosen], gamma, t, baselines=("ar",))
