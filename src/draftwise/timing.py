@@ -11,6 +11,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -46,7 +47,8 @@ def machine(device: torch.device | str, dtype: str, engine: str) -> dict:
     else:
         name = platform.processor() or platform.machine()
         try:
-            name = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+            cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+            name = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
         except (OSError, StopIteration):
             pass
     return {"device": device.type, "device_name": name, "dtype": dtype, "engine": engine, "torch": torch.__version__,
@@ -63,11 +65,7 @@ def check_machine(records: list[dict], here: dict, folder) -> None:
 
 def measure(fn: Callable[[], object], device: torch.device | str = "cpu", warmup: int = 3, repeats: int = 15) -> list[float]:
     """Milliseconds of `repeats` calls of `fn`, after `warmup` untimed ones."""
-    device = torch.device(device)
-    for _ in range(warmup):
-        fn()
-    sync(device)
-    return [_timed_ms(fn, device) for _ in range(repeats)]
+    return measure_interleaved([fn], device, warmup, repeats)[0]
 
 
 def measure_interleaved(fns: list[Callable[[], object]], device: torch.device | str = "cpu", warmup: int = 3,

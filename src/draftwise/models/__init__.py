@@ -214,11 +214,10 @@ def _layers_drafter(spec: str, target: Model, options: ModelOptions) -> Model:
     dtype = hf.torch_dtype(options.dtype)
 
     def subset_weights():
-        if target.path is None:  # a random-weight target: its layers live in the lean engine only
-            target.hf_model()  # raises the target's own explanation
         return layer_subset(target.config, _to(read_weights(target.path), options), ids)
 
-    factory = lambda: hf.from_state_dict(*subset_weights(), dtype, options.device)  # noqa: E731
+    # a target without a checkpoint (random weights) has no transformers twin: its own factory says so
+    factory = target.hf_model if target.path is None else lambda: hf.from_state_dict(*subset_weights(), dtype, options.device)
     if lean:
         sub_config = layer_subset(target.config, {}, ids)[0]
         lm, backend = target.lm.subset(ids, sub_config), "lean"  # shares the target's weights

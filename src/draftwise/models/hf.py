@@ -22,6 +22,11 @@ def torch_dtype(name: str) -> torch.dtype:
     return DTYPES[name]
 
 
+def bytes_per_value(name: str) -> int:
+    """Bytes of one weight or KV value stored in dtype `name` (4 fp32, 2 bf16/fp16)."""
+    return torch_dtype(name).itemsize
+
+
 def from_pretrained(path: Path, dtype: torch.dtype, device: str, trust_remote_code: bool = False):
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging

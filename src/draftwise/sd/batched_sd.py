@@ -35,6 +35,7 @@ def generate_batch_sd(target, prompts: list[list[int]], params: SamplingParams, 
     start = time.perf_counter()
     for rows in filter(None, (p_rows, q_rows)):
         rows.feed([s[:-1] for s in seqs], logits=False)  # prefill: all but each prompt's last token
+    sync(target.device)
     prefill_s = time.perf_counter() - start
     active = list(range(B))
     while active:

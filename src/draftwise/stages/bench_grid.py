@@ -9,7 +9,7 @@ A rerun skips the records that are there. grid.json holds one bench summary per 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -63,7 +63,7 @@ def run(grid: BenchGridConfig, out: str | Path, executor: Executor | None = None
     runner = work()  # in-process, this runner (and the models loaded below) runs the items
     for config in points:  # every drafter loads and speaks the target's vocabulary, before any point runs
         bench.load_models(config, runner.loaded)
-    target, _ = bench.load_models(replace(grid.bench, drafter=None, baselines=("ar",), synthetic_alpha=None), runner.loaded)
+    target, _ = bench.load_models(points[0], runner.loaded)  # every point has the same target
     prompts, encoded = bench.encode_prompts(grid.bench, target)
     done = {_key(r) for r in run_dir.records()}
     items = []

@@ -26,7 +26,7 @@ from ..config import SweepConfig
 from ..errors import DraftwiseError
 from ..executors import Executor, InProcess, exclusive
 from ..models import ModelOptions, engine, layer_subset, load
-from ..models.hf import torch_dtype
+from ..models.hf import bytes_per_value, torch_dtype
 from ..models.llama import LeanLlama
 from ..models.random import llama_config, random_lm
 from ..rundir import RunDir
@@ -74,7 +74,7 @@ def key(point: dict) -> tuple:
 
 
 def random_model(template_config, shape: cost.Shape, dtype: torch.dtype, device: str, seed: int) -> LeanLlama:
-    return random_lm(llama_config({**shape.__dict__, "vocab": shape.vocab}, template_config), dtype, device, seed)
+    return random_lm(llama_config(shape.__dict__, template_config), dtype, device, seed)
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def run(config: SweepConfig, out: str | Path, executor: Executor | None = None) 
 
 def summarize(records: list[dict], target: cost.Shape, config: SweepConfig) -> dict:
     memory = cost.parse_count(config.memory)
-    bpv = torch.empty((), dtype=torch_dtype(config.dtype)).element_size()  # bytes per weight and KV value
+    bpv = bytes_per_value(config.dtype)
     rows = []
     for r in records:
         shape = shape_of(r)

@@ -33,7 +33,6 @@ from ...config import (
 from ...errors import DraftwiseError
 from ...executors import Executor, InProcess, exclusive
 from ...models import ModelOptions, hf, load, load_drafter
-from ...models.source import resolve
 from ...rundir import RunDir
 from .. import accuracy, agree, bench, distill, gen_data, profile, prune, sweep
 from ..draft_vocab import write_reduced
@@ -154,14 +153,10 @@ def build(p: Pipeline, cands: list[Candidate]) -> dict[str, str]:
     return {cand.name: spec_of(p, cand) for cand in cands}
 
 
-def bytes_per_value(config: DesignConfig) -> int:
-    return torch.empty((), dtype=hf.torch_dtype(config.dtype)).element_size()  # 4 fp32, 2 bf16/fp16
-
-
 def feasible_batch(config: DesignConfig, target: cost.Shape, drafter: cost.Shape) -> tuple[int, int]:
     """(largest batch whose SD footprint fits `memory`, the batch benchmarked: that capped at `batch_cap`)."""
     largest = int(cost.max_batch(cost.parse_count(config.memory), target, drafter, config.context,
-                                 bytes_per_value(config)))
+                                 hf.bytes_per_value(config.dtype)))
     return largest, min(largest, config.batch_cap)
 
 
@@ -296,14 +291,12 @@ def batch_dividend(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str],
 
     The decision (`max-batch-<name>`) is a record; the bench (`bench-<name>-batch`) decodes about `bench_limit`
     eval prompts in full batches of that size at T = 0 and the γ* predicted at that batch (the profile at that batch,
-    the candidate's greedy TAR; its measured batch-1 γ when the profile lacks the batch)."""
-    from transformers import AutoConfig
-
+    the candidate's greedy TAR; its measured batch-1 γ when the profile lacks the batch). A candidate's shape is the
+    one it was pruned to (`Candidate.shape`), the same that sized the profile's batches."""
     c = p.config
-    memory, bpv = cost.parse_count(c.memory), bytes_per_value(c)
+    memory, bpv = cost.parse_count(c.memory), hf.bytes_per_value(c.dtype)
     for cand in (x for x in cands if x.trained):
-        spec = specs[cand.name]
-        shape = cost.Shape.of(AutoConfig.from_pretrained(resolve(spec), local_files_only=True))
+        spec, shape = specs[cand.name], cand.shape
 
         def decide(folder, shape=shape) -> dict:
             largest, batch = feasible_batch(c, target_shape, shape)
