@@ -104,3 +104,26 @@ def test_interpolate_and_counts():
     assert cost.parse_count("15M") == 15_000_000 and cost.parse_count("16GiB") == 16 * 2**30
     with pytest.raises(DraftwiseError):
         cost.parse_count("lots")
+
+
+def test_mixture_throughput_is_tokens_over_time_of_the_round_mix():
+    # half the rounds propose nothing (an AR step, 10 ms), half propose 2 tokens (verify 12 ms, proposal 1 ms) with
+    # a_1 = 0.5, a_2 = 0.5: E[N | 2] = 1 + 0.5 + 0.25
+    lengths, acc = {0: 1, 2: 1}, [0.5, 0.5]
+    t_verify = {0: 0.010, 1: 0.011, 2: 0.012}.get
+    tps = cost.throughput_mixture(lengths, acc, lambda g: 0.001 if g else 0.0, t_verify)
+    assert tps == pytest.approx((1 + 1.75) / (0.010 + 0.013))
+    # the same proposals cut to one token: E[N | 1] = 1.5, verify(1)
+    assert cost.throughput_mixture(lengths, acc, lambda g: 0.001 if g else 0.0, t_verify, cap=1) == \
+        pytest.approx((1 + 1.5) / (0.010 + 0.012))
+
+
+def test_predict_rounds_prices_each_proposer_with_its_own_draft_time():
+    rounds = ([{"drafted": 2, "accepted": 2, "emitted": 3, "source": "lookup", "draft_s": 0.001}] * 2
+              + [{"drafted": 1, "accepted": 0, "emitted": 1, "source": "model", "draft_s": 0.004}] * 2
+              + [{"drafted": 0, "accepted": 0, "emitted": 1, "source": "", "draft_s": 0.0}] * 2)
+    t_verify = {0: 0.010, 1: 0.011, 2: 0.012}.get
+    # lookup: 3 tokens per 13 ms; model (3 ms a step from the profile): 1 token per 14 ms; none: 1 token per 10 ms
+    assert cost.predict_rounds(rounds, t_verify, t_model_step=0.003) == pytest.approx(10 / (2 * (0.013 + 0.014 + 0.010)))
+    # without a profiled step the measured one (4 ms) prices the model rounds
+    assert cost.predict_rounds(rounds, t_verify) == pytest.approx(10 / (2 * (0.013 + 0.015 + 0.010)))

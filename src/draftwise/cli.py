@@ -238,6 +238,7 @@ def _gen_data_parser(sub) -> None:
     p.add_argument("--temperatures", default="0,1", help="comma list: each prompt is continued at each")
     p.add_argument("--topk", type=int, default=32)
     p.add_argument("--limit", type=int, help="prompts (before temperatures multiply them)")
+    p.add_argument("--skip", type=int, default=0, help="prompts passed over first (continue where another run stopped)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--shard-size", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
@@ -254,7 +255,7 @@ def _gen_data(args) -> None:
     except ValueError:
         raise DraftwiseError(f"--temperatures takes numbers, got {args.temperatures!r}") from None
     gen_data.run(GenDataConfig(target=args.target, suites=args.suites, prompts=args.prompts, max_new_tokens=args.max_new_tokens,
-                               temperatures=temps, topk=args.topk, limit=args.limit, batch_size=args.batch_size,
+                               temperatures=temps, topk=args.topk, limit=args.limit, skip=args.skip, batch_size=args.batch_size,
                                shard_size=args.shard_size, seed=args.seed, threads=args.threads), args.out)
 
 
@@ -301,10 +302,15 @@ def _design_parser(sub) -> None:
     p.add_argument("--wide-layers", type=_ints, default=(2,), help="depths of the full-width (wide-shallow) candidates")
     p.add_argument("--narrow-factor", type=int, default=3, help="deep-narrow twin: layers x f, heads/KV/FFN / f")
     p.add_argument("--drafter", help="your own drafter, benchmarked beside the candidates")
+    p.add_argument("--no-lookups", action="store_true", help="model drafters only (no n-gram, suffix or hybrid candidates)")
     p.add_argument("--loss", default="fkl", choices=["fkl", "rkl", "tvd", "jsd"])
     p.add_argument("--temperatures", default="0,0.5,1")
-    p.add_argument("--bench-limit", type=int, default=10, help="eval prompts per benchmark run")
-    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--bench-suites", default="all", help="suites of the selection grid (TAR and speedup per task)")
+    p.add_argument("--bench-limit", type=int, default=18, help="eval prompts of the selection grid")
+    p.add_argument("--refine-limit", type=int, default=9, help="eval prompts of the γ, temperature and batch benchmarks")
+    p.add_argument("--corpus-gain", type=float, default=0.01,
+                   help="extend gen-data once when doubling the suffix corpus last gained at least this (predicted)")
+    p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--memory", default="1GiB",
                    help="budget for target + drafter weights and KV caches: the largest batch that fits with SD on")
     p.add_argument("--context", type=int, default=1024, help="KV positions per sequence in that footprint")
@@ -326,8 +332,10 @@ def _design(args) -> None:
     except ValueError:
         raise DraftwiseError(f"--temperatures takes numbers, got {args.temperatures!r}") from None
     design.run(DesignConfig(target=args.target, minutes=args.minutes, wide_layers=args.wide_layers,
-                            narrow_factor=args.narrow_factor, drafter=args.drafter, loss=args.loss, temperatures=temps,
-                            bench_limit=args.bench_limit, max_new_tokens=args.max_new_tokens, memory=args.memory,
+                            narrow_factor=args.narrow_factor, drafter=args.drafter, lookups=not args.no_lookups,
+                            loss=args.loss, temperatures=temps, bench_suites=args.bench_suites, bench_limit=args.bench_limit,
+                            refine_limit=args.refine_limit, corpus_gain=args.corpus_gain,
+                            max_new_tokens=args.max_new_tokens, memory=args.memory,
                             context=args.context, batch_cap=args.batch_cap, seed=args.seed,
                             dtype=args.dtype, device=args.device, threads=args.threads), args.out, _executor(args))
 

@@ -14,7 +14,17 @@ from typing import Any
 
 from .errors import DraftwiseError
 
-BASELINES = ("ar", "hf-generate", "hf-assisted")
+BASELINES = ("ar", "hf-generate", "hf-assisted", "hf-prompt-lookup")
+
+
+LOOKUP_DRAFTERS = ("ngram", "suffix")
+
+
+def drafter_kind(spec: str) -> str:
+    """model | lookup | hybrid, from a drafter spec's text alone (see `specs`)."""
+    if spec.split(":", 1)[0].split(",", 1)[0] in LOOKUP_DRAFTERS:
+        return "lookup"
+    return "hybrid" if spec.startswith("hybrid:") else "model"
 
 
 @dataclass(frozen=True)
@@ -22,8 +32,8 @@ class BenchConfig:
     """`draftwise bench`: SD with a drafter against baselines, on the same prompts in one process."""
 
     target: str = "default"
-    drafter: str | None = None  # a checkpoint, a .gguf file, or layers:i,j,... of the target
-    gamma: int = 4  # lookahead γ: tokens drafted per round (the most per round when draft_stop > 0)
+    drafter: str | None = None  # a checkpoint, a .gguf file, layers:i,j,..., ngram, suffix:..., hybrid:... (see specs)
+    gamma: int = 4  # lookahead γ: tokens drafted per round (the most per round with draft_stop > 0 or a lookup)
     draft_stop: float = 0.0  # adaptive lookahead: stop drafting once q(own token) < this; 0 = always γ
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
@@ -55,8 +65,8 @@ class BenchConfig:
         if self.batch_size < 1:
             raise DraftwiseError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.batch_size > 1 and (set(self.baselines) - {"ar"} or self.draft_stop):
-            raise DraftwiseError("batch_size > 1 runs SD and AR only (transformers' assisted generation refuses batches; "
-                                 "adaptive lookahead is batch-1)")
+            raise DraftwiseError("batch_size > 1 runs SD and AR only (transformers' assisted generation and prompt lookup "
+                                 "refuse batches; adaptive lookahead is batch-1)")
         if self.synthetic_alpha is not None:
             if not 0 <= self.synthetic_alpha <= 1:
                 raise DraftwiseError(f"synthetic_alpha must be in [0, 1], got {self.synthetic_alpha}")
@@ -65,6 +75,13 @@ class BenchConfig:
                                      "(not to hf-assisted)")
         if self.drafter is None and "hf-assisted" in self.baselines:
             raise DraftwiseError("baseline hf-assisted needs a drafter (--drafter)")
+        if self.drafter is not None:
+            kind = drafter_kind(self.drafter)
+            if kind != "model" and "hf-assisted" in self.baselines:
+                raise DraftwiseError(f"baseline hf-assisted needs a model drafter, not a {kind} drafter "
+                                     "(transformers' own lookup is the baseline hf-prompt-lookup)")
+            if kind == "hybrid" and self.batch_size > 1:
+                raise DraftwiseError("hybrid drafters run at batch size 1")
         if self.drafter is None and not self.baselines:
             raise DraftwiseError("nothing to run: give --drafter or at least one --baseline")
         if self.limit is not None and self.limit < 1:
@@ -80,25 +97,30 @@ class BenchConfig:
 @dataclass(frozen=True)
 class BenchGridConfig:
     """`draftwise bench` over a grid: drafters × γ × temperatures × batch sizes, each other setting from `bench`.
-    An empty axis keeps `bench`'s value. Baselines run once per (temperature, batch size), hf-assisted per point;
-    the transformers baselines at batch size 1 only (they refuse batches)."""
+    An empty axis keeps `bench`'s value. Baselines run once per (temperature, batch size); hf-assisted (model drafters)
+    and hf-prompt-lookup per point, as they use the point's drafter and γ; the transformers baselines at batch size 1
+    only (they refuse batches)."""
 
     bench: BenchConfig = BenchConfig(drafter="layers:0")
     drafters: tuple[str, ...] = ()
     gammas: tuple[int, ...] = ()
     temperatures: tuple[float, ...] = ()
     batch_sizes: tuple[int, ...] = ()
+    drafter_gammas: tuple[int, ...] = ()  # each drafter's own γ (aligned with `drafters`) instead of the γ axis
 
     def __post_init__(self):
         if isinstance(self.bench, dict):  # read back from config.json
             object.__setattr__(self, "bench", from_dict(BenchConfig, self.bench))
-        for name in ("drafters", "gammas", "temperatures", "batch_sizes"):
+        for name in ("drafters", "gammas", "temperatures", "batch_sizes", "drafter_gammas"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
         _positive("gammas", self.gammas)
         _positive("batch_sizes", self.batch_sizes)
+        _positive("drafter_gammas", self.drafter_gammas)
         if not (self.drafters or self.bench.drafter):
             raise DraftwiseError("a bench grid needs at least one drafter")
+        if self.drafter_gammas and (len(self.drafter_gammas) != len(self.drafters) or self.gammas):
+            raise DraftwiseError("drafter_gammas gives one γ per drafter, instead of a γ axis")
         self.points()  # every point must be a valid BenchConfig
 
     def points(self) -> list[BenchConfig]:
@@ -106,9 +128,14 @@ class BenchGridConfig:
         b = self.bench
         drafters, gammas = self.drafters or (b.drafter,), self.gammas or (b.gamma,)
         temps, sizes = self.temperatures or (b.temperature,), self.batch_sizes or (b.batch_size,)
-        sd = [dataclasses.replace(b, drafter=d, gamma=g, temperature=t, batch_size=n,
-                                  baselines=tuple(x for x in b.baselines if x == "hf-assisted" and n == 1))
-              for t in temps for n in sizes for d in drafters for g in gammas]
+        def per_point(drafter: str, n: int) -> tuple[str, ...]:
+            own = {"hf-assisted": drafter_kind(drafter) == "model", "hf-prompt-lookup": True}
+            return tuple(x for x in b.baselines if own.get(x) and n == 1)
+
+        pairs = list(zip(drafters, self.drafter_gammas)) if self.drafter_gammas else \
+            [(d, g) for d in drafters for g in gammas]
+        sd = [dataclasses.replace(b, drafter=d, gamma=g, temperature=t, batch_size=n, baselines=per_point(d, n))
+              for t in temps for n in sizes for d, g in pairs]
         base = []
         for t in temps:
             for n in sizes:  # transformers' baselines are batch-1: at B > 1 only AR runs beside SD
@@ -256,6 +283,7 @@ class GenDataConfig:
     topk: int = 32
     max_prompt_tokens: int = 512
     limit: int | None = None  # prompts (before temperatures multiply them)
+    skip: int = 0  # prompts passed over first (a second run continues where a first one's limit stopped)
     shard_size: int = 64  # sequences per shard
     batch_size: int = 16
     seed: int = 0
@@ -271,6 +299,8 @@ class GenDataConfig:
             raise DraftwiseError("max_new_tokens, topk, shard_size, batch_size and max_prompt_tokens must be >= 1")
         if self.limit is not None and self.limit < 1:
             raise DraftwiseError(f"limit must be >= 1, got {self.limit}")
+        if self.skip < 0:
+            raise DraftwiseError(f"skip must be >= 0, got {self.skip}")
 
 
 @dataclass(frozen=True)
@@ -318,7 +348,7 @@ class DistillConfig:
 
 @dataclass(frozen=True)
 class DesignConfig:
-    """`draftwise design`: profile → candidates → prune → distill → agree → bench → select → report → export.
+    """`draftwise design`: candidates → prune → distill → agree → profile → lookups → bench → select → report → export.
 
     `minutes` sets the budgets of the long stages (data generated, distillation per candidate); the fixed-size
     stages (profile, pruning calibration, benchmarks) are sized to fit the default 30 minutes on 2 CPU cores.
@@ -329,12 +359,16 @@ class DesignConfig:
     wide_layers: tuple[int, ...] = (2,)  # full-width k-layer ("wide-shallow") candidates
     narrow_factor: int = 3  # deep-narrow twin: heads, KV heads and FFN ÷ f, layers × f (equal non-embedding params)
     drafter: str | None = None  # an optional user drafter, benchmarked beside the candidates
+    lookups: bool = True  # also n-gram and suffix lookup drafters and the hybrid of the best model drafter with one
     loss: str = "fkl"
     temperatures: tuple[float, ...] = (0.0, 0.5, 1.0)
-    bench_suites: str = "spec_bench,mmlu,hellaswag,arena,cnn_dm,xsum"
-    bench_limit: int = 10  # eval prompts per benchmark (round-robin over suites)
+    bench_suites: str = "all"  # every packaged suite: TAR and speedup per task
+    bench_limit: int = 18  # eval prompts of the selection grid (round-robin over suites: 2 per suite)
+    refine_limit: int = 9  # eval prompts of the γ-neighbour, temperature and batch benchmarks
     headline_limit: int = 8  # spec_bench eval prompts of the headline run (SD vs AR vs transformers)
-    max_new_tokens: int = 48
+    tune_prompts: int = 27  # eval prompts whose target text the lookup settings are replayed on
+    corpus_gain: float = 0.01  # extend gen-data once if doubling the suffix corpus last gained this much (predicted)
+    max_new_tokens: int = 96
     accuracy_items: int = 30  # MMLU and HellaSwag eval items per model for the accuracy sanity check
     draft_vocabs: tuple[int, ...] = (32768, 16384, 8192, 4096)  # reduced draft heads tried on the chosen drafter
     adaptive: bool = True  # also measure adaptive lookahead against the static γ*
@@ -363,8 +397,12 @@ class DesignConfig:
             raise DraftwiseError(f"narrow_factor must be >= 2, got {self.narrow_factor}")
         if 0.0 not in self.temperatures or min(self.temperatures) < 0:
             raise DraftwiseError("temperatures must include 0 (the greedy headline) and be >= 0")
-        if min(self.bench_limit, self.headline_limit, self.max_new_tokens, self.accuracy_items) < 1:
-            raise DraftwiseError("bench_limit, headline_limit, max_new_tokens and accuracy_items must be >= 1")
+        if min(self.bench_limit, self.refine_limit, self.headline_limit, self.tune_prompts, self.max_new_tokens,
+               self.accuracy_items) < 1:
+            raise DraftwiseError("bench_limit, refine_limit, headline_limit, tune_prompts, max_new_tokens and "
+                                 "accuracy_items must be >= 1")
+        if self.corpus_gain < 0:
+            raise DraftwiseError(f"corpus_gain must be >= 0, got {self.corpus_gain}")
         if parse_count(self.memory) < 1 or min(self.context, self.batch_cap) < 1:
             raise DraftwiseError(f"memory, context and batch_cap must be >= 1, got {self.memory}, {self.context}, "
                                  f"{self.batch_cap}")

@@ -8,6 +8,10 @@ Definitions (the same as `metrics` and the README):
   γ*            the integer γ that maximises throughput.
   free-drafter  E[N] / t_verify(γ): the ceiling if drafting cost nothing.
   c             t_q / t_p, the drafter's step relative to the target's.
+  mixture       a drafter whose proposal length varies (a lookup proposes only where it matches; a hybrid mixes
+                sources): rounds drafting g tokens, with share P(g), emit E[N | g] and cost t_draft(g) + t_verify(g), so
+                over many rounds throughput = Σ_g P(g)·E[N|g] / Σ_g P(g)·(t_draft(g) + t_verify(g)) (renewal-reward;
+                t_verify(0) is one AR step). A lookup's t_draft is one proposal, whatever g.
 
 Step time of a Llama-family model at batch b (fitted to measured points, see `StepModel`):
   t(L, d, V) = fixed + L · (layer_overhead + layer_bytes(d) / bandwidth) + head_bytes(V, d) / bandwidth
@@ -52,6 +56,53 @@ def expected_tokens_iid(alpha: float, gamma: int) -> float:
 def throughput(expected: float, gamma: int, t_draft: float, t_verify: float) -> float:
     """Tokens per second for E[N] = `expected` with γ draft steps of `t_draft` s and a verify pass of `t_verify` s."""
     return expected / (gamma * t_draft + t_verify)
+
+
+def mixture_totals(lengths: dict[int, float], acceptance: Sequence[float | None], t_draft, t_verify,
+                   cap: int | None = None) -> tuple[float, float]:
+    """(expected tokens, expected seconds) of rounds drafting g tokens `lengths[g]` times (shares or counts), with
+    per-position acceptance a_1.. (measured over rounds drafting ≥ k); `t_draft(g)`, `t_verify(g)` in seconds. `cap`
+    predicts the same proposals cut to at most `cap` tokens."""
+    tokens = seconds = 0.0
+    for g, share in lengths.items():
+        g = min(g, cap) if cap is not None else g
+        tokens += share * expected_tokens([a or 0.0 for a in acceptance[:g]] + [0.0] * max(0, g - len(acceptance)))
+        seconds += share * (t_draft(g) + t_verify(g))
+    return tokens, seconds
+
+
+def throughput_mixture(lengths: dict[int, float], acceptance: Sequence[float | None], t_draft, t_verify,
+                       cap: int | None = None) -> float:
+    """Tokens/s of a drafter whose proposal length varies round to round (see `mixture_totals`)."""
+    tokens, seconds = mixture_totals(lengths, acceptance, t_draft, t_verify, cap)
+    return tokens / seconds if seconds else 0.0
+
+
+def predict_rounds(rounds: Sequence[dict], t_verify, t_model_step: float | None = None, cap: int | None = None) -> float:
+    """Tokens/s predicted for a measured (or replayed) mix of rounds — raw round records with drafted, accepted and,
+    where known, source and draft_s. Rounds are grouped by proposer; each group's proposal lengths and per-position
+    acceptance go through `mixture_totals`. A lookup round's draft time is its group's median proposal; a model round's
+    is g steps of `t_model_step` seconds (else the measured median step); a round without a proposal costs its
+    measured median draft time (a lookup's miss) and one AR step, t_verify(0)."""
+    from . import metrics
+
+    groups: dict[str, list[dict]] = {}
+    for r in rounds:
+        groups.setdefault((r.get("source") or "model") if r["drafted"] else "", []).append(r)
+    tokens = seconds = 0.0
+    for source, rs in groups.items():
+        lengths: dict[int, int] = {}
+        for r in rs:
+            lengths[r["drafted"]] = lengths.get(r["drafted"], 0) + 1
+        if source == "model":
+            step = t_model_step if t_model_step is not None else float(np.median([r.get("draft_s", 0.0) / r["drafted"] for r in rs]))
+            draft = lambda g, step=step: g * step  # noqa: E731
+        else:
+            once = float(np.median([r.get("draft_s", 0.0) for r in rs]))
+            draft = lambda g, once=once: once  # noqa: E731
+        t, sec = mixture_totals(lengths, metrics.acceptance_per_position(rs), draft, t_verify, cap)
+        tokens, seconds = tokens + t, seconds + sec
+    return tokens / seconds if seconds else 0.0
 
 
 def free_drafter_limit(expected: float, t_verify: float) -> float:

@@ -13,6 +13,13 @@ folders keep raw records, and these functions recompute summaries from them.
   verify ms (by γ)         median time of the target's pass over γ+1 positions (with the acceptance test), per γ;
                            γ = 0 is one plain AR step. verify_over_ar_step = verify ms at γ / AR step ms.
   draft step ms            median of draft_s / drafted over rounds that drafted: one drafter step.
+  proposed fraction        rounds with at least one drafted token / rounds (a lookup drafter proposes only where its
+                           index matches; a round without a proposal is a plain AR step).
+  proposal lengths         {g: rounds that drafted g tokens}: the distribution a variable-length drafter's throughput
+                           is predicted from (`cost.throughput_mixture`).
+  propose ms               median draft_s over rounds that drafted: a lookup's whole proposal (one call, not γ steps).
+  by source                the same counts per proposer ("model" | "lookup") for hybrids; TAR per source counts the
+                           rounds that source drafted.
 """
 
 from __future__ import annotations
@@ -64,8 +71,26 @@ def summarize_method(generations: Sequence[dict]) -> dict:
             verify_s=sum(r["verify_s"] for r in rounds),
             verify_ms=verify_ms_by_gamma(rounds),
             draft_step_ms=draft_step_ms(rounds),
+            **proposals(rounds),
         )
     return out
+
+
+def proposals(rounds: Sequence[dict]) -> dict:
+    """Proposed fraction, proposal lengths, per-round proposal time and per-source counts (see the definitions)."""
+    drafting = [r for r in rounds if r["drafted"]]
+    lengths: dict[int, int] = {}
+    for r in rounds:
+        lengths[r["drafted"]] = lengths.get(r["drafted"], 0) + 1
+    by: dict[str, list[dict]] = {}
+    for r in drafting:
+        by.setdefault(r.get("source") or "model", []).append(r)
+    return {"proposed_fraction": len(drafting) / len(rounds) if rounds else None,
+            "proposal_lengths": dict(sorted(lengths.items())),
+            "propose_ms": 1e3 * statistics.median(r.get("draft_s", 0.0) for r in drafting) if drafting else None,
+            "by_source": {src: {"rounds": len(rs), "drafted": sum(r["drafted"] for r in rs),
+                                "accepted": sum(r["accepted"] for r in rs), "tar": tar(rs), "alpha": alpha(rs)}
+                          for src, rs in sorted(by.items())}}
 
 
 def verify_ms_by_gamma(rounds: Sequence[dict]) -> dict[int, float]:

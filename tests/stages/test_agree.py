@@ -35,3 +35,22 @@ def test_agreement_predicts_the_tar_of_a_real_greedy_sd_run(tiny_dir, tmp_path):
             assert sd.tokens == r["continuation"]
             rounds, tokens = rounds + len(sd.rounds), tokens + len(sd.tokens)
         assert summary["predicted_greedy_tar"][str(gamma)] == tokens / rounds
+
+
+def test_a_lookup_drafters_replay_is_a_real_greedy_sd_run(tiny_dir, tmp_path):
+    """Replayed rounds of a lookup (and of a hybrid) equal the rounds the engine runs on the same prompts."""
+    from draftwise import specs
+
+    target = load(tiny_dir)
+    for spec in ("ngram:max=3", "hybrid:layers:0,1,3+ngram:max=2,model_gamma=2"):
+        out = agree.run(AgreeConfig(target=tiny_dir, drafter=spec, suites="spec_bench", limit=4, max_new_tokens=24,
+                                    gammas=(2, 5), batch_size=4), tmp_path / spec.split(":")[0])
+        summary = json.loads((out / "agree.json").read_text())
+        drafter = specs.load(spec, target)
+        for r in (json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()):
+            for gamma in (2, 5):
+                sd = generate(target.lm, r["prompt"], SamplingParams(), len(r["continuation"]), torch.Generator(),
+                              drafter=drafter.engine, gamma=gamma, eos=target.eos_ids)
+                assert sd.tokens == r["continuation"]
+                assert [[x.drafted, x.accepted] for x in sd.rounds] == r["rounds"][str(gamma)]
+        assert summary["predicted_greedy_tar"]["5"] >= 1 and 0 < summary["proposed_fraction"]["5"] <= 1

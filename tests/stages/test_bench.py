@@ -76,3 +76,43 @@ def test_batched_bench_gives_the_batch1_tokens(tiny_dir, tmp_path):
     assert json.loads((four / "summary.json").read_text())["greedy_identical_to_ar"] == 1.0
     with pytest.raises(DraftwiseError, match="batch_size > 1"):
         config(tiny_dir, batch_size=2)  # transformers baselines are batch-1
+
+
+def test_a_lookup_drafter_beside_transformers_prompt_lookup(tiny_dir, tmp_path):
+    out = bench.run(config(tiny_dir, drafter="ngram:max=3", gamma=4, limit=3, max_new_tokens=24,
+                           baselines=("ar", "hf-prompt-lookup")), tmp_path / "run")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["greedy_identical_to_ar"] == 1.0
+    assert summary["baselines"]["hf-prompt-lookup"]["identical_to_ar"] == 1.0
+    sd = summary["methods"]["sd"]
+    assert 0 < sd["proposed_fraction"] <= 1 and sum(sd["proposal_lengths"].values()) == sd["rounds"]
+    assert set(sd["by_source"]) == {"lookup"} and sd["propose_ms"] < min(sd["verify_ms"].values())  # ~free next to a pass
+    assert summary["drafter"]["lookup"] == {"method": "ngram", "min": 1, "max": 3}
+
+
+def test_a_learning_suffix_corpus_never_holds_the_output_of_the_prompt_being_decoded(tiny_dir, tmp_path):
+    cfg = config(tiny_dir, drafter="suffix,learn=1", gamma=3, limit=3, max_new_tokens=16, baselines=("ar",), warmup=1)
+    runner = bench.BenchWork(cfg)()
+    lookup = runner.drafter.lookup
+    seen = []  # (prompt id being decoded, prompt ids whose outputs are in the corpus) at every SD call
+    start = lookup.start
+    lookup.start = lambda prompts, *a, **k: (seen.append((current[0], set(lookup.learned))), start(prompts, *a, **k))[1]
+    units = bench.units(cfg, runner.encoded)
+    for unit in units + units[:1]:  # the first prompt again: its own earlier output must be out of the corpus
+        current = [runner.prompts[unit[0]].id]
+        runner((unit, "ar"))
+        assert len(lookup.learned) == len({s for s, _ in seen})  # AR and warm-ups add nothing
+        runner((unit, "sd"))
+    assert all(pid not in held for pid, held in seen)
+    assert set(lookup.learned) == {runner.prompts[u[0]].id for u in units}  # every finished SD output joined
+    # a resumed run puts back what its finished records added
+    resumed = bench.Runner(cfg, runner.target, bench.load_models(cfg)[1], [
+        {"method": "sd", "prompt_id": runner.prompts[units[0][0]].id, "batch": 1, "tokens": [5, 6, 7]}])
+    assert set(resumed.drafter.lookup.learned) == {runner.prompts[units[0][0]].id}
+
+
+def test_configs_that_cannot_run_are_refused(tiny_dir):
+    with pytest.raises(DraftwiseError, match="hf-assisted needs a model drafter, not a lookup"):
+        config(tiny_dir, drafter="ngram")
+    with pytest.raises(DraftwiseError, match="hybrid drafters run at batch size 1"):
+        config(tiny_dir, drafter="hybrid:layers:0+ngram", baselines=("ar",), batch_size=2)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from draftwise import cost
-from draftwise.config import DesignConfig
+from draftwise.config import DesignConfig, drafter_kind
 from draftwise.errors import DraftwiseError
 from draftwise.stages import design
 from draftwise.stages.design.candidates import (
@@ -92,9 +93,9 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     context = 64
     per_seq = max(target.kv_bytes(context) + s.kv_bytes(context) for s in trained)
     memory = target.weight_bytes() + max(s.weight_bytes() for s in trained) + 3 * per_seq  # ≥ 3 sequences fit
-    config = DesignConfig(target=tiny_dir, minutes=0.3, wide_layers=(1,), narrow_factor=2, bench_limit=3, headline_limit=2,
-                          max_new_tokens=8, accuracy_items=3, draft_vocabs=(32, 16), memory=str(memory), context=context,
-                          batch_cap=2, threads=1)
+    config = DesignConfig(target=tiny_dir, minutes=0.3, wide_layers=(1,), narrow_factor=2, bench_limit=3, refine_limit=2,
+                          headline_limit=2, tune_prompts=6, max_new_tokens=8, accuracy_items=3, draft_vocabs=(32, 16),
+                          memory=str(memory), context=context, batch_cap=2, threads=1)
     out = tmp_path / "design"
 
     agree_run = design.agree.run
@@ -116,19 +117,21 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     calls = []
     for stage in (design.gen_data, design.prune, design.distill):
         original = stage.run
-        monkeypatch.setattr(stage, "run", lambda *a, _o=original, _n=stage.__name__, **k: (calls.append(_n), _o(*a, **k))[1])
+        monkeypatch.setattr(stage, "run", lambda c, f, *a, _o=original, **k: (calls.append(Path(f).name), _o(c, f, *a, **k))[1])
     design.run(config, out)
-    assert calls == []  # nothing finished before the kill was redone
+    assert not set(calls) & finished  # nothing finished before the kill was redone
 
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     stages = [r["stage"] for r in records]
     assert len(stages) == len(set(stages))
-    chosen = next(r["drafter"] for r in records if r["stage"] == "select-drafter")
-    assert chosen in {"wide-L1", "narrow-L2", "first-1", "self-spec"}
+    decision = next(r for r in records if r["stage"] == "select-drafter")
+    chosen = decision["drafter"]
+    assert set(decision["speedup_vs_ar"]) >= {"wide-L1", "narrow-L2", "ngram", "suffix", "hybrid"}  # all measured alike
+    assert chosen == design.pick_drafter(decision["speedup_vs_ar"], decision["tar"], config.select_tie)
     report = (out / "report.md").read_text()
-    for section in ("Headline", "TAR per task", "Drafters", "Wide-shallow vs deep-narrow", "Batch dividend",
-                    "Where the time goes", "Accuracy sanity check", "Reduced-vocabulary draft head and adaptive lookahead",
-                    "Export"):
+    for section in ("Headline", "TAR and speedup per task", "The chosen drafter per task and temperature", "Model drafters",
+                    "Lookup drafters", "The suffix corpus", "Wide-shallow vs deep-narrow", "Batch dividend",
+                    "Where the time goes", "Accuracy sanity check", "Export"):
         assert section in report
     assert "Capped at batch_cap = 2" in report
     for name in ("wide-L1", "narrow-L2"):  # the batch each trained candidate's SD footprint allows, then benchmarked
@@ -142,20 +145,29 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
         assert json.loads((bench_folder / "config.json").read_text())["batch_size"] == 2
         summary = json.loads((bench_folder / "summary.json").read_text())["methods"]
         assert summary["sd"]["tokens_per_s"] > 0 and summary["ar"]["tokens_per_s"] > 0
-    for png in ("tar_per_task", "tokens_per_s", "predicted_vs_measured", "kv_footprint", "accuracy_vs_tar",
-                "verify_vs_gamma", "step_vs_layers", "latency_vs_width"):
+    for png in ("tar_per_task", "speedup_per_task", "tokens_per_s", "predicted_vs_measured", "kv_footprint",
+                "accuracy_vs_tar", "verify_vs_gamma", "step_vs_layers", "latency_vs_width"):
         assert (out / "plots" / f"{png}.png").exists()
     assert "data:image/png;base64," in (out / "report.html").read_text()
     headline = json.loads((out / "stages" / "bench-headline" / "summary.json").read_text())
     assert headline["methods"]["sd"]["identical_to_ar"] == 1.0  # greedy SD stays lossless inside the pipeline
-    from transformers import AutoModelForCausalLM
-
-    AutoModelForCausalLM.from_pretrained(out / "export" / "drafter")
     vllm = json.loads((out / "export" / "vllm_speculative_config.json").read_text())
-    assert {"vocab-32", "bench-vocab-16", "select-vocab", "bench-adaptive"} <= set(stages)
-    if next(r["vocab"] for r in records if r["stage"] == "select-vocab"):
-        assert (out / "export" / "drafter-reduced-vocab" / "draft_vocab.json").exists()
-    assert vllm["num_speculative_tokens"] == next(r["gamma"] for r in records if r["stage"] == "select-gamma")
+    gamma = next(r["gamma"] for r in records if r["stage"] == "select-gamma")
+    kind = drafter_kind(decision_spec(records, chosen))
+    if kind == "lookup":  # no weights: the vLLM method and the transformers call, no checkpoint, no head tuning
+        assert vllm["method"] in ("ngram", "suffix") and vllm["num_speculative_tokens"] == gamma
+        assert not (out / "export" / "drafter").exists() and "select-vocab" not in stages
+        assert "prompt_lookup_num_tokens" in (out / "export" / "README.md").read_text()
+    else:
+        from transformers import AutoModelForCausalLM
+
+        AutoModelForCausalLM.from_pretrained(out / "export" / "drafter")
+        if kind == "model":
+            assert {"select-vocab", "bench-adaptive"} <= set(stages) and vllm["num_speculative_tokens"] == gamma
+
+
+def decision_spec(records: list[dict], name: str) -> str:
+    return next(r for r in records if r["stage"] == "bench-select")["drafters"][name]
 
 
 def test_pick_drafter_breaks_near_ties_by_tar():
@@ -169,8 +181,9 @@ def test_pick_drafter_breaks_near_ties_by_tar():
 def test_batched_bench_runs_at_the_gamma_predicted_for_its_batch(tiny_dir, tmp_path):
     """The profile covers each trained candidate's feasible batch, and the batched bench uses γ* predicted there."""
     target = _shape(tiny_dir)
-    config = DesignConfig(target=tiny_dir, minutes=0.2, wide_layers=(1,), narrow_factor=2, bench_limit=2, headline_limit=2,
-                          max_new_tokens=6, accuracy_items=2, draft_vocabs=(), adaptive=False, context=32, batch_cap=3,
+    config = DesignConfig(target=tiny_dir, minutes=0.2, wide_layers=(1,), narrow_factor=2, bench_limit=2, refine_limit=2,
+                          headline_limit=2, max_new_tokens=6, accuracy_items=2, draft_vocabs=(32,), adaptive=True,
+                          context=32, batch_cap=3, lookups=False,
                           memory=str(10 * target.weight_bytes() + 100 * target.kv_bytes(32)), threads=1)
     out = design.run(config, tmp_path / "d")
     p = design.Pipeline(config, out)
@@ -179,3 +192,75 @@ def test_batched_bench_runs_at_the_gamma_predicted_for_its_batch(tiny_dir, tmp_p
     for name in ("wide-L1", "narrow-L2"):
         pred = design.predicted(p, design.spec_of(p, next(c for c in candidates(target, (1,), 2) if c.name == name)), name, 3)
         assert pred and p.done[f"bench-{name}-batch"]["gamma"] == max(pred, key=pred.get)
+    # model drafters only: no lookup stages; the chosen model drafter's reduced heads and adaptive lookahead were tried
+    assert not {"agree-lookup", "tune-lookup", "suffix-index"} & set(p.done)
+    assert {"vocab-32", "bench-vocab-32", "select-vocab", "bench-adaptive"} <= set(p.done)
+    assert "Reduced-vocabulary draft head and adaptive lookahead" in (out / "report.md").read_text()
+    if p.done["select-vocab"]["vocab"]:
+        assert (out / "export" / "drafter-reduced-vocab" / "draft_vocab.json").exists()
+
+
+def fake_grid(speedups: dict[str, float]):
+    """A `bench_grid.run` that writes the grid.json a measurement would, with these SD / AR ratios per drafter spec
+    (the γ-neighbour grid: the first spec's ratio, higher at larger γ)."""
+    def run(grid, folder, executor=None):
+        folder.mkdir(parents=True, exist_ok=True)
+        points = [{"drafter": x.drafter, "gamma": x.gamma, "temperature": x.temperature, "tar": 1.0 + speedups[x.drafter],
+                   "speedup_vs_ar": speedups[x.drafter] + 0.01 * x.gamma, "tokens_per_s": 30 * speedups[x.drafter]}
+                  for x in grid.points() if x.drafter]
+        (folder / "grid.json").write_text(json.dumps({"points": points}))
+        return folder
+
+    return run
+
+
+@pytest.mark.parametrize("lookup_speedup,chosen", [(1.3, "ngram"), (0.9, "wide-L1")])
+def test_design_picks_a_lookup_drafter_when_it_measures_faster(tiny_dir, tmp_path, monkeypatch, lookup_speedup, chosen):
+    from draftwise.stages.design import measure
+
+    specs = {"wide-L1": "runs/distill-wide-L1", "narrow-L2": "runs/distill-narrow-L2", "ngram": "ngram:max=4"}
+    monkeypatch.setattr(measure.bench_grid, "run", fake_grid({specs["wide-L1"]: 1.0, specs["narrow-L2"]: 0.95,
+                                                               specs["ngram"]: lookup_speedup}))
+    p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
+    name, gamma = measure.select(p, specs, {"wide-L1": 2, "narrow-L2": 1, "ngram": 4})
+    assert name == chosen and p.done["select-drafter"]["speedup_vs_ar"]["ngram"] == pytest.approx(lookup_speedup + 0.04)
+    g0 = {"wide-L1": 2, "ngram": 4}[chosen]
+    assert gamma == g0 + 1 and p.done["select-gamma"]["speedup_vs_ar"].keys() == {g0 - 1, g0, g0 + 1}
+
+
+def test_a_lookup_export_holds_no_machine_paths(tiny_dir, tmp_path):
+    from draftwise.stages.design import export
+
+    index = tmp_path / "d" / "stages" / "suffix-index"
+    index.mkdir(parents=True)
+    (index / "suffix_corpus.safetensors").write_bytes(b"x")
+    p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
+    assert export.export(p, None, f"suffix:{index},factor=2,min_prob=0.3", "suffix", 6) is None
+    out = tmp_path / "d" / "export"
+    vllm = json.loads((out / "vllm_speculative_config.json").read_text())
+    assert vllm == {"method": "suffix", "num_speculative_tokens": 6, "suffix_decoding_max_tree_depth": 32,
+                    "suffix_decoding_max_spec_factor": 2.0, "suffix_decoding_min_token_prob": 0.3}
+    readme = (out / "README.md").read_text()
+    assert str(tmp_path) not in readme and "suffix:suffix-corpus,factor=2,min_prob=0.3" in readme
+    assert (out / "suffix-corpus" / "suffix_corpus.safetensors").exists()
+    assert export.vllm_lookup("ngram:min=2,max=5", 3) == {"method": "ngram", "num_speculative_tokens": 3,
+                                                          "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+
+
+def test_tuned_lookup_settings_are_the_best_predicted(tiny_dir, tmp_path):
+    """In the end-to-end run above each method's decision is the argmax of its replayed, priced settings."""
+    config = DesignConfig(target=tiny_dir, minutes=0.2, wide_layers=(1,), narrow_factor=2, bench_limit=2, refine_limit=2,
+                          headline_limit=2, tune_prompts=4, max_new_tokens=6, accuracy_items=2, draft_vocabs=(),
+                          adaptive=False, memory="1", threads=1)
+    out = design.run(config, tmp_path / "d")
+    rows = json.loads((out / "stages" / "tune-lookup" / "tune.json").read_text())["rows"]
+    done = design.Pipeline(config, out).done["tune-lookup"]
+    for method in ("ngram", "suffix"):
+        best = max((r for r in rows if r["method"] == method), key=lambda r: r["predicted_tokens_per_s"])
+        assert (done[method]["spec"], done[method]["gamma"]) == (best["spec"], best["gamma"])
+    from draftwise import specs
+
+    model, lookup, model_gamma = specs.split_hybrid(done["hybrid"]["spec"])  # the better lookup, the best model drafter
+    better = max(("ngram", "suffix"), key=lambda m: done[m]["predicted_tokens_per_s"])
+    assert lookup == done[better]["spec"] and done["hybrid"]["gamma"] == done[better]["gamma"]
+    assert model_gamma >= 1 and "distill-" in model or model.startswith("layers:")

@@ -40,3 +40,16 @@ def test_needs_acceptance_and_a_profile(tmp_path):
         predict.run(tmp_path / "missing", alpha=0.5)
     with pytest.raises(DraftwiseError, match="no batch 4"):
         predict.run(tmp_path, alpha=0.5, batch=4)
+
+
+def test_a_lookup_bench_is_predicted_from_its_own_proposals():
+    rounds = ([{"drafted": 3, "accepted": 3, "emitted": 4, "source": "lookup", "draft_s": 0.0002}] * 3
+              + [{"drafted": 0, "accepted": 0, "emitted": 1, "source": "", "draft_s": 0.0001}] * 5)
+    bench = {"drafter": "ngram", "gamma": 3, "kind": "lookup", "alpha": 1.0, "acceptance_per_position": [1, 1, 1],
+             "tokens_per_s": 40.0, "decode_tokens_per_s": 44.0, "rounds": rounds}
+    out = predict.predict(PROFILE, gammas=[1, 2, 3], bench=bench)
+    verify3 = 36.0  # interpolated between γ = 2 (34) and 4 (38)
+    expected = 1e3 * (3 * 4 + 5 * 1) / (3 * (0.2 + verify3) + 5 * (0.1 + 30.0))
+    assert out["check"]["predicted_tokens_per_s"] == pytest.approx(expected)
+    cut = next(r for r in out["rows"] if r["drafter"] == "ngram" and r["gamma"] == 1)  # the same proposals cut to 1
+    assert cut["tokens_per_s"] == pytest.approx(1e3 * (3 * 2 + 5) / (3 * (0.2 + 32.0) + 5 * 30.1))

@@ -39,3 +39,16 @@ def test_profile_on_the_transformers_backend(tiny_dir, tmp_path):
     out = profile.run(cfg(tiny_dir, backend="transformers", batches=(1,), depths=(1,)), tmp_path / "p")
     summary = json.loads((out / "profile.json").read_text())
     assert summary["batches"]["1"]["verify_ms"]["4"] > 0 and "layers:0,3" in summary["batches"]["1"]["drafters"]
+
+
+def test_a_lookup_drafter_is_timed_by_its_proposal(tiny_dir, tmp_path):
+    """A lookup drafter has no forward step: its point is one round's proposal at `context` tokens of real text,
+    after which the index is rolled back (every repeat sees the same index)."""
+    out = profile.run(cfg(tiny_dir, drafters=("ngram:max=4", "layers:0,3"), batches=(1,), depths=(1,), context=64),
+                      tmp_path / "p")
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert {r["kind"] for r in records if r["model"] == "ngram:max=4"} == {"propose"}
+    d = json.loads((out / "profile.json").read_text())["batches"]["1"]["drafters"]["ngram:max=4"]
+    assert d["kind"] == "lookup" and 0 < d["step_ms"] and 0 < d["c"] < 1
+    text = profile.real_text(profile.load_models(cfg(tiny_dir))["target"], 64)
+    assert len(text) == 64 and len(set(text)) > 1

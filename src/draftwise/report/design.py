@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 
 from .. import cost, metrics
-from . import design_plots
+from . import design_lookup, design_plots
 from .plots import plot_profile, plot_sweep
 
 DEFINITIONS = ("Definitions: TAR = tokens emitted per SD round (accepted + the recovered or bonus token; AR = 1); "
@@ -112,68 +112,59 @@ def write(p, cands, specs: dict[str, str]) -> Path:
     prof = _json(p.folder("profile") / "profile.json")
     b1 = prof["batches"]["1"]
     chosen, gamma = p.done["select-drafter"]["drafter"], p.done["select-gamma"]["gamma"]
-    headline = _json(p.folder("bench-headline") / "summary.json")["methods"]
+    points = design_lookup.select_points(p)
     doc = Doc()
     doc.h(f"draftwise design: {c.target}", 1)
     doc.p(f"Reproduce: `{command}`. Every stage's raw records are in `stages/`. {DEFINITIONS}")
+    _headline(doc, p, chosen, gamma, specs)
+    tasks = design_lookup.tasks_section(doc, p, plots, footer)
 
-    # --- headline ---
-    ar, hf = headline["ar"]["tokens_per_s"], headline.get("hf-generate", {}).get("tokens_per_s")
-    doc.h("Headline (spec_bench eval mix, T=0)")
-    decision = p.done["select-drafter"]
-    rule = (f"the fastest by measured SD tokens/s; among drafters within {100 * decision['tie']:.0f} % of it, the one "
-            "with the highest TAR" if "tie" in decision else "chosen by measured tokens/s")
-    doc.p(f"Chosen drafter: {chosen} ({specs[chosen]}), γ* = {gamma}; rule: {rule}."
-          + ("" if "tokens_per_s" not in decision else " Measured: " + ", ".join(
-              f"{n} {v:.2f} tokens/s (TAR {decision['tar'][n]:.2f})" for n, v in decision["tokens_per_s"].items()) + "."))
-    rows = []
-    for name, label in (("sd", f"SD, {chosen}, γ={gamma}"), ("ar", "AR, draftwise engine"),
-                        ("hf-generate", "AR, transformers generate()"), ("hf-assisted", f"transformers assisted, {chosen}")):
-        s = headline.get(name)
-        if s:
-            rows.append([label, _f(s["tokens_per_s"]), _f(s["tokens_per_s"] / ar, ".2f", "x"),
-                         _f(s["tokens_per_s"] / hf if hf else None, ".2f", "x"), _f(s.get("tar")),
-                         _f(s["identical_to_ar"] * 100 if s.get("identical_to_ar") is not None else None, ".0f", "%")])
-    doc.table(["method", "tokens/s", "vs draftwise AR", "vs transformers AR", "TAR", "same tokens as AR"], rows)
-
-    # --- TAR per task and temperature ---
-    tar, speed_rows = {}, []
-    for t in c.temperatures:
-        folder = p.folder(f"bench-chosen-t{t:g}")
-        tar[t] = _tar_by_suite(_records(folder))
-        s = _json(folder / "summary.json")["methods"]
-        speed_rows.append([f"{t:g}", _f(s["sd"]["tokens_per_s"]), _f(s["ar"]["tokens_per_s"]),
-                           _f(s["sd"]["tokens_per_s"] / s["ar"]["tokens_per_s"], ".2f", "x"), _f(s["sd"].get("tar")),
-                           _f(s["sd"].get("alpha"), ".3f")])
-    doc.h("TAR per task and temperature")
+    # --- the chosen drafter per task and temperature ---
+    tar = {0.0: {s: v["tar"] for s, v in tasks.get(chosen, {}).items()}}
+    sd0, ar0 = points[chosen]["methods"]["sd"], points[chosen]["methods"]["ar"]
+    speed_rows = [["0", p.done["bench-select"]["gammas"][chosen], _f(sd0["tokens_per_s"]), _f(ar0["tokens_per_s"]),
+                   _f(sd0["tokens_per_s"] / ar0["tokens_per_s"], ".2f", "x"), _f(sd0.get("tar")), _f(sd0.get("alpha"), ".3f")]]
+    if "bench-temps" in p.done:
+        temps = _records(p.folder("bench-temps"))
+        for r in _json(p.folder("bench-temps") / "grid.json")["points"]:
+            t = r["temperature"]
+            tar[t] = _tar_by_suite([x for x in temps if x["temperature"] == t])
+            sd, ar = r["methods"]["sd"], r["methods"]["ar"]
+            speed_rows.append([f"{t:g}", r["gamma"], _f(sd["tokens_per_s"]), _f(ar["tokens_per_s"]),
+                               _f(sd["tokens_per_s"] / ar["tokens_per_s"], ".2f", "x"), _f(sd.get("tar")),
+                               _f(sd.get("alpha"), ".3f")])
+    doc.h("The chosen drafter per task and temperature")
     suites = sorted({s for per in tar.values() for s in per})
-    doc.table(["task"] + [f"T={t:g}" for t in tar], [[s] + [_f(tar[t].get(s)) for t in tar] for s in suites])
-    doc.table(["T", "SD tokens/s", "AR tokens/s", "SD / AR", "TAR", "α"], speed_rows)
+    doc.table(["task"] + [f"TAR at T={t:g}" for t in tar], [[s] + [_f(tar[t].get(s)) for t in tar] for s in suites])
+    doc.table(["T", "γ", "SD tokens/s", "AR tokens/s", "SD / AR", "TAR", "α"], speed_rows)
+    doc.p(f"T=0: the selection grid ({c.bench_limit} prompts); T>0: {c.refine_limit} prompts, sampled SD (lossless: each "
+          "emitted token follows the target's distribution), the same seeds for SD and AR.")
     doc.img(design_plots.tar_per_task(tar, plots, footer), "TAR per task and temperature")
 
-    # --- candidates ---
-    acc_records = _records(p.folder("accuracy"))
-    acc = _accuracy(acc_records)
-    doc.h("Drafters")
+    # --- model candidates ---
+    acc = _accuracy(_records(p.folder("accuracy")))
+    doc.h("Model drafters")
     rows, bars, pred_rows, acc_points, kv = [], [], [], [], {}
     target_shape = cost.Shape(**prof["target"]["shape"]) if "shape" in prof["target"] else None
     if target_shape:
         kv["target"] = target_shape.kv_bytes(KV_CONTEXT) / 1e6
-    for cand in cands:
+    for name, r in points.items():
+        bars.append({"drafter": name, "gamma": r["gamma"], "tokens_per_s": r["tokens_per_s"],
+                     "chosen": name == chosen and r["gamma"] == gamma})
+    if "bench-gamma" in p.done:
+        bars += [{"drafter": chosen, "gamma": r["gamma"], "tokens_per_s": r["tokens_per_s"], "chosen": r["gamma"] == gamma,
+                  "refine": True} for r in _json(p.folder("bench-gamma") / "grid.json")["points"]]
+    for cand in (x for x in cands if x.role not in ("lookup", "hybrid")):
         spec, d = specs[cand.name], b1["drafters"][specs[cand.name]]
         shape = cost.Shape(**d["shape"])
         kv[cand.name] = shape.kv_bytes(KV_CONTEXT) / 1e6
         agree_summary = _json(p.folder(f"agree-{cand.name}") / "agree.json")
         pred = predicted(p, spec, cand.name)
         g_pred = max(pred, key=pred.get) if pred else None
-        sel = [n for n in p.done if n.startswith(f"bench-{cand.name}-g")]
-        measured = {p.done[n]["gamma"]: _json(p.folder(n) / "summary.json")["methods"]["sd"] for n in sel}
-        for g, s in sorted(measured.items()):
-            bars.append({"drafter": cand.name, "gamma": g, "tokens_per_s": s["tokens_per_s"],
-                         "chosen": cand.name == chosen and g == gamma})
-            if g in pred and s.get("decode_tokens_per_s"):
-                pred_rows.append({"drafter": cand.name, "gamma": g, "predicted": pred[g], "measured": s["decode_tokens_per_s"]})
-        at = measured.get(g_pred, {})
+        at = points.get(cand.name)
+        if at and at["gamma"] in pred and at["methods"]["sd"].get("decode_tokens_per_s"):
+            pred_rows.append({"drafter": cand.name, "gamma": at["gamma"], "predicted": pred[at["gamma"]],
+                              "measured": at["methods"]["sd"]["decode_tokens_per_s"]})
         before = after = None
         if cand.trained:
             evals = [r for r in _records(p.folder(f"distill-{cand.name}")) if r.get("event") == "eval"]
@@ -185,17 +176,19 @@ def write(p, cands, specs: dict[str, str]) -> Path:
                      _f(kv[cand.name], ".1f"), _f(d["step_ms"]), _f(d["step_ms"] / b1["ar_step_ms"], ".2f"),
                      f"{_f(before, '.3f')} → {_f(after, '.3f')}" if cand.trained else "untrained",
                      _f(agree_summary["agreement"], ".3f"), _f(tar4), f"{g_pred} ({_f(pred.get(g_pred), '.1f')})",
-                     _f(at.get("tokens_per_s")), _f(at.get("tar")), _f(acc.get((cand.name, "mmlu")), ".2f"),
+                     _f(at and at["speedup_vs_ar"], ".2f", "x") if at else "not benchmarked (predicted below "
+                     "the best model drafter)", _f(at and at["tar"]), _f(acc.get((cand.name, "mmlu")), ".2f"),
                      _f(acc.get((cand.name, "hellaswag")), ".2f")])
     doc.table(["drafter", "role", "shape", "non-emb params", f"KV MB/seq @{KV_CONTEXT}", "step ms", "c", "distill agreement",
-               "agreement (eval)", "greedy TAR γ=4", "γ* predicted (tok/s)", "measured tok/s", "measured TAR", "MMLU",
+               "agreement (eval)", "greedy TAR γ=4", "γ* predicted (tok/s)", "measured SD / AR", "measured TAR", "MMLU",
                "HellaSwag"], rows)
     doc.p(f"Target: AR step {b1['ar_step_ms']:.2f} ms; MMLU {_f(acc.get(('target', 'mmlu')), '.2f')}, HellaSwag "
           f"{_f(acc.get(('target', 'hellaswag')), '.2f')}. c = drafter step / target step. Agreement and greedy TAR from "
-          "`agree` (teacher-forced on the target's greedy eval continuations); measured figures from `bench` at T=0.")
-    ar_mix = _json(p.folder("bench-chosen-t0") / "summary.json")["methods"]["ar"]["tokens_per_s"]  # same prompts as the bars
+          "`agree` (teacher-forced on the target's greedy eval continuations); measured figures from the selection grid.")
+    pred_rows += design_lookup.lookup_section(doc, p)
+    ar_mix = next(iter(points.values()))["methods"]["ar"]["tokens_per_s"]  # same prompts as the bars
     doc.img(design_plots.tokens_per_s(bars, ar_mix, plots, footer),
-            "SD tokens/s per drafter and γ (T=0, the six-task eval mix, prefill included) with AR on the same prompts")
+            "SD tokens/s per drafter and γ (T=0, prefill included) with AR on the selection grid's prompts")
     if pred_rows:
         doc.img(design_plots.predicted_vs_measured(pred_rows, plots, footer), "Predicted vs measured decode tokens/s")
     doc.h("Wide-shallow vs deep-narrow at equal non-embedding parameters")
@@ -234,12 +227,34 @@ def write(p, cands, specs: dict[str, str]) -> Path:
         _head_and_lookahead(doc, p)
 
     doc.h("Export")
-    doc.p("The chosen drafter is in `export/drafter` (transformers checkpoint); `export/README.md` has the transformers "
-          "and vLLM snippets, `export/vllm_speculative_config.json` the vLLM setting.")
+    doc.p("`export/README.md` says how to run the chosen drafter elsewhere (transformers, vLLM, draftwise); "
+          "`export/vllm_speculative_config.json` holds the vLLM setting"
+          + (", `export/drafter` the model drafter's transformers checkpoint." if (out / "export" / "drafter").exists() else "."))
     doc.code((out / "export" / "vllm_speculative_config.json").read_text().strip())
     (out / "report.md").write_text(doc.markdown(out))
     (out / "report.html").write_text(doc.html(f"draftwise design: {c.target}"))
     return out / "report.md"
+
+
+def _headline(doc: Doc, p, chosen: str, gamma: int, specs: dict[str, str]) -> None:
+    """The chosen drafter on the spec_bench eval mix against draftwise AR and transformers' own methods."""
+    headline = _json(p.folder("bench-headline") / "summary.json")["methods"]
+    ar, hf = headline["ar"]["tokens_per_s"], headline.get("hf-generate", {}).get("tokens_per_s")
+    decision = p.done["select-drafter"]
+    doc.h("Headline (spec_bench eval mix, T=0)")
+    measured = ", ".join(f"{n} {v:.2f}x (TAR {decision['tar'][n]:.2f})" for n, v in decision["speedup_vs_ar"].items())
+    doc.p(f"Chosen drafter: {chosen} ({specs[chosen]}), γ = {gamma}; rule: {decision['rule']} (tie band "
+          f"{100 * decision['tie']:.0f} %). Measured in the selection grid: {measured}.")
+    rows = []
+    for name, label in (("sd", f"SD, {chosen}, γ={gamma}"), ("ar", "AR, draftwise engine"),
+                        ("hf-generate", "AR, transformers generate()"), ("hf-assisted", f"transformers assisted, {chosen}"),
+                        ("hf-prompt-lookup", f"transformers prompt lookup, γ={gamma}")):
+        s = headline.get(name)
+        if s:
+            rows.append([label, _f(s["tokens_per_s"]), _f(s["tokens_per_s"] / ar, ".2f", "x"),
+                         _f(s["tokens_per_s"] / hf if hf else None, ".2f", "x"), _f(s.get("tar")),
+                         _f(s["identical_to_ar"] * 100 if s.get("identical_to_ar") is not None else None, ".0f", "%")])
+    doc.table(["method", "tokens/s", "vs draftwise AR", "vs transformers AR", "TAR", "same tokens as AR"], rows)
 
 
 def _head_and_lookahead(doc: Doc, p) -> None:

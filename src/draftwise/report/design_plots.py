@@ -23,6 +23,20 @@ def tar_per_task(tar: dict[float, dict[str, float]], folder: Path, footer: str) 
     return _save(fig, folder / "tar_per_task.png", footer)
 
 
+def speedup_per_task(speedup: dict[str, dict[str, float]], folder: Path, footer: str) -> Path:
+    """Grouped bars: measured speedup over draftwise AR per task (suite) and candidate, with the break-even line."""
+    suites = sorted({s for per in speedup.values() for s in per})
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.8 / max(1, len(speedup))
+    for i, (name, per) in enumerate(speedup.items()):
+        ax.bar(np.arange(len(suites)) + i * width, [per.get(s, 0) for s in suites], width, label=name)
+    ax.set_xticks(np.arange(len(suites)) + width * (len(speedup) - 1) / 2, suites, rotation=20, fontsize=8)
+    ax.axhline(1.0, color="0.3", lw=1, ls="--")
+    ax.set(ylabel="SD tokens/s ÷ AR tokens/s", title="Speedup per task (T=0, same prompts; below 1: plain decoding wins)")
+    ax.legend(fontsize=7, ncol=3)
+    return _save(fig, folder / "speedup_per_task.png", footer)
+
+
 def tokens_per_s(rows: list[dict], ar: float | None, folder: Path, footer: str) -> Path:
     """Bars: measured SD tokens/s per drafter and γ at T=0, with the AR line of the same engine."""
     fig, ax = plt.subplots(figsize=(8, 4))

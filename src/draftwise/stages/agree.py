@@ -1,5 +1,6 @@
 """`draftwise agree`: how often a drafter's top-1 token matches the target's, teacher-forced on the target's own
-greedy continuations of `eval` prompts — a cheap, exact stand-in for greedy SD.
+greedy continuations of `eval` prompts — a cheap, exact stand-in for greedy SD. A lookup (or hybrid) drafter is
+replayed over the same continuations: its proposals depend on the text alone, so its greedy rounds are exact too.
 
 Exact because greedy SD drafts from the target's accepted prefix: position t's draft is accepted iff the drafter's
 argmax after the target's tokens 0..t−1 equals the target's token t. Replaying rounds of γ over each sequence's
@@ -10,28 +11,54 @@ Continuations and matches are raw records (one per prompt); agree.json is derive
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from .. import continuations
+from .. import continuations, metrics, specs
 from ..config import AgreeConfig
-from ..models import ModelOptions, load, load_drafter
+from ..models import ModelOptions, load
 from ..rundir import RunDir
+
+
+def replay_rounds(prompt: list[int], continuation: list, gamma: int, lookup=None, matches: list[bool] | None = None,
+                  model_gamma: int | None = None) -> list[dict]:
+    """Greedy SD rounds replayed exactly over the target's greedy continuation (greedy SD emits exactly that text, so
+    every round drafts from the same sequence as a real run would). Each round: the lookup's proposal, if it has one,
+    keeps its longest prefix the continuation agrees with; else a model drafter (its teacher-forced top-1 `matches`)
+    drafts up to `model_gamma` tokens and keeps the leading matches; else nothing is drafted. One more token (recovered
+    or bonus) is emitted. Round records as the engine's: drafted, accepted, emitted, source, draft_s (the lookup's)."""
+    session = lookup.start([prompt]) if lookup is not None else None
+    seq, rounds, t, n = list(prompt), [], 0, len(continuation)
+    while t < n:
+        g = min(gamma, n - t - 1)  # as the engine: never draft past the end
+        start = time.perf_counter()
+        draft = session.propose({0: seq}, g)[0].tokens if session is not None and g > 0 else []
+        draft_s = time.perf_counter() - start if session is not None else 0.0
+        accepted, source = 0, "lookup" if draft else ""
+        if draft:
+            while accepted < len(draft) and draft[accepted] == continuation[t + accepted]:
+                accepted += 1
+        elif matches is not None and g > 0:
+            draft, source = [None] * min(g, model_gamma or g), "model"
+            while accepted < len(draft) and matches[t + accepted]:
+                accepted += 1
+        rounds.append({"drafted": len(draft), "accepted": accepted, "emitted": accepted + 1, "source": source,
+                       "draft_s": draft_s})
+        seq += continuation[t : t + accepted + 1]
+        t += accepted + 1
+        if session is not None:
+            session.keep(0, len(seq) - 1)
+    return rounds
 
 
 def greedy_rounds(matches: list[bool], gamma: int) -> tuple[int, int]:
     """(rounds, tokens) of greedy SD with lookahead γ over a continuation whose position t the drafter gets right
     iff matches[t]: each round accepts the leading matches (≤ γ) and emits one more token."""
-    rounds = tokens = t = 0
-    while t < len(matches):
-        accepted = 0
-        while accepted < gamma and t + accepted < len(matches) and matches[t + accepted]:
-            accepted += 1
-        emitted = min(accepted + 1, len(matches) - t)
-        rounds, tokens, t = rounds + 1, tokens + emitted, t + emitted
-    return rounds, tokens
+    rounds = replay_rounds([], [None] * len(matches), gamma, matches=matches)
+    return len(rounds), sum(r["emitted"] for r in rounds)
 
 
 def greedy_tar(matches: list[list[bool]], gamma: int) -> float | None:
@@ -46,7 +73,7 @@ def run(config: AgreeConfig, out: str | Path) -> Path:
     run_dir = RunDir(out, config)
     options = ModelOptions(config.dtype, config.device)
     target = load(config.target, options)
-    drafter = load_drafter(config.drafter, target, options)
+    drafter = specs.load(config.drafter, target, options)
     done = {r["prompt_id"] for r in run_dir.records()}
     prompts = continuations.prompts_for(target, config.split, config.suites, config.max_prompt_tokens, config.limit)
     todo = [(p, ids) for p, ids in prompts if p.id not in done]
@@ -54,10 +81,17 @@ def run(config: AgreeConfig, out: str | Path) -> Path:
     for i in range(0, len(todo), config.batch_size):
         chunk = todo[i : i + config.batch_size]
         seqs = continuations.generate(target, chunk, config.max_new_tokens, batch_size=config.batch_size, desc="target")
-        matches = continuations.top1_matches(drafter.lm, seqs, len(seqs))
-        for (p, _), seq, match in zip(chunk, seqs, matches):
-            run_dir.append({"prompt_id": p.id, "suite": p.suite, "category": p.category, "prompt_tokens": seq.prompt_len,
-                            "continuation": seq.continuation, "matches": [int(m) for m in match]})
+        matches = continuations.top1_matches(drafter.model.lm, seqs, len(seqs)) if drafter.model else [None] * len(seqs)
+        for (p, ids), seq, match in zip(chunk, seqs, matches):
+            rec = {"prompt_id": p.id, "suite": p.suite, "category": p.category, "prompt_tokens": seq.prompt_len,
+                   "prompt": ids, "continuation": seq.continuation}
+            if match is not None:
+                rec["matches"] = [int(m) for m in match]
+            if drafter.lookup is not None:  # a lookup proposes from the text itself: its rounds, replayed per γ
+                rec["rounds"] = {g: [[r["drafted"], r["accepted"]] for r in replay_rounds(
+                    ids, seq.continuation, g, drafter.lookup, match, getattr(drafter.engine, "model_gamma", None))]
+                    for g in config.gammas}
+            run_dir.append(rec)
         bar.update(len(chunk))
     bar.close()
     summary = summarize(run_dir.records(), config)
@@ -67,27 +101,44 @@ def run(config: AgreeConfig, out: str | Path) -> Path:
 
 
 def summarize(records: list[dict], config: AgreeConfig) -> dict:
-    matches = [r["matches"] for r in records]
+    matches = [r["matches"] for r in records if "matches" in r]
     total = sum(len(m) for m in matches)
     by_suite: dict[str, list] = {}
     for r in records:
-        by_suite.setdefault(r["suite"], []).append(r["matches"])
+        if "matches" in r:
+            by_suite.setdefault(r["suite"], []).append(r["matches"])
 
     def agreement(ms):
         n = sum(len(m) for m in ms)
         return sum(map(sum, ms)) / n if n else None
 
-    tar = {g: greedy_tar(matches, g) for g in config.gammas}
-    return {"definitions": "agreement: fraction of continuation positions where the drafter's argmax (teacher-forced on "
-                           "the target's greedy continuation) equals the target's token. predicted_greedy_tar[γ]: tokens "
-                           "per round of greedy SD replayed over those match patterns (counts the recovered/bonus token).",
-            "prompts": len(records), "positions": total, "agreement": agreement(matches),
-            "agreement_by_suite": {s: agreement(ms) for s, ms in sorted(by_suite.items())},
-            "predicted_greedy_tar": tar}
+    out = {"definitions": "agreement: fraction of continuation positions where the drafter's argmax (teacher-forced on "
+                          "the target's greedy continuation) equals the target's token (model drafters). "
+                          "predicted_greedy_tar[γ]: tokens per round of greedy SD replayed over those match patterns, or, "
+                          "for a lookup or hybrid drafter, over its own proposals on the same text (counts the "
+                          "recovered/bonus token). alpha and proposed_fraction: of those replayed rounds.",
+           "prompts": len(records), "positions": sum(len(r["continuation"]) for r in records),
+           "agreement": agreement(matches) if matches else None,
+           "agreement_by_suite": {s: agreement(ms) for s, ms in sorted(by_suite.items())}}
+    if records and "rounds" in records[0]:
+        rounds = {g: [{"drafted": d, "accepted": a, "emitted": a + 1} for r in records for d, a in r["rounds"][str(g)]]
+                  for g in config.gammas}
+        out["predicted_greedy_tar"] = {g: metrics.tar(rs) for g, rs in rounds.items()}
+        out["alpha"] = {g: metrics.alpha(rs) for g, rs in rounds.items()}
+        out["proposed_fraction"] = {g: metrics.proposals(rs)["proposed_fraction"] for g, rs in rounds.items()}
+    else:
+        out["predicted_greedy_tar"] = {g: greedy_tar(matches, g) for g in config.gammas}
+    return out
 
 
 def format_agree(summary: dict) -> str:
-    lines = [f"top-1 agreement {summary['agreement']:.3f} over {summary['positions']} positions of {summary['prompts']} prompts"]
+    lines = []
+    if summary["agreement"] is not None:
+        lines.append(f"top-1 agreement {summary['agreement']:.3f} over {summary['positions']} positions of "
+                     f"{summary['prompts']} prompts")
     lines.append("predicted greedy TAR: " + ", ".join(f"γ={g}: {t:.2f}" for g, t in summary["predicted_greedy_tar"].items() if t))
+    if "proposed_fraction" in summary:
+        lines.append("rounds with a lookup proposal: " + ", ".join(f"γ={g}: {100 * f:.0f} %"
+                                                                    for g, f in summary["proposed_fraction"].items() if f is not None))
     lines += [f"  {s:<12} {a:.3f}" for s, a in summary["agreement_by_suite"].items() if a is not None]
     return "\n".join(lines)

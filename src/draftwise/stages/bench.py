@@ -1,12 +1,17 @@
 """`draftwise bench`: speculative decoding with a drafter against its baselines, on the same prompts, in one process.
 
 Methods (each a function `(prompt ids, seed) -> record`):
-  sd           the draftwise engine with the drafter, lookahead γ
-  ar           the draftwise engine without a drafter (plain autoregressive decoding)
-  hf-generate  transformers `generate()`, autoregressive
-  hf-assisted  transformers assisted generation with the same drafter and a constant γ
+  sd                the draftwise engine with the drafter (a model, a lookup or a hybrid; see `specs`), lookahead γ
+  ar                the draftwise engine without a drafter (plain autoregressive decoding)
+  hf-generate       transformers `generate()`, autoregressive
+  hf-assisted       transformers assisted generation with the same (model) drafter and a constant γ
+  hf-prompt-lookup  transformers prompt lookup, `generate(prompt_lookup_num_tokens=γ)` (n-gram size: the drafter's
+                    `max` when it is an n-gram drafter, else transformers' default)
 Methods are interleaved prompt by prompt (machine drift hits all alike) after untimed warm-up runs. Each finished
 (method, prompt) is appended to records.jsonl at once; a rerun on the same folder skips what is there.
+
+A suffix drafter with learn=1 adds each finished SD output to its corpus; the prompt being decoded has its own earlier
+output taken out first, warm-ups and baselines add nothing, and a resumed run re-adds the outputs of its records.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from .. import data, metrics
 from ..config import BenchConfig
 from ..errors import DraftwiseError
 from ..executors import Executor, InProcess, exclusive
-from ..models import Model, ModelOptions, describe, load, load_drafter
+from .. import specs
+from ..models import Model, ModelOptions, describe, load
 from ..rundir import RunDir
 from ..sd.batched_sd import generate_batch_sd
 from ..sd.engine import generate
@@ -38,13 +44,13 @@ def select_prompts(config: BenchConfig) -> list[data.Prompt]:
     return data.load_prompts(config.suite, config.split, config.limit)
 
 
-def engine_method(target: Model, drafter: Model | None, config: BenchConfig):
+def engine_method(target: Model, drafter: specs.Drafter | None, config: BenchConfig):
     params = SamplingParams(config.temperature, config.top_p)
 
     def run(ids: list[int], seed: int, max_new_tokens: int = config.max_new_tokens) -> dict:
         gen = generate(
             target.lm, ids, params, max_new_tokens, torch.Generator(device=target.lm.device).manual_seed(seed),
-            drafter=drafter.lm if drafter else None, gamma=config.gamma, eos=target.eos_ids,
+            drafter=drafter.engine if drafter else None, gamma=config.gamma, eos=target.eos_ids,
             stop_below=config.draft_stop if drafter else 0.0, synthetic_alpha=config.synthetic_alpha if drafter else None,
         )
         return {"tokens": gen.tokens, "new_tokens": len(gen.tokens), "seconds": gen.seconds, "prefill_s": gen.prefill_s,
@@ -53,14 +59,14 @@ def engine_method(target: Model, drafter: Model | None, config: BenchConfig):
     return run
 
 
-def batched_method(target: Model, drafter: Model | None, config: BenchConfig):
+def batched_method(target: Model, drafter: specs.Drafter | None, config: BenchConfig):
     """B prompts at once through `sd.batched_sd` (AR without a drafter): one record per batch, wall time of the batch."""
     params = SamplingParams(config.temperature, config.top_p)
 
     def run(batch: list[list[int]], seed: int, max_new_tokens: int = config.max_new_tokens) -> dict:
         gens, seconds = generate_batch_sd(
             target.lm, batch, params, max_new_tokens, torch.Generator(device=target.lm.device).manual_seed(seed),
-            drafter=drafter.lm if drafter else None, gamma=config.gamma, eos=target.eos_ids,
+            drafter=drafter.engine if drafter else None, gamma=config.gamma, eos=target.eos_ids,
             synthetic_alpha=config.synthetic_alpha if drafter else None,
         )
         return {"tokens": [g.tokens for g in gens], "new_tokens": sum(len(g.tokens) for g in gens), "seconds": seconds,
@@ -69,8 +75,9 @@ def batched_method(target: Model, drafter: Model | None, config: BenchConfig):
     return run
 
 
-def hf_method(target: Model, drafter: Model | None, config: BenchConfig):
-    """transformers generate(), plain or assisted by `drafter` with a constant γ (no dynamic schedule, no early stop)."""
+def hf_method(target: Model, assistant: Model | None, config: BenchConfig, prompt_lookup: int | None = None):
+    """transformers generate(): plain, assisted by a model drafter with a constant γ (no dynamic schedule, no early
+    stop), or with its prompt lookup (γ tokens, n-grams up to `prompt_lookup`)."""
     from transformers import GenerationConfig
 
     model = target.hf_model()
@@ -78,15 +85,18 @@ def hf_method(target: Model, drafter: Model | None, config: BenchConfig):
     sampling = {"do_sample": False}
     if config.temperature > 0:  # top_k=0: no top-k cut, so the distribution is the one the engine samples from
         sampling = {"do_sample": True, "temperature": config.temperature, "top_p": config.top_p, "top_k": 0}
-    extra = {}
-    if drafter is not None:
-        assistant = drafter.hf_model()
+    extra, lookup = {}, {}
+    if assistant is not None:
+        assistant = assistant.hf_model()
         gc = assistant.generation_config
         gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = config.gamma, "constant", 0.0
         extra = {"assistant_model": assistant}
+    if prompt_lookup is not None:
+        lookup = {"prompt_lookup_num_tokens": config.gamma, "max_matching_ngram_size": prompt_lookup}
 
     def run(ids: list[int], seed: int, max_new_tokens: int = config.max_new_tokens) -> dict:
-        gen_config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos[0], **sampling)
+        gen_config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos[0], **sampling,
+                                      **lookup)
         inputs = torch.tensor([ids], device=model.device)
         torch.manual_seed(seed)  # transformers samples from the global generator; it takes no Generator argument
         sync(model.device)
@@ -101,17 +111,22 @@ def hf_method(target: Model, drafter: Model | None, config: BenchConfig):
     return run
 
 
+HF_PROMPT_LOOKUP_NGRAM = 2  # transformers' default max_matching_ngram_size
+
+
 def method_names(config: BenchConfig) -> list[str]:
     return (["sd"] if config.drafter else []) + list(config.baselines)
 
 
-def methods(config: BenchConfig, target: Model, drafter: Model | None) -> dict:
+def methods(config: BenchConfig, target: Model, drafter: specs.Drafter | None) -> dict:
     engine = engine_method if config.batch_size == 1 else batched_method
     out = {"sd": engine(target, drafter, config)} if drafter else {}
+    ngram = getattr(drafter.lookup, "max_n", None) if drafter and drafter.kind == "lookup" else None
     builders = {
         "ar": lambda: engine(target, None, config),
         "hf-generate": lambda: hf_method(target, None, config),
-        "hf-assisted": lambda: hf_method(target, drafter, config),
+        "hf-assisted": lambda: hf_method(target, drafter.model, config),
+        "hf-prompt-lookup": lambda: hf_method(target, None, config, ngram or HF_PROMPT_LOOKUP_NGRAM),
     }
     out.update({name: builders[name]() for name in config.baselines})
     return out
@@ -136,10 +151,20 @@ def encode_prompts(config: BenchConfig, target: Model) -> tuple[list[data.Prompt
 class Runner:
     """Runs one (unit, method) of a bench config and returns its record; warms each method up before its first."""
 
-    def __init__(self, config: BenchConfig, target: Model, drafter: Model | None):
+    def __init__(self, config: BenchConfig, target: Model, drafter: specs.Drafter | None, done: list[dict] = ()):
         self.config, self.target, self.drafter = config, target, drafter
         self.fns, self.warm = methods(config, target, drafter), set()
         self.prompts, self.encoded = encode_prompts(config, target)
+        for rec in done:  # a resumed run: a learning corpus gets back what finished requests added
+            if rec["method"] == "sd":
+                self.observe(rec)
+
+    def observe(self, rec: dict) -> None:
+        """A finished SD record's outputs join a learning suffix corpus (a no-op for every other drafter)."""
+        lookup = self.drafter.lookup if self.drafter else None
+        if getattr(lookup, "learn", False):
+            for prompt_id, tokens in zip(rec["prompt_id"].split("+"), rec["tokens"] if rec["batch"] > 1 else [rec["tokens"]]):
+                lookup.observe(prompt_id, tokens)
 
     def input(self, unit: tuple[int, ...]):
         return self.encoded[unit[0]] if self.config.batch_size == 1 else [self.encoded[i] for i in unit]
@@ -152,13 +177,19 @@ class Runner:
                 fn(self.input(unit), c.seed, max_new_tokens=min(16, c.max_new_tokens))
             self.warm.add(name)
         prompt = self.prompts[unit[0]]
-        rec = fn(self.input(unit), c.seed + unit[0])
-        return {"method": name, "prompt_id": "+".join(self.prompts[i].id for i in unit), "suite": prompt.suite,
-                "category": prompt.category, "prompt_tokens": sum(len(self.encoded[i]) for i in unit), "batch": len(unit), **rec}
+        lookup = self.drafter.lookup if self.drafter and name == "sd" else None
+        for i in unit if getattr(lookup, "learn", False) else ():
+            lookup.forget(self.prompts[i].id)  # never decode a prompt with its own earlier output in the corpus
+        rec = {"method": name, "prompt_id": "+".join(self.prompts[i].id for i in unit), "suite": prompt.suite,
+               "category": prompt.category, "prompt_tokens": sum(len(self.encoded[i]) for i in unit), "batch": len(unit),
+               **fn(self.input(unit), c.seed + unit[0])}
+        if name == "sd":
+            self.observe(rec)
+        return rec
 
 
-def load_models(config: BenchConfig, loaded: dict | None = None) -> tuple[Model, Model | None]:
-    """Target and drafter of `config`; `loaded` (spec -> Model) lets several configs share one process's models."""
+def load_models(config: BenchConfig, loaded: dict | None = None) -> tuple[Model, specs.Drafter | None]:
+    """Target and drafter of `config`; `loaded` (spec -> model or drafter) lets several configs share one process's."""
     loaded = {} if loaded is None else loaded
     options = ModelOptions(config.dtype, config.device, config.backend, config.compile)
     key = (config.target, options)
@@ -166,7 +197,7 @@ def load_models(config: BenchConfig, loaded: dict | None = None) -> tuple[Model,
         loaded[key] = load(config.target, options)
     target = loaded[key]
     if config.drafter and (config.drafter, key) not in loaded:
-        loaded[(config.drafter, key)] = load_drafter(config.drafter, target, options)
+        loaded[(config.drafter, key)] = specs.load(config.drafter, target, options)
     return target, loaded[(config.drafter, key)] if config.drafter else None
 
 
@@ -176,17 +207,19 @@ class BenchWork:
 
     config: BenchConfig
 
+    done: tuple = ()  # records already in the run folder (a learning suffix corpus is rebuilt from them)
+
     def __call__(self) -> Runner:
         if self.config.threads:
             torch.set_num_threads(self.config.threads)
-        return Runner(self.config, *load_models(self.config))
+        return Runner(self.config, *load_models(self.config), self.done)
 
 
 def run(config: BenchConfig, out: str | Path, executor: Executor | None = None) -> Path:
     if config.threads:
         torch.set_num_threads(config.threads)
     run_dir = RunDir(out, config)
-    work = BenchWork(config)
+    work = BenchWork(config, tuple(run_dir.records()))
     runner = work()  # the models here too (prompts, the summary); in-process, this Runner does the runs
     target, drafter, prompts, encoded = runner.target, runner.drafter, runner.prompts, runner.encoded
     names = method_names(config)
@@ -201,7 +234,7 @@ def run(config: BenchConfig, out: str | Path, executor: Executor | None = None) 
     bar.close()
     summary = summarize(run_dir.records(), config)
     summary["target"] = describe(target)
-    summary["drafter"] = describe(drafter) if drafter else None
+    summary["drafter"] = drafter.describe() if drafter else None
     run_dir.write_json("summary.json", summary)
     print(format_table(summary))
     print(f"run folder: {run_dir.path}")

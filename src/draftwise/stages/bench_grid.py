@@ -31,25 +31,28 @@ def point_of(config: BenchConfig) -> dict:
 class GridRunner:
     """One process's view of the grid: models loaded once and shared by every point's `bench.Runner`."""
 
-    def __init__(self, grid: BenchGridConfig):
+    def __init__(self, grid: BenchGridConfig, done: tuple = ()):
         if grid.bench.threads:
             torch.set_num_threads(grid.bench.threads)
-        self.points, self.loaded, self.runners = grid.points(), {}, {}
+        self.points, self.loaded, self.runners, self.done = grid.points(), {}, {}, done
 
     def __call__(self, item: tuple[int, tuple[int, ...], str]) -> dict:
         index, unit, method = item
         if index not in self.runners:
             config = self.points[index]
-            self.runners[index] = bench.Runner(config, *bench.load_models(config, self.loaded))
+            point = point_of(config)
+            mine = [r for r in self.done if all(r[a] == point[a] for a in AXES)]
+            self.runners[index] = bench.Runner(config, *bench.load_models(config, self.loaded), mine)
         return {**point_of(self.points[index]), **self.runners[index]((unit, method))}
 
 
 @dataclass(frozen=True)
 class GridWork:
     grid: BenchGridConfig
+    done: tuple = ()  # records already in the run folder (a learning suffix corpus is rebuilt from them)
 
     def __call__(self) -> GridRunner:
-        return GridRunner(self.grid)
+        return GridRunner(self.grid, self.done)
 
 
 def _key(record: dict) -> tuple:
@@ -59,7 +62,7 @@ def _key(record: dict) -> tuple:
 def run(grid: BenchGridConfig, out: str | Path, executor: Executor | None = None) -> Path:
     run_dir = RunDir(out, grid)
     points = grid.points()
-    work = GridWork(grid)
+    work = GridWork(grid, tuple(run_dir.records()))
     runner = work()  # in-process, this runner (and the models loaded below) runs the items
     for config in points:  # every drafter loads and speaks the target's vocabulary, before any point runs
         bench.load_models(config, runner.loaded)
@@ -78,7 +81,7 @@ def run(grid: BenchGridConfig, out: str | Path, executor: Executor | None = None
     for _, rec in (executor or InProcess()).map(work, todo, exclusive(grid.bench.device, grid.bench.threads), runner):
         run_dir.append(rec)
         bar.update()
-        bar.set_postfix_str(f"{rec['method']} {rec['drafter'] or ''} γ={rec['gamma']} B={rec['batch_size']}: "
+        bar.set_postfix_str(f"{rec['method']} {label(rec['drafter'])} γ={rec['gamma']} B={rec['batch_size']}: "
                             f"{rec['new_tokens'] / rec['seconds']:.1f} tok/s")
     bar.close()
     summary = summarize(run_dir.records(), points)
@@ -86,6 +89,22 @@ def run(grid: BenchGridConfig, out: str | Path, executor: Executor | None = None
     print(format_grid(summary))
     print(f"run folder: {run_dir.path}")
     return run_dir.path
+
+
+def label(spec: str | None, width: int = 32) -> str:
+    """A drafter spec short enough for a progress bar or a table: folders by their last part."""
+    if not spec:
+        return ""
+
+    def short(part: str) -> str:
+        head, colon, rest = part.partition(":")
+        if not colon or head not in ("ngram", "suffix", "hybrid"):
+            head, colon, rest = "", "", part
+        first, comma, options = rest.partition(",")
+        return head + colon + first.rstrip("/").rsplit("/", 1)[-1] + comma + options
+
+    text = "+".join(short(x) for x in spec.split("+"))
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def summarize(records: list[dict], points: list[BenchConfig]) -> dict:
@@ -106,7 +125,7 @@ def format_grid(summary: dict) -> str:
     lines = [f"{'drafter':<40}{'γ':>3}{'T':>5}{'B':>4}{'SD tok/s':>10}{'AR tok/s':>10}{'vs AR':>7}{'TAR':>6}{'α':>7}"]
     for r in summary["points"]:
         ar = r["baselines"].get("ar", {}).get("tokens_per_s")
-        lines.append(f"{str(r['drafter'])[-40:]:<40}{r['gamma']:>3}{r['temperature']:>5g}{r['batch_size']:>4}"
+        lines.append(f"{label(r['drafter'], 40):<40}{r['gamma']:>3}{r['temperature']:>5g}{r['batch_size']:>4}"
                      f"{r['tokens_per_s']:>10.2f}{ar if ar is not None else float('nan'):>10.2f}"
                      f"{r['speedup_vs_ar'] or float('nan'):>7.2f}{r['tar'] or float('nan'):>6.2f}{r['alpha'] or float('nan'):>7.3f}")
     return "\n".join(lines)

@@ -6,7 +6,8 @@ exactly the contexts SD will draft in; greedy (T=0) and sampled (T=1) continuati
 decoding modes. Work units are (prompt, temperature) pairs in a fixed order, cut into shards; each shard is written
 atomically (safetensors: token ids, prompt lengths, top-k ids and probabilities) and then recorded, so a killed run
 resumes shard by shard. Prompts in the `eval` split never enter: packaged ones are filtered by split and a user's
-file is filtered by the same text hash.
+file is filtered by the same text hash. The continuations are also a suffix drafter's corpus (`suffix:<this folder>`);
+tokenizer.json names the tokenizer that wrote them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..models import ModelOptions, load
 from ..rundir import RunDir
 from ..sd.batched import generate_batch
 from ..sd.sampling import SamplingParams
+from ..specs import write_fingerprint
 
 
 def units(config: GenDataConfig, target) -> list[tuple[data.Prompt, list[int], float]]:
@@ -37,7 +39,7 @@ def units(config: GenDataConfig, target) -> list[tuple[data.Prompt, list[int], f
                   file=sys.stderr)
         prompts += kept
     encoded = [(p, target.encode(p.text)) for p in prompts]
-    encoded = [(p, ids) for p, ids in encoded if 0 < len(ids) <= config.max_prompt_tokens]
+    encoded = [(p, ids) for p, ids in encoded if 0 < len(ids) <= config.max_prompt_tokens][config.skip :]
     if config.limit:
         encoded = encoded[: config.limit]
     return [(p, ids, t) for t in config.temperatures for p, ids in encoded]
@@ -80,6 +82,7 @@ def run(config: GenDataConfig, out: str | Path) -> Path:
     run_dir = RunDir(out, config)
     (run_dir.path / "shards").mkdir(exist_ok=True)
     target = load(config.target, ModelOptions(config.dtype, config.device))
+    write_fingerprint(run_dir.path, target.tokenizer)  # whose token ids these are (a suffix corpus checks it)
     work = units(config, target)
     shards = [work[i : i + config.shard_size] for i in range(0, len(work), config.shard_size)]
     done = {r["shard"] for r in run_dir.records()}

@@ -4,6 +4,11 @@
 t_q and t_verify come from a profile run (t_verify interpolated between profiled γ); acceptance comes from a bench
 run's measured per-position rates when that run used the drafter, else from `--alpha` (i.i.d.). When a bench run is
 given, its measured decode tokens/s (prefill excluded, like the model) is set beside the prediction for its γ.
+
+Lookup and hybrid drafters propose a varying number of tokens per round: their prediction is the mixture
+(`cost.predict_rounds`) over the bench run's own rounds — the measured proposal-length distribution, per-position
+acceptance and proposal time per source — with the profile's verify times; γ' below the bench's γ is predicted by
+cutting the same proposals to γ'.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ import json
 from pathlib import Path
 
 from .. import cost, metrics
+from ..config import drafter_kind
 from ..errors import DraftwiseError
+from ..specs import split_hybrid
 
 
 def _read_json(path: Path, what: str) -> dict:
@@ -31,7 +38,8 @@ def bench_acceptance(bench_dir: Path) -> dict:
     s = metrics.summarize_method(sd)
     return {"drafter": config["drafter"], "gamma": config["gamma"], "alpha": s["alpha"],
             "acceptance_per_position": s["acceptance_per_position"], "tokens_per_s": s["tokens_per_s"],
-            "decode_tokens_per_s": s.get("decode_tokens_per_s")}
+            "decode_tokens_per_s": s.get("decode_tokens_per_s"), "kind": drafter_kind(config["drafter"]),
+            "rounds": [r for rec in sd for r in rec["rounds"]]}
 
 
 def predict(profile: dict, batch: int = 1, gammas: list[int] | None = None, alpha: float | None = None,
@@ -39,10 +47,10 @@ def predict(profile: dict, batch: int = 1, gammas: list[int] | None = None, alph
     entry = profile["batches"].get(str(batch))
     if entry is None:
         raise DraftwiseError(f"the profile has no batch {batch} (it has {', '.join(profile['batches'])})")
-    vg = sorted((int(g), ms) for g, ms in entry["verify_ms"].items())
-    t_verify = lambda g: cost.interpolate([g_ for g_, _ in vg], [ms for _, ms in vg], g)  # noqa: E731
-    gammas = gammas or [g for g, _ in vg]
     ar = entry["ar_step_ms"]
+    vg = [(0, ar)] + sorted((int(g), ms) for g, ms in entry["verify_ms"].items())  # γ = 0: a plain AR step
+    t_verify = lambda g: cost.interpolate([g_ for g_, _ in vg], [ms for _, ms in vg], g)  # noqa: E731
+    gammas = gammas or [g for g, _ in vg if g]
     rows, skipped = [], []
     for spec, d in entry["drafters"].items():
         measured = bench if bench and bench["drafter"] == spec else None
@@ -56,6 +64,8 @@ def predict(profile: dict, batch: int = 1, gammas: list[int] | None = None, alph
             rows.append({"drafter": spec, "gamma": g, "expected_tokens": en, "tokens_per_s": tps, "speedup_vs_ar": tps * ar / 1e3,
                          "free_drafter_tokens_per_s": 1e3 * cost.free_drafter_limit(en, t_verify(g)),
                          "acceptance": "measured" if per_position else f"alpha={alpha}"})
+    if bench and bench.get("kind", "model") != "model":
+        rows += variable_rows(bench, entry, t_verify, gammas, ar)
     rows.sort(key=lambda r: -r["tokens_per_s"])
     best = {}
     for r in rows:
@@ -74,6 +84,20 @@ def predict(profile: dict, batch: int = 1, gammas: list[int] | None = None, alph
                             "measured_tokens_per_s": bench["tokens_per_s"],
                             "error": row["tokens_per_s"] / measured - 1}
     return out
+
+
+def variable_rows(bench: dict, entry: dict, t_verify, gammas: list[int], ar_ms: float) -> list[dict]:
+    """Rows for a lookup or hybrid drafter: the mixture over its measured rounds, proposals cut to each γ' ≤ its γ."""
+    model_spec = split_hybrid(bench["drafter"])[0] if bench["kind"] == "hybrid" else None
+    profiled = entry["drafters"].get(model_spec) if model_spec else None
+    step = profiled["step_ms"] / 1e3 if profiled else None
+    rows = []
+    for g in sorted({x for x in gammas if x <= bench["gamma"]} | {bench["gamma"]}):
+        tps = cost.predict_rounds(bench["rounds"], lambda k: t_verify(k) / 1e3, step, cap=g)
+        rows.append({"drafter": bench["drafter"], "gamma": g, "expected_tokens": None, "tokens_per_s": tps,
+                     "speedup_vs_ar": tps * ar_ms / 1e3, "free_drafter_tokens_per_s": None,
+                     "acceptance": "measured proposals"})
+    return rows
 
 
 def run(profile_dir: str | Path, bench_dir: str | Path | None = None, alpha: float | None = None, batch: int = 1,
@@ -97,7 +121,8 @@ def format_predictions(result: dict, top: int = 15) -> str:
              "in total); tokens/s below are per sequence",
              f"{'drafter':<42}{'γ':>3}{'E[N]':>7}{'tokens/s':>10}{'vs AR':>8}  acceptance"]
     for r in result["rows"][:top]:
-        lines.append(f"{r['drafter'][:42]:<42}{r['gamma']:>3}{r['expected_tokens']:>7.2f}{r['tokens_per_s']:>10.2f}"
+        en = "-" if r["expected_tokens"] is None else f"{r['expected_tokens']:.2f}"
+        lines.append(f"{r['drafter'][:42]:<42}{r['gamma']:>3}{en:>7}{r['tokens_per_s']:>10.2f}"
                      f"{r['speedup_vs_ar']:>7.2f}x  {r['acceptance']}")
     for spec, r in result["best_gamma"].items():
         lines.append(f"γ* for {spec[:42]}: {r['gamma']} ({r['tokens_per_s']:.2f} tokens/s, {b * r['tokens_per_s']:.1f} in total)")

@@ -3,7 +3,8 @@
 Times, with warm-up and repeats (medians reported, GPU work synchronised), at a KV cache already holding `context`
 positions: the target's AR step; its verify pass over γ+1 tokens for each γ; one serial step of each drafter, and
 of the full-width k-layer truncations of the target (`depths`), which give step time against depth; and the LM head
-alone. Every point other than the AR step itself is timed interleaved with the target's AR step at the same batch
+alone. A lookup drafter (ngram, suffix) has no step: its point is one round's proposal (index the newest token,
+propose up to the largest γ, roll the token back) over `context` tokens of real text (packaged eval prompts). Every point other than the AR step itself is timed interleaved with the target's AR step at the same batch
 (`ref_ms`), so the ratios (verify / AR step, c) are measured side by side and survive machine drift. Each timing
 point is appended to records.jsonl as it finishes; a rerun skips finished points. profile.json and the plots are
 derived from the records.
@@ -19,8 +20,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .. import cost
-from ..config import ProfileConfig
+from .. import cost, data, specs
+from ..config import ProfileConfig, drafter_kind
+from ..errors import DraftwiseError
 from ..executors import Executor, InProcess, exclusive
 from ..models import Model, ModelOptions, engine, load, load_drafter
 from ..models.hf import HFCausalLM
@@ -31,7 +33,8 @@ DEFINITIONS = """\
 ar_step_ms: the target's forward over 1 new token (batch b, `context` positions cached), median of repeats.
 verify_ms[γ]: the target's forward over γ+1 new tokens, returning all γ+1 logits.
 verify_over_ar_step[γ] = median verify / median AR step, both timed interleaved in the same point.
-step_ms (drafter): one serial drafter forward over 1 token. head_ms: final norm + LM head over 1 token per sequence.
+step_ms (drafter): one serial drafter forward over 1 token; for a lookup drafter, one round's whole proposal (up to
+the largest γ) at `context` tokens. head_ms: final norm + LM head over 1 token per sequence.
 head_share = head_ms / step_ms. c = median drafter step / median AR step, timed interleaved.
 cycle[γ]: a round's time split, draft_share = γ·t_q / (γ·t_q + verify_ms[γ]), target_share = 1 − draft_share.
 depth_fit: least squares step_ms = fixed_ms + per_layer_ms · layers over the full-width truncations and the target."""
@@ -49,8 +52,9 @@ def points(config: ProfileConfig, n_layers: int) -> list[dict]:
         out.append({"kind": "step", "model": "target", "batch": b, "tokens": 1})
         out += [{"kind": "verify", "model": "target", "batch": b, "tokens": g + 1, "gamma": g} for g in config.gammas]
         out.append({"kind": "head", "model": "target", "batch": b, "tokens": 1})
-        out += [{"kind": "step", "model": d, "batch": b, "tokens": 1} for d in drafters]
-        out += [{"kind": "head", "model": d, "batch": b, "tokens": 1} for d in config.drafters]
+        out += [{"kind": "propose" if drafter_kind(d) == "lookup" else "step", "model": d, "batch": b, "tokens": 1}
+                for d in drafters]
+        out += [{"kind": "head", "model": d, "batch": b, "tokens": 1} for d in config.drafters if drafter_kind(d) == "model"]
     return out
 
 
@@ -81,8 +85,25 @@ def load_models(config: ProfileConfig) -> dict[str, Model]:
     target = load(config.target, options)
     models = {"target": target}
     for spec in dict.fromkeys(p["model"] for p in points(config, target.config.num_hidden_layers) if p["model"] != "target"):
-        models[spec] = load_drafter(spec, target, options)
+        if drafter_kind(spec) == "model":
+            models[spec] = load_drafter(spec, target, options)
+        elif drafter_kind(spec) == "lookup":
+            models[spec] = specs.load(spec, target, options)
+        else:
+            raise DraftwiseError(f"profile times model and lookup drafters; profile a hybrid's parts instead ({spec})")
     return models
+
+
+def real_text(target: Model, n: int) -> list[int]:
+    """n tokens of real text: packaged eval prompts (long articles first), encoded and joined, repeated if short."""
+    ids: list[int] = []
+    for p in data.load_prompts("cnn_dm,xsum,arena,spec_bench", "eval"):
+        ids += target.encode(p.text)
+        if len(ids) >= n:
+            break
+    if not ids:
+        raise DraftwiseError("no packaged prompt encodes to any token")
+    return (ids * (n // len(ids) + 1))[:n]
 
 
 class Timer:
@@ -107,6 +128,8 @@ class Timer:
 
     def call(self, point: dict):
         """A zero-argument function that runs the point once."""
+        if point["kind"] == "propose":
+            return self.propose(self.models[point["model"]].engine, max(self.config.gammas))
         lm = self.models[point["model"]].lm
         b, t, ctx = point["batch"], point["tokens"], self.config.context
         dev = lm.device
@@ -118,6 +141,20 @@ class Timer:
             lm.forward(torch.randint(0, lm.vocab_size, (b, ctx), generator=self.gen).to(dev), 0, 0)
         ids = torch.randint(0, lm.vocab_size, (b, t), generator=self.gen).to(dev)
         return lambda: lm.forward(ids, ctx, t)  # a lean cache is preallocated: garbage in it costs what real keys do
+
+
+    def propose(self, lookup, gamma: int):
+        """One round of a lookup drafter at `context` tokens: the newest token indexed, a proposal, the token rolled back
+        (so every repeat sees the same index)."""
+        text = real_text(self.models["target"], self.config.context + 1)
+        session = lookup.start([text[:-1]])
+        seq = text
+
+        def round_():
+            session.propose({0: seq}, gamma)
+            session.keep(0, len(seq) - 1)
+
+        return round_
 
 
 def run(config: ProfileConfig, out: str | Path, executor: Executor | None = None) -> Path:
@@ -138,7 +175,7 @@ def run(config: ProfileConfig, out: str | Path, executor: Executor | None = None
         bar.update()
         bar.set_postfix_str(f"{point['kind']} {point['model'][:24]} b={point['batch']} t={point['tokens']}: {median(times['ms']):.2f} ms")
     bar.close()
-    summary = summarize(run_dir.records(), {spec: m.config for spec, m in models.items()}, config)
+    summary = summarize(run_dir.records(), {spec: m.config for spec, m in models.items() if hasattr(m, "config")}, config)
     run_dir.write_json("profile.json", summary)
     from ..report.plots import plot_profile
 
@@ -165,12 +202,17 @@ def summarize(records: list[dict], configs: dict, config: ProfileConfig) -> dict
         ratio = {r["gamma"]: rel[("verify", "target", r["tokens"])] for r in recs if r["kind"] == "verify"}
         entry = {"ar_step_ms": ar, "verify_ms": verify, "verify_over_ar_step": ratio,
                  "head_ms": get.get(("head", "target", 1)), "drafters": {}}
+        for spec in dict.fromkeys(r["model"] for r in recs if r["kind"] == "propose"):
+            step = get[("propose", spec, 1)]
+            entry["drafters"][spec] = {"kind": "lookup", "layers": None, "shape": None, "params": None, "step_ms": step,
+                                       "head_ms": None, "head_share": None, "c": rel[("propose", spec, 1)],
+                                       "cycle": None}
         for spec in dict.fromkeys(r["model"] for r in recs if r["kind"] == "step" and r["model"] != "target"):
             step = get[("step", spec, 1)]
             head = get.get(("head", spec, 1)) or (entry["head_ms"] if spec.startswith("layers:") else None)
             shape = cost.Shape.of(configs[spec]) if spec in configs else None
             entry["drafters"][spec] = {
-                "layers": shape.layers if shape else None, "shape": shape.__dict__ if shape else None,
+                "kind": "model", "layers": shape.layers if shape else None, "shape": shape.__dict__ if shape else None,
                 "params": shape.params() if shape else None, "step_ms": step, "head_ms": head,
                 "head_share": head / step if head else None, "c": rel[("step", spec, 1)],
                 "cycle": {g: {"draft_share": g * step / (g * step + v), "target_share": v / (g * step + v)}
@@ -204,6 +246,9 @@ def format_profile(summary: dict) -> str:
         if fit:
             lines.append(f"  depth fit: {fit['fixed_ms']:.2f} ms + {fit['per_layer_ms']:.3f} ms/layer (R² {fit['r2']:.3f})")
         for spec, d in e["drafters"].items():
+            if d.get("kind") == "lookup":
+                lines.append(f"  {spec[:40]:<40} {d['step_ms']:7.3f} ms per proposal ({100 * d['c']:.2f} % of an AR step)")
+                continue
             share = f", head {100 * d['head_share']:.0f} %" if d.get("head_share") else ""
             lines.append(f"  {spec[:40]:<40} {d['step_ms']:7.2f} ms (c = {d['c']:.3f}{share})")
     return "\n".join(lines)

@@ -1,12 +1,15 @@
-"""`draftwise design`: the paper's study, run for one target on this machine, ending in a chosen drafter and γ*.
+"""`draftwise design`: the paper's study, run for one target on this machine, ending in a verdict: which drafter, with
+which settings, and how fast.
 
-  gen-data → prune + distill each candidate → profile → sweep → agree → predict γ* → bench (select drafter,
-  then γ*, then temperatures, then each trained candidate at the largest batch that fits `memory`, then the
-  headline against transformers) → accuracy → report → export
+  gen-data → prune + distill each model candidate → agree → profile → sweep → lookup candidates (texts, corpus gain,
+  gen-data-more, suffix index, tuned n-gram / suffix / hybrid settings; see `lookup`) → bench (one interleaved grid of
+  every candidate beside AR, then γ*, temperatures, the batch dividend and the headline against transformers; see
+  `measure`) → accuracy → export → reduced heads (model drafters) → report
 
 Every stage writes its own run folder under `stages/` and, when finished, one `done` record in this folder's
 records.jsonl; a rerun skips finished stages and resumes the unfinished one from its own folder, so a kill at any
-point loses no finished work. Decisions (chosen drafter, γ*) are records too, so a rerun never re-decides them.
+point loses no finished work. Decisions (chosen drafter, γ*, lookup settings, more gen-data) are records too, so a
+rerun never re-decides them.
 """
 
 from __future__ import annotations
@@ -20,25 +23,18 @@ from pathlib import Path
 import torch
 
 from ... import cost
-from ...config import (
-    AgreeConfig,
-    BenchConfig,
-    DesignConfig,
-    DistillConfig,
-    GenDataConfig,
-    ProfileConfig,
-    PruneConfig,
-    SweepConfig,
-)
+from ...config import AgreeConfig, DesignConfig, DistillConfig, ProfileConfig, PruneConfig, SweepConfig, drafter_kind
 from ...errors import DraftwiseError
 from ...executors import Executor, InProcess, exclusive
-from ...models import ModelOptions, hf, load, load_drafter
+from ...models import ModelOptions, load, load_drafter
 from ...rundir import RunDir
-from .. import accuracy, agree, bench, distill, gen_data, profile, prune, sweep
-from ..draft_vocab import write_reduced
+from .. import accuracy, agree, bench, distill, gen_data, profile, prune, sweep  # noqa: F401  (bench: patched by tests)
+from . import lookup, measure
 from .candidates import Candidate, candidates
+from .measure import batch_dividend, feasible_batch, pick_drafter  # noqa: F401  (the design's API)
 
 GAMMAS = (1, 2, 3, 4, 6, 8)
+SCREEN = 0.9  # an untrained model drafter predicted below this share of the best model drafter is not benchmarked
 
 
 class Stages:
@@ -142,22 +138,13 @@ def build(p: Pipeline, cands: list[Candidate]) -> dict[str, str]:
     """Target data, then every candidate's own stages (each candidate an executor item); {name: drafter spec}."""
     c, opts = p.config, _options(p.config)
     n_trained = sum(x.trained for x in cands)
-    p.stage("gen-data", lambda f: gen_data.run(GenDataConfig(
-        target=c.target, max_new_tokens=96, temperatures=(0.0, 1.0), limit=budgets(c, n_trained)["gen_prompts"],
-        seed=c.seed, **opts), f))
+    p.stage("gen-data", lambda f: gen_data.run(lookup.gen_data_config(p, opts, budgets(c, n_trained)["gen_prompts"]), f))
     todo = [(cand, dict(p.done)) for cand in cands if f"agree-{cand.name}" not in p.done]
     work = CandidateWork(c, str(p.stages), n_trained)
     for _, records in p.executor.map(work, todo, exclusive(c.device, c.threads)):
         for record in records:
             p.add(record)
     return {cand.name: spec_of(p, cand) for cand in cands}
-
-
-def feasible_batch(config: DesignConfig, target: cost.Shape, drafter: cost.Shape) -> tuple[int, int]:
-    """(largest batch whose SD footprint fits `memory`, the batch benchmarked: that capped at `batch_cap`)."""
-    largest = int(cost.max_batch(cost.parse_count(config.memory), target, drafter, config.context,
-                                 hf.bytes_per_value(config.dtype)))
-    return largest, min(largest, config.batch_cap)
 
 
 def measure_costs(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str], cands: list[Candidate]) -> None:
@@ -203,119 +190,30 @@ def predicted(p: Pipeline, spec: str, name: str, batch: int = 1) -> dict[int, fl
     return {g: 1e3 * cost.throughput(tar[str(g)], g, step, verify[g]) for g in GAMMAS if tar.get(str(g))}
 
 
-def _bench(p: Pipeline, name: str, spec: str, gamma: int, temperature: float = 0.0, baselines=(), suite=None,
-           limit=None, draft_stop: float = 0.0, batch_size: int = 1) -> dict:
-    c = p.config
-    config = BenchConfig(target=c.target, drafter=spec, gamma=gamma, draft_stop=draft_stop, temperature=temperature,
-                         suite=suite or c.bench_suites, limit=limit or c.bench_limit, max_new_tokens=c.max_new_tokens,
-                         baselines=tuple(baselines), batch_size=batch_size, seed=c.seed, **_options(c))
-    return p.stage(name, lambda f: bench.run(config, f, p.executor), drafter=spec, gamma=gamma, temperature=temperature)
+def best_gamma(p: Pipeline, spec: str, name: str) -> tuple[int, float]:
+    """(γ*, its predicted tokens/s) of a model candidate at batch 1."""
+    pred = predicted(p, spec, name)
+    return max(pred.items(), key=lambda kv: kv[1]) if pred else (1, 0.0)
 
 
-def summary(p: Pipeline, stage: str) -> dict:
-    return json.loads((Path(p.done[stage]["folder"]) / "summary.json").read_text())
+def screen(cands: list[Candidate], best: dict[str, tuple[int, float]]) -> list[Candidate]:
+    """The model candidates worth a benchmark: trained ones and the user's always (the wide-vs-deep comparison, the
+    user's question), untrained baselines only when the cost model cannot rule them out (≥ SCREEN of the best)."""
+    top = max(v for _, v in best.values())
+    return [x for x in cands if x.trained or x.role == "user" or best[x.name][1] >= SCREEN * top]
 
 
-def sd_tokens_per_s(p: Pipeline, stage: str) -> float:
-    return summary(p, stage)["methods"]["sd"]["tokens_per_s"]
-
-
-def tune_head(p: Pipeline, full_checkpoint: Path, vocab_size: int, gamma: int) -> tuple[str, int]:
-    """Reduced draft heads of the chosen drafter (each benchmarked beside AR on the headline prompts), the best by
-    measured SD / AR; then adaptive lookahead (stop below τ = c, the drafter's step over the target's) against it."""
-    c = p.config
-    runs = {0: _bench(p, "bench-vocab-full", str(full_checkpoint), gamma, baselines=("ar",), suite="spec_bench",
-                      limit=c.headline_limit)["stage"]}
-    for n in (n for n in c.draft_vocabs if n < vocab_size):
-        p.stage(f"vocab-{n}", lambda f, n=n: write_reduced(full_checkpoint, p.folder("gen-data"), n, f))
-        runs[n] = _bench(p, f"bench-vocab-{n}", str(p.folder(f"vocab-{n}")), gamma, baselines=("ar",), suite="spec_bench",
-                         limit=c.headline_limit)["stage"]
-
-    def speedup(n):
-        return summary(p, runs[n])["methods"]["sd"]["speedup_vs_ar"]
-
-    n = p.stage("select-vocab", lambda f: {"vocab": max(runs, key=speedup)})["vocab"]
-    spec = str(full_checkpoint) if n == 0 else str(p.folder(f"vocab-{n}"))
-    if c.adaptive:
-        s = summary(p, runs[n])
-        tau = round(s["draft_step_ms"] / s["ar_step_ms"], 3)  # draft another token only if q(token) > t_q / t_p
-        _bench(p, "bench-adaptive", spec, 2 * gamma + 1, baselines=("ar",), suite="spec_bench", limit=c.headline_limit,
-               draft_stop=tau)
-    return spec, n
-
-
-def pick_drafter(speeds: dict[str, float], tars: dict[str, float], tie: float) -> str:
-    """The fastest drafter by measured tokens/s; among those within `tie` (relative) of the fastest — differences one
-    sequential benchmark cannot tell from machine noise — the one with the highest TAR, which is a count and does not
-    drift with the machine."""
-    best = max(speeds.values())
-    close = [n for n, v in speeds.items() if v >= (1 - tie) * best]
-    return max(close, key=lambda n: (tars.get(n) or 0.0, speeds[n]))
-
-
-def select(p: Pipeline, specs: dict[str, str]) -> tuple[str, int]:
-    """Chosen drafter (measured tokens/s at its predicted γ*), then γ* (measured at the predicted γ* ± 1)."""
-    runs = {}
-    for name, spec in specs.items():
-        pred = predicted(p, spec, name)
-        gamma = max(pred, key=pred.get) if pred else 1
-        runs[name] = _bench(p, f"bench-{name}-g{gamma}", spec, gamma)["stage"]
-    def decide(folder) -> dict:
-        speeds = {n: sd_tokens_per_s(p, runs[n]) for n in runs}
-        tars = {n: summary(p, runs[n])["tar"] for n in runs}
-        return {"drafter": pick_drafter(speeds, tars, p.config.select_tie), "tokens_per_s": speeds, "tar": tars,
-                "tie": p.config.select_tie}
-
-    chosen = p.stage("select-drafter", decide)["drafter"]
-    g0 = p.done[runs[chosen]]["gamma"]
-    tried = {g0: runs[chosen]}
-    for g in (g0 - 1, g0 + 1):
-        if g >= 1:
-            tried[g] = _bench(p, f"bench-{chosen}-g{g}", specs[chosen], g)["stage"]
-    gamma = p.stage("select-gamma", lambda f: {"gamma": max(tried, key=lambda g: sd_tokens_per_s(p, tried[g]))})["gamma"]
-    return chosen, gamma
-
-
-def measured_gamma(p: Pipeline, name: str) -> int:
-    """The γ a candidate runs at: γ* for the chosen drafter, else the fastest γ of its selection bench(es)."""
-    if name == p.done["select-drafter"]["drafter"]:
-        return p.done["select-gamma"]["gamma"]
-    prefix = f"bench-{name}-g"
-    runs = {p.done[n]["gamma"]: n for n in p.done if n.startswith(prefix) and n[len(prefix):].isdigit()}
-    return max(runs, key=lambda g: sd_tokens_per_s(p, runs[g])) if runs else p.done["select-gamma"]["gamma"]
-
-
-def batch_dividend(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str], cands: list[Candidate]) -> None:
-    """Each trained candidate at the largest batch whose footprint with SD on fits `memory`: target + drafter
-    weights, plus target + drafter KV of `context` positions per sequence (capped at `batch_cap`), SD beside AR.
-
-    The decision (`max-batch-<name>`) is a record; the bench (`bench-<name>-batch`) decodes about `bench_limit`
-    eval prompts in full batches of that size at T = 0 and the γ* predicted at that batch (the profile at that batch,
-    the candidate's greedy TAR; its measured batch-1 γ when the profile lacks the batch). A candidate's shape is the
-    one it was pruned to (`Candidate.shape`), the same that sized the profile's batches."""
-    c = p.config
-    memory, bpv = cost.parse_count(c.memory), hf.bytes_per_value(c.dtype)
-    for cand in (x for x in cands if x.trained):
-        spec, shape = specs[cand.name], cand.shape
-
-        def decide(folder, shape=shape) -> dict:
-            largest, batch = feasible_batch(c, target_shape, shape)
-            return {"memory": memory, "context": c.context, "bytes_per_value": bpv,
-                    "weight_bytes_target": target_shape.weight_bytes(bpv), "weight_bytes_drafter": shape.weight_bytes(bpv),
-                    "kv_bytes_per_seq_target": target_shape.kv_bytes(c.context, 1, bpv),
-                    "kv_bytes_per_seq_drafter": shape.kv_bytes(c.context, 1, bpv),
-                    "max_batch": largest, "batch": batch, "capped": largest > c.batch_cap}
-
-        batch = p.stage(f"max-batch-{cand.name}", decide, drafter=spec)["batch"]
-        if batch < 1:
-            continue  # not even one sequence fits beside the weights: nothing to benchmark
-        # full batches only (every record decodes `batch` prompts), at least two of them; spec_bench's prompts, as the
-        # headline's: the batch's prefill pads every prompt to its longest, and long articles would swamp the decode
-        limit = batch * max(2, round(c.bench_limit / batch))
-        pred = predicted(p, spec, cand.name, batch)
-        gamma = max(pred, key=pred.get) if pred else measured_gamma(p, cand.name)
-        _bench(p, f"bench-{cand.name}-batch", spec, gamma, baselines=("ar",), limit=limit, batch_size=batch,
-               suite="spec_bench")
+def lookup_candidates(p: Pipeline, target, cands: list[Candidate], specs: dict[str, str],
+                      best: dict[str, tuple[int, float]]) -> list[Candidate]:
+    """Texts, corpus gain (and gen-data-more), the suffix index, then tuned n-gram, suffix and hybrid candidates."""
+    c, opts = p.config, _options(p.config)
+    lookup.lookup_text(p, opts)
+    lookup.corpus_gain(p, opts, budgets(c, sum(x.trained for x in cands))["gen_prompts"])
+    lookup.suffix_index(p, target)
+    top = max(cands, key=lambda x: best[x.name][1])
+    tuned = lookup.tune(p, target, (top.name, specs[top.name], best[top.name][0]))
+    roles = {"ngram": "lookup", "suffix": "lookup", "hybrid": "hybrid"}
+    return [Candidate(m, roles[m], spec=tuned[m]["spec"]) for m in ("ngram", "suffix", "hybrid") if m in tuned]
 
 
 def run(config: DesignConfig, out: str | Path, executor: Executor | None = None) -> Path:
@@ -328,19 +226,27 @@ def run(config: DesignConfig, out: str | Path, executor: Executor | None = None)
     cands = candidates(target_shape, config.wide_layers, config.narrow_factor, config.drafter)
     specs = build(p, cands)
     measure_costs(p, target_shape, specs, cands)
-    chosen, gamma = select(p, specs)
-    for t in config.temperatures:
-        _bench(p, f"bench-chosen-t{t:g}", specs[chosen], gamma, t, baselines=("ar",))
-    batch_dividend(p, target_shape, specs, cands)
-    _bench(p, "bench-headline", specs[chosen], gamma, baselines=("ar", "hf-generate", "hf-assisted"), suite="spec_bench",
-           limit=config.headline_limit)
-    p.stage("accuracy", lambda f: measure_accuracy(config, target, specs, f, options))
+    best = {x.name: best_gamma(p, specs[x.name], x.name) for x in cands}
+    benched = screen(cands, best)
+    gammas = {x.name: best[x.name][0] for x in cands}
+    if config.lookups:
+        tuned = lookup_candidates(p, target, cands, specs, best)
+        done = p.done["tune-lookup"]
+        specs.update({x.name: x.spec for x in tuned})
+        gammas.update({x.name: done[x.name]["gamma"] for x in tuned})
+        cands, benched = cands + tuned, benched + tuned
+    chosen, gamma = measure.select(p, {x.name: specs[x.name] for x in benched}, {x.name: gammas[x.name] for x in benched})
+    measure.temperatures(p, specs[chosen], gamma)
+    measure.batch_dividend(p, target_shape, specs, cands, predicted)
+    measure.headline(p, specs[chosen], gamma)
+    models = {x.name: specs[x.name] for x in cands if x.role not in ("lookup", "hybrid")}
+    p.stage("accuracy", lambda f: measure_accuracy(config, target, models, f, options))
     from ...report import design as report
     from .export import export, export_reduced
 
     full = export(p, target, specs[chosen], chosen, gamma)
-    if config.draft_vocabs or config.adaptive:
-        spec, n = tune_head(p, full, target_shape.vocab, gamma)
+    if drafter_kind(specs[chosen]) == "model" and (config.draft_vocabs or config.adaptive):
+        spec, n = measure.tune_head(p, full, target_shape.vocab, gamma)
         if n:
             export_reduced(p, Path(spec))
     path = report.write(p, cands, specs)

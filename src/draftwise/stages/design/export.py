@@ -1,4 +1,5 @@
-"""Export the chosen drafter: a transformers checkpoint any tool loads, and the settings that reproduce γ*."""
+"""Export the chosen drafter: what reproduces it elsewhere — a transformers checkpoint for a model drafter, the vLLM
+`speculative_config` and the transformers call for a lookup drafter (and both parts of a hybrid)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ import json
 import shutil
 from pathlib import Path
 
+from ... import specs
+from ...config import drafter_kind
 from ...models import layer_subset, parse_layers, read_weights, save_checkpoint
 from ...models.source import resolve
 
-SNIPPET = """# Exported drafter: {name} (γ* = {gamma})
+MODEL = """# Exported drafter: {name} (γ* = {gamma})
 
 `drafter/` is a standard transformers checkpoint (safetensors, config, tokenizer with the target's chat template).
 
@@ -37,6 +40,33 @@ draftwise bench --target {target_spec} --drafter {drafter} --gamma {gamma}
 ```
 """
 
+LOOKUP = """# Exported drafter: {name} (`{method}`, γ = {gamma}: at most {gamma} tokens proposed per round)
+
+No weights: a lookup drafter proposes the tokens that followed the sequence's own ending {where}.
+Paths below are relative to this folder.
+
+vLLM (`vllm_speculative_config.json`):
+```python
+from vllm import LLM
+llm = LLM(model="<target>", speculative_config={vllm})
+```
+{vllm_note}
+transformers (its prompt lookup: n-grams of the request only):
+```python
+out = target.generate(ids, prompt_lookup_num_tokens={gamma}, max_matching_ngram_size={ngram}, max_new_tokens=128)
+```
+
+draftwise (run from this folder):
+```
+draftwise bench --target <target> --drafter '{spec}' --gamma {gamma}
+```
+"""
+
+SUFFIX_NOTE = """vLLM's suffix method grows its global suffix tree from the requests it serves; draftwise starts it from
+`suffix-corpus/` (the target's own continuations of train prompts), which vLLM cannot load: expect vLLM to reach the
+measured acceptance once it has served comparable traffic.
+"""
+
 
 def export_reduced(pipeline, reduced: Path) -> Path:
     """The reduced-vocabulary variant beside the full one (draftwise engine only; the id map travels with it)."""
@@ -49,9 +79,36 @@ def export_reduced(pipeline, reduced: Path) -> Path:
     return out
 
 
-def export(pipeline, target, spec: str, name: str, gamma: int) -> Path:
-    """Returns the exported full-vocabulary checkpoint folder."""
-    out = pipeline.dir.path / "export"
+def vllm_lookup(spec: str, gamma: int) -> dict:
+    """vLLM's `speculative_config` for a lookup spec (n-gram: prompt_lookup_min/max; suffix: its tree settings)."""
+    if not spec.startswith("suffix"):
+        ngram = specs.parse_ngram(spec)
+        return {"method": "ngram", "num_speculative_tokens": gamma, "prompt_lookup_min": ngram.min_n,
+                "prompt_lookup_max": ngram.max_n}
+    s = specs.split_suffix(spec)[1]
+    return {"method": "suffix", "num_speculative_tokens": gamma, "suffix_decoding_max_tree_depth": s["depth"],
+            "suffix_decoding_max_spec_factor": s["factor"], "suffix_decoding_min_token_prob": s["min_prob"]}
+
+
+def export_lookup(out: Path, spec: str, name: str, gamma: int) -> dict:
+    """README and vLLM config of a lookup spec; a suffix corpus is copied so the draftwise spec is relative."""
+    folder, _ = specs.split_suffix(spec) if spec.startswith("suffix") else (None, {})
+    local = spec
+    if folder:
+        shutil.copytree(folder, out / "suffix-corpus", dirs_exist_ok=True)
+        local = spec.replace(folder, "suffix-corpus", 1)
+    vllm = vllm_lookup(local, gamma)
+    method = vllm["method"]
+    ngram = vllm.get("prompt_lookup_max", 4)
+    where = ("earlier in the request (prompt + output so far)" if method == "ngram" else
+             "in the request or in a corpus of the target's own outputs (`suffix-corpus/`)")
+    (out / "vllm_speculative_config.json").write_text(json.dumps(vllm, indent=2) + "\n")
+    (out / "README.md").write_text(LOOKUP.format(name=name, method=method, gamma=gamma, where=where, vllm=json.dumps(vllm),
+                                                 vllm_note=SUFFIX_NOTE if folder else "", ngram=ngram, spec=local))
+    return vllm
+
+
+def export_model(out: Path, target, spec: str) -> Path:
     ckpt = out / "drafter"
     if not (ckpt / "config.json").exists():
         if spec.startswith("layers:"):  # a layer subset of the target: write its weights as a checkpoint of its own
@@ -59,11 +116,30 @@ def export(pipeline, target, spec: str, name: str, gamma: int) -> Path:
                                            parse_layers(spec, target.config.num_hidden_layers))
             save_checkpoint(ckpt, config, weights, target.tokenizer)
         else:
-            src = resolve(spec)
-            shutil.copytree(src, ckpt, dirs_exist_ok=True)
-    vllm = {"model": str(ckpt.resolve()), "num_speculative_tokens": gamma}
+            shutil.copytree(resolve(spec), ckpt, dirs_exist_ok=True)
+    return ckpt
+
+
+def export(pipeline, target, spec: str, name: str, gamma: int) -> Path | None:
+    """Returns the exported full-vocabulary checkpoint folder (None for a lookup drafter: it has no weights)."""
+    out = pipeline.dir.path / "export"
+    out.mkdir(parents=True, exist_ok=True)
+    kind = drafter_kind(spec)
+    if kind == "lookup":
+        export_lookup(out, spec, name, gamma)
+        return None
+    model_spec, lookup_spec, model_gamma = specs.split_hybrid(spec) if kind == "hybrid" else (spec, None, None)
+    ckpt = export_model(out, target, model_spec)
+    if lookup_spec:
+        (out / "lookup").mkdir(exist_ok=True)
+        export_lookup(out / "lookup", lookup_spec, f"{name} (its lookup part)", gamma)
+    vllm = {"model": str(ckpt.resolve()), "num_speculative_tokens": model_gamma or gamma}
     (out / "vllm_speculative_config.json").write_text(json.dumps(vllm, indent=2) + "\n")
-    (out / "README.md").write_text(SNIPPET.format(
-        name=name, gamma=gamma, target=target.path, target_spec=pipeline.config.target, drafter=ckpt.resolve(),
-        vllm=json.dumps(vllm)))
+    readme = MODEL.format(name=name, gamma=model_gamma or gamma, target=target.path, target_spec=pipeline.config.target,
+                          drafter=ckpt.resolve(), vllm=json.dumps(vllm))
+    if lookup_spec:
+        readme += (f"\nThis is a hybrid: draftwise proposes with the lookup in `lookup/` (γ = {gamma}) where it has a "
+                   f"match and with this model (γ = {model_gamma}) elsewhere. Neither vLLM nor transformers combines "
+                   "the two in one request; each part's settings are exported for them.\n")
+    (out / "README.md").write_text(readme)
     return ckpt

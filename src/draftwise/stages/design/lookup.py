@@ -1,0 +1,160 @@
+"""`design`'s lookup candidates: n-gram and suffix drafters, tuned on the target's own text before any benchmark.
+
+  agree-lookup    the target's greedy continuations of `eval` prompts of every bench suite (long prompts included),
+                  with the default n-gram drafter's rounds replayed (an `agree` run; its texts serve every replay below)
+  corpus-gain     the suffix drafter replayed with ¼, ½ and all of gen-data's continuations as its corpus: when the last
+                  doubling still raised its predicted tokens/s by `corpus_gain` or more, gen-data is extended once
+                  (`gen-data-more`: as many new train prompts again), since the corpus is what a suffix drafter learns from
+  suffix-index    the corpus (gen-data, and gen-data-more if it ran) saved with its tokenizer: `suffix:<that folder>`
+  tune-lookup     a settings grid (n-gram min/max, suffix factor/min_prob, γ) replayed exactly over those texts — greedy SD
+                  emits exactly the target's greedy text, so every proposal and acceptance of a real run is reproduced —
+                  priced with the profile's verify times (`cost.predict_rounds`). The best n-gram and suffix settings, and
+                  the hybrid of the best model drafter with the better lookup, are benchmarked beside the model drafters.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ... import continuations, cost, metrics, specs
+from ...config import AgreeConfig, GenDataConfig
+from ...sd.lookup import NgramDrafter, SuffixDrafter
+from ...sd.suffix import SuffixTrie
+from .. import agree, gen_data
+
+NGRAMS = ((1, 2), (1, 4), (2, 4), (3, 6))  # (min, max)
+SUFFIXES = ((0.5, 0.1), (1.0, 0.1), (1.0, 0.3), (2.0, 0.1), (2.0, 0.3))  # (factor, min_prob)
+GAMMAS = (2, 3, 4, 6, 8)
+CURVE_GAMMA = 4
+
+
+def verify_seconds(p, batch: int = 1):
+    """t_verify(g) in seconds from the profile (g = 0: one AR step), interpolated between profiled γ."""
+    entry = json.loads((p.folder("profile") / "profile.json").read_text())["batches"][str(batch)]
+    points = [(0, entry["ar_step_ms"])] + sorted((int(g), ms) for g, ms in entry["verify_ms"].items())
+    return lambda g: cost.interpolate([x for x, _ in points], [y for _, y in points], g) / 1e3
+
+
+def texts(p) -> list[dict]:
+    """The replay texts: prompt ids, the target's greedy continuation and the suite, per eval prompt."""
+    path = p.folder("agree-lookup") / "records.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def replay(docs: list[dict], lookup, gamma: int, matches=None, model_gamma: int | None = None) -> list[dict]:
+    """Every text's replayed rounds, each tagged with its suite."""
+    out = []
+    for i, d in enumerate(docs):
+        rounds = agree.replay_rounds(d["prompt"], d["continuation"], gamma, lookup, matches[i] if matches else None,
+                                     model_gamma)
+        out += [{**r, "suite": d["suite"]} for r in rounds]
+    return out
+
+
+def row(spec: str, method: str, gamma: int, rounds: list[dict], t_verify, t_model_step=None) -> dict:
+    by_suite: dict[str, list] = {}
+    for r in rounds:
+        by_suite.setdefault(r["suite"], []).append(r)
+    tps = cost.predict_rounds(rounds, t_verify, t_model_step)
+    return {"spec": spec, "method": method, "gamma": gamma, "tar": metrics.tar(rounds), "alpha": metrics.alpha(rounds),
+            "proposed_fraction": metrics.proposals(rounds)["proposed_fraction"], "predicted_tokens_per_s": tps,
+            "predicted_speedup": tps * t_verify(0),
+            "tar_by_suite": {s: metrics.tar(rs) for s, rs in sorted(by_suite.items())},
+            "predicted_speedup_by_suite": {s: cost.predict_rounds(rs, t_verify, t_model_step) * t_verify(0)
+                                           for s, rs in sorted(by_suite.items())}}
+
+
+def lookup_text(p, opts: dict) -> None:
+    c = p.config
+    p.stage("agree-lookup", lambda f: agree.run(AgreeConfig(
+        target=c.target, drafter="ngram", suites=c.bench_suites, limit=c.tune_prompts, max_new_tokens=c.max_new_tokens,
+        max_prompt_tokens=2048, gammas=GAMMAS, batch_size=4, **opts), f))
+
+
+def gen_data_config(p, opts: dict, prompts: int, skip: int = 0) -> GenDataConfig:
+    c = p.config
+    return GenDataConfig(target=c.target, max_new_tokens=96, temperatures=(0.0, 1.0), limit=prompts, skip=skip,
+                         seed=c.seed, **opts)
+
+
+def corpus_gain(p, opts: dict, prompts: int) -> None:
+    """The suffix drafter's predicted tokens/s with ¼, ½ and all of gen-data as its corpus; gen-data-more if it pays."""
+    c, t_verify = p.config, verify_seconds(p)
+
+    def decide(folder) -> dict:
+        seqs, docs = specs.gen_data_corpus(p.folder("gen-data")), texts(p)
+        curve = {}
+        for share in (4, 2, 1):  # strided subsets: every temperature and prompt length in each
+            trie = SuffixTrie()
+            for seq in seqs[::share]:
+                trie.add(seq)
+            rounds = replay(docs, SuffixDrafter(trie), CURVE_GAMMA)
+            curve[trie.tokens] = cost.predict_rounds(rounds, t_verify)
+        tokens = sorted(curve)
+        gain = curve[tokens[-1]] / curve[tokens[-2]] - 1
+        seconds = sum(json.loads(line)["seconds"] for line in (p.folder("gen-data") / "records.jsonl").read_text().splitlines())
+        return {"corpus_tokens": tokens, "predicted_tokens_per_s": [curve[t] for t in tokens], "gain_last_doubling": gain,
+                "threshold": c.corpus_gain, "more": gain >= c.corpus_gain, "gen_data_seconds": seconds}
+
+    if p.stage("corpus-gain", decide)["more"]:
+        p.stage("gen-data-more", lambda f: gen_data.run(gen_data_config(p, opts, prompts, skip=prompts), f))
+
+
+def suffix_index(p, target) -> None:
+    def build(folder: Path) -> dict:
+        seqs = [s for name in ("gen-data", "gen-data-more") if name in p.done
+                for s in specs.gen_data_corpus(p.folder(name))]
+        folder.mkdir(parents=True, exist_ok=True)
+        specs.save_corpus(folder / specs.CORPUS_FILE, seqs)
+        specs.write_fingerprint(folder, target.tokenizer)
+        start = time.perf_counter()
+        trie = SuffixTrie()
+        for seq in seqs:
+            trie.add(seq)
+        return {"sequences": len(seqs), "tokens": trie.tokens, "build_seconds": time.perf_counter() - start}
+
+    p.stage("suffix-index", build)
+
+
+def suffix_spec(p, factor: float, min_prob: float) -> str:
+    return f"suffix:{p.folder('suffix-index')},factor={factor:g},min_prob={min_prob:g}"
+
+
+def tune(p, target, model: tuple[str, str, int] | None) -> dict:
+    """The settings grid replayed and priced; returns the decision: the best n-gram, suffix and hybrid (spec, γ)."""
+    t_verify = verify_seconds(p)
+
+    def decide(folder: Path) -> dict:
+        docs, rows = texts(p), []
+        for lo, hi in NGRAMS:
+            for g in GAMMAS:
+                spec = f"ngram:min={lo},max={hi}"
+                rows.append(row(spec, "ngram", g, replay(docs, NgramDrafter(lo, hi), g), t_verify))
+        trie = specs.parse_suffix(f"suffix:{p.folder('suffix-index')}", target).trie
+        for factor, min_prob in SUFFIXES:
+            for g in GAMMAS:
+                rounds = replay(docs, SuffixDrafter(trie, factor, min_prob), g)
+                rows.append(row(suffix_spec(p, factor, min_prob), "suffix", g, rounds, t_verify))
+        best = {m: max((r for r in rows if r["method"] == m), key=lambda r: r["predicted_tokens_per_s"])
+                for m in ("ngram", "suffix")}
+        if model is not None:  # the best model drafter (by its own prediction) where the better lookup has nothing
+            name, spec, g_model = model
+            lookup = max(best.values(), key=lambda r: r["predicted_tokens_per_s"])
+            drafter = specs.load(spec, target)
+            seqs = [continuations.Sequence(d["prompt_id"], d["prompt"] + d["continuation"], len(d["prompt"])) for d in docs]
+            matches = continuations.top1_matches(drafter.model.lm, seqs)
+            step = json.loads((p.folder("profile") / "profile.json").read_text())["batches"]["1"]["drafters"][spec]["step_ms"]
+            rounds = replay(docs, specs.parse_lookup(lookup["spec"], target), lookup["gamma"], matches, g_model)
+            hybrid = f"hybrid:{spec}+{lookup['spec']},model_gamma={g_model}"
+            rows.append(row(hybrid, "hybrid", lookup["gamma"], rounds, t_verify, step / 1e3))
+            best["hybrid"] = rows[-1]
+        (folder / "tune.json").parent.mkdir(parents=True, exist_ok=True)
+        (folder / "tune.json").write_text(json.dumps({"definitions": "predicted tokens/s: `cost.predict_rounds` over the "
+                                                      "replayed greedy rounds with the profile's verify times (batch 1)",
+                                                      "rows": rows}, indent=1) + "\n")
+        return {m: {"spec": r["spec"], "gamma": r["gamma"], "predicted_tokens_per_s": r["predicted_tokens_per_s"]}
+                for m, r in best.items()}
+
+    return p.stage("tune-lookup", decide)

@@ -1,0 +1,119 @@
+"""Drafter specs: parsing, loading, and a one-line error for each bad input (unknown kind, a suffix folder that is not a
+gen-data folder, a corpus of another tokenizer, a corpus holding an eval prompt's output)."""
+
+import json
+
+import pytest
+from conftest import save_checkpoint, tiny_config, tiny_model, tiny_tokenizer
+
+from draftwise import data, specs
+from draftwise.cli import main
+from draftwise.config import GenDataConfig, drafter_kind
+from draftwise.errors import DraftwiseError
+from draftwise.models import load
+from draftwise.sd.drafters import HybridDrafter
+from draftwise.sd.lookup import NgramDrafter, SuffixDrafter
+from draftwise.stages import gen_data
+
+
+@pytest.fixture(scope="module")
+def gen_dir(tiny_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("gen")
+    return gen_data.run(GenDataConfig(target=tiny_dir, suites="spec_bench", limit=6, max_new_tokens=10, shard_size=4,
+                                      temperatures=(0.0,)), out)
+
+
+def test_kinds_and_options():
+    assert [drafter_kind(s) for s in ("ngram", "ngram:max=3", "suffix", "suffix:/x,factor=2", "hybrid:a+ngram",
+                                      "layers:0,1", "/some/ckpt")] == ["lookup"] * 4 + ["hybrid", "model", "model"]
+    assert specs.parse_ngram("ngram:min=2,max=5") == NgramDrafter(2, 5)
+    assert specs.split_suffix("suffix:/data/gen,factor=2,min_prob=0.3") == (
+        "/data/gen", {**specs.SUFFIX_DEFAULTS, "factor": 2.0, "min_prob": 0.3})
+    assert specs.split_suffix("suffix,learn=1")[1]["learn"] is True
+    assert specs.split_hybrid("hybrid:runs/d+x+suffix:/g,factor=2,model_gamma=2") == ("runs/d+x", "suffix:/g,factor=2", 2)
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("ngram:max=0", "min <= max"),
+    ("ngram:size=3", "unknown option 'size=3'"),
+    ("suffix:,factor=0", "factor > 0"),
+    ("suffix:,min_prob=x", "min_prob takes a float"),
+    ("hybrid:ngram", "expected hybrid:<model drafter>"),
+    ("hybrid:ngram+suffix", "must be a model drafter"),
+    ("hybrid:layers:0+ngram,model_gamma=0", "model_gamma must be >= 1"),
+])
+def test_bad_specs_are_named(spec, message):
+    with pytest.raises(DraftwiseError, match=message):
+        if spec.startswith("hybrid"):
+            specs.split_hybrid(spec)
+        elif spec.startswith("ngram"):
+            specs.parse_ngram(spec)
+        else:
+            specs.split_suffix(spec)
+
+
+def test_loading_each_kind(tiny_dir, gen_dir):
+    target = load(tiny_dir)
+    assert specs.load("ngram:max=3", target).engine == NgramDrafter(1, 3)
+    suffix = specs.load(f"suffix:{gen_dir},factor=2", target)
+    assert isinstance(suffix.engine, SuffixDrafter) and suffix.engine.factor == 2.0 and suffix.engine.trie.tokens > 0
+    hybrid = specs.load(f"hybrid:layers:0+ngram,model_gamma=2", target)
+    assert isinstance(hybrid.engine, HybridDrafter) and hybrid.engine.model_gamma == 2 and hybrid.model is not None
+    assert hybrid.describe()["lookup"]["method"] == "ngram" and hybrid.describe()["kind"] == "hybrid"
+
+
+def test_the_corpus_is_the_continuations_of_train_prompts(tiny_dir, gen_dir):
+    from draftwise.stages.gen_data import read_shard
+
+    records = [json.loads(line) for line in (gen_dir / "records.jsonl").read_text().splitlines()]
+    packaged = {p.id: p for p in data.load_prompts("all", "all")}
+    assert all(data.split_of(packaged[pid].text) == "train" for r in records for pid, _ in r["prompts"])
+    want = [row["tokens"][row["prompt_len"]:].tolist() for r in records for row in read_shard(gen_dir / r["file"])]
+    assert specs.read_corpus(gen_dir, load(tiny_dir)) == want  # outputs only: no prompt text at all
+    prompts = {tuple(load(tiny_dir).encode(packaged[pid].text)) for r in records for pid, _ in r["prompts"]}
+    assert not prompts & {tuple(s) for s in want}
+
+
+def test_a_corpus_holding_an_eval_prompts_output_is_refused(tiny_dir, gen_dir, tmp_path):
+    import shutil
+
+    bad = tmp_path / "gen"
+    shutil.copytree(gen_dir, bad)
+    eval_id = data.load_prompts("spec_bench", "eval", 1)[0].id
+    lines = (bad / "records.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    first["prompts"][0][0] = eval_id
+    (bad / "records.jsonl").write_text("\n".join([json.dumps(first)] + lines[1:]) + "\n")
+    with pytest.raises(DraftwiseError, match=f"output of eval prompt {eval_id}"):
+        specs.load(f"suffix:{bad}", load(tiny_dir))
+
+
+def test_a_folder_that_is_not_gen_data_is_refused(tiny_dir, tmp_path):
+    target = load(tiny_dir)
+    with pytest.raises(DraftwiseError, match="no such folder"):
+        specs.load(f"suffix:{tmp_path / 'missing'}", target)
+    specs.write_fingerprint(tmp_path, target.tokenizer)
+    (tmp_path / "config.json").write_text(json.dumps({"stage": "BenchConfig"}))
+    with pytest.raises(DraftwiseError, match="not a gen-data run folder"):
+        specs.load(f"suffix:{tmp_path}", target)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DraftwiseError, match=f"suffix corpus {empty}: not a gen-data run folder"):
+        specs.load(f"suffix:{empty}", target)
+
+
+def test_a_corpus_of_another_tokenizer_is_refused(tiny_dir, tmp_path):
+    other = save_checkpoint(tmp_path / "other", tiny_model(tiny_config(vocab=40), seed=3), tiny_tokenizer(vocab=40))
+    gen = gen_data.run(GenDataConfig(target=other, suites="spec_bench", limit=2, max_new_tokens=4, temperatures=(0.0,)),
+                       tmp_path / "gen")
+    with pytest.raises(DraftwiseError, match="another tokenizer"):
+        specs.load(f"suffix:{gen}", load(tiny_dir))
+
+
+def test_an_unknown_drafter_kind_gets_one_line(tiny_dir, tmp_path, capsys):
+    code = main(["bench", "--target", tiny_dir, "--drafter", "medusa:heads=4", "--limit", "1", "--out", str(tmp_path / "b")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and "unknown drafter kind 'medusa'" in err
+    code = main(["bench", "--target", tiny_dir, "--drafter", f"suffix:{tmp_path}/nope", "--limit", "1",
+                 "--out", str(tmp_path / "c")])
+    assert code == 2 and "no such folder" in capsys.readouterr().err
