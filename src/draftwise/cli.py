@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 
 from .errors import DraftwiseError
 
@@ -14,7 +15,8 @@ def _bench_parser(sub) -> None:
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--target", default="default", help="'default', a local HF model directory or a .gguf file")
     p.add_argument("--drafter", action="append", default=[],
-                   help="a checkpoint directory, a .gguf file, layers:i,j,... of the target or random:... (repeat for a grid)")
+                   help="a checkpoint directory, a .gguf file, layers:i,j,..., random:..., ngram[:...], suffix[:DIR,...] or "
+                        "hybrid:MODEL+LOOKUP (repeat for a grid; SPEC@γ gives that drafter its own γ)")
     p.add_argument("--gamma", type=_ints, default=(4,), help="lookahead: tokens drafted per round (a comma list: a grid)")
     p.add_argument("--draft-stop", type=float, default=0.0,
                    help="adaptive lookahead: stop a round's drafting once the drafter's probability of its token is below this")
@@ -25,7 +27,8 @@ def _bench_parser(sub) -> None:
     p.add_argument("--prompts", help="your own prompts: JSONL (prompt or turns per line) or text, one per line")
     p.add_argument("--limit", type=int, default=10, help="number of prompts, spread over categories (0 = all)")
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--baseline", default="ar", help="comma list of ar, hf-generate, hf-assisted ('' for none)")
+    p.add_argument("--baseline", default="ar",
+                   help="comma list of ar, hf-generate, hf-assisted, hf-prompt-lookup ('' for none)")
     p.add_argument("--batch-size", type=_ints, default=(1,),
                    help="prompts decoded together (batched SD and AR; a comma list: a grid)")
     p.add_argument("--synthetic-alpha", type=float,
@@ -47,7 +50,8 @@ def _bench(args) -> None:
     from .stages import bench, bench_grid
 
     config = BenchConfig(
-        target=args.target, drafter=(args.drafter or [None])[0], gamma=args.gamma[0], draft_stop=args.draft_stop,
+        target=args.target, drafter=_own_gamma((args.drafter or [None])[0])[0] if args.drafter else None,
+        gamma=args.gamma[0], draft_stop=args.draft_stop,
         temperature=args.temperature[0], top_p=args.top_p,
         suite=args.suite, split=args.split, prompts=args.prompts, limit=args.limit or None,
         max_new_tokens=args.max_new_tokens, baselines=tuple(b for b in args.baseline.split(",") if b),
@@ -56,12 +60,25 @@ def _bench(args) -> None:
         compile=args.compile, threads=args.threads,
     )
     axes = (args.drafter, args.gamma, args.temperature, args.batch_size)
-    if all(len(a) <= 1 for a in axes):
+    own = [_own_gamma(d) for d in args.drafter]  # SPEC@γ: that drafter at its own γ
+    if any(g for _, g in own):
+        if not all(g for _, g in own):
+            raise DraftwiseError("give every --drafter its own γ (SPEC@γ), or none")
+        grid = BenchGridConfig(bench=replace(config, drafter=own[0][0], gamma=own[0][1]), drafters=tuple(d for d, _ in own),
+                               drafter_gammas=tuple(g for _, g in own), temperatures=args.temperature,
+                               batch_sizes=args.batch_size)
+        bench_grid.run(grid, args.out, _executor(args))
+    elif all(len(a) <= 1 for a in axes):
         bench.run(config, args.out, _executor(args))
     else:
         grid = BenchGridConfig(bench=config, drafters=tuple(args.drafter), gammas=args.gamma, temperatures=args.temperature,
                                batch_sizes=args.batch_size)
         bench_grid.run(grid, args.out, _executor(args))
+
+
+def _own_gamma(spec: str) -> tuple[str, int | None]:
+    head, at, tail = spec.rpartition("@")
+    return (head, int(tail)) if at and tail.isdigit() else (spec, None)
 
 
 def _executor_args(p) -> None:
@@ -308,6 +325,7 @@ def _design_parser(sub) -> None:
     p.add_argument("--bench-suites", default="all", help="suites of the selection grid (TAR and speedup per task)")
     p.add_argument("--bench-limit", type=int, default=18, help="eval prompts of the selection grid")
     p.add_argument("--refine-limit", type=int, default=9, help="eval prompts of the γ, temperature and batch benchmarks")
+    p.add_argument("--tune-prompts", type=int, default=27, help="eval prompts whose target text tunes the lookup settings")
     p.add_argument("--corpus-gain", type=float, default=0.01,
                    help="extend gen-data once when doubling the suffix corpus last gained at least this (predicted)")
     p.add_argument("--max-new-tokens", type=int, default=96)
@@ -334,7 +352,7 @@ def _design(args) -> None:
     design.run(DesignConfig(target=args.target, minutes=args.minutes, wide_layers=args.wide_layers,
                             narrow_factor=args.narrow_factor, drafter=args.drafter, lookups=not args.no_lookups,
                             loss=args.loss, temperatures=temps, bench_suites=args.bench_suites, bench_limit=args.bench_limit,
-                            refine_limit=args.refine_limit, corpus_gain=args.corpus_gain,
+                            refine_limit=args.refine_limit, tune_prompts=args.tune_prompts, corpus_gain=args.corpus_gain,
                             max_new_tokens=args.max_new_tokens, memory=args.memory,
                             context=args.context, batch_cap=args.batch_cap, seed=args.seed,
                             dtype=args.dtype, device=args.device, threads=args.threads), args.out, _executor(args))

@@ -33,12 +33,13 @@ class Sequence:
 
 def prompts_for(target, split: str, suites: str = "all", max_prompt_tokens: int = 256,
                 limit: int | None = None) -> list[tuple[data.Prompt, list[int]]]:
-    """Prompts of `split`, taken round-robin over (suite, category) groups so any prefix is varied, encoded;
-    longer ones than `max_prompt_tokens` are skipped (they would dominate the cost of calibration)."""
-    groups: dict[tuple[str, str], list[data.Prompt]] = {}
+    """Prompts of `split`, taken round-robin over the suites and, within each suite, over its categories, so any prefix
+    is varied (a suite with many categories, such as MMLU's subjects, does not crowd out the others), encoded; longer
+    ones than `max_prompt_tokens` are skipped (they would dominate the cost of calibration)."""
+    by_suite: dict[str, dict[str, list[data.Prompt]]] = {}
     for p in data.load_prompts(suites, split):
-        groups.setdefault((p.suite, p.category), []).append(p)
-    order = [g[i] for i in range(max(map(len, groups.values()), default=0)) for g in groups.values() if i < len(g)]
+        by_suite.setdefault(p.suite, {}).setdefault(p.category, []).append(p)
+    order = _interleave([_interleave(list(cats.values())) for cats in by_suite.values()])
     out = []
     for p in order:
         ids = target.encode(p.text)
@@ -49,6 +50,10 @@ def prompts_for(target, split: str, suites: str = "all", max_prompt_tokens: int 
     if not out:
         raise DraftwiseError(f"no {split} prompt of {suites} fits in {max_prompt_tokens} tokens")
     return out
+
+
+def _interleave(lists: list[list]) -> list:
+    return [x[i] for i in range(max(map(len, lists), default=0)) for x in lists if i < len(x)]
 
 
 def generate(target, prompts: list[tuple[data.Prompt, list[int]]], max_new_tokens: int, n_tokens: int | None = None,

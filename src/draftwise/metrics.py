@@ -20,6 +20,7 @@ folders keep raw records, and these functions recompute summaries from them.
   propose ms               median draft_s over rounds that drafted: a lookup's whole proposal (one call, not γ steps).
   by source                the same counts per proposer ("model" | "lookup") for hybrids; TAR per source counts the
                            rounds that source drafted.
+  per suite                a method's tokens/s and TAR on one suite's (task's) prompts, over AR's tokens/s on the same.
 """
 
 from __future__ import annotations
@@ -91,6 +92,18 @@ def proposals(rounds: Sequence[dict]) -> dict:
             "by_source": {src: {"rounds": len(rs), "drafted": sum(r["drafted"] for r in rs),
                                 "accepted": sum(r["accepted"] for r in rs), "tar": tar(rs), "alpha": alpha(rs)}
                           for src, rs in sorted(by.items())}}
+
+
+def per_suite(sd: Sequence[dict], ar: Sequence[dict]) -> dict[str, dict]:
+    """Per suite (task): SD's tokens/s, its TAR, and its tokens/s over AR's on that suite's prompts (same run)."""
+    out = {}
+    for suite in sorted({r["suite"] for r in sd}):
+        mine = [r for r in sd if r["suite"] == suite]
+        base = [r for r in ar if r["suite"] == suite]
+        speed = tokens_per_s(mine)
+        out[suite] = {"prompts": len(mine), "tokens_per_s": speed, "tar": tar([x for r in mine for x in r.get("rounds", [])]),
+                      "speedup_vs_ar": speed / tokens_per_s(base) if base and tokens_per_s(base) else None}
+    return out
 
 
 def verify_ms_by_gamma(rounds: Sequence[dict]) -> dict[int, float]:

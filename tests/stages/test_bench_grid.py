@@ -53,3 +53,29 @@ def test_grid_refuses_impossible_points(tiny_dir):
         grid(tiny_dir, batch_sizes=(2,), bench=BenchConfig(target=tiny_dir, drafter="layers:0", draft_stop=0.3))
     with pytest.raises(DraftwiseError, match="gammas"):
         grid(tiny_dir, gammas=(0,))
+
+
+def test_each_drafter_at_its_own_gamma_with_per_suite_figures(tiny_dir, tmp_path, capsys):
+    from draftwise.cli import main
+
+    code = main(["bench", "--target", tiny_dir, "--drafter", "layers:0@2", "--drafter", "ngram:max=2@5", "--suite",
+                 "spec_bench,arena", "--limit", "4", "--max-new-tokens", "8", "--warmup", "0", "--out", str(tmp_path / "g")])
+    assert code == 0
+    config = json.loads((tmp_path / "g" / "config.json").read_text())
+    assert config["drafters"] == ["layers:0", "ngram:max=2"] and config["drafter_gammas"] == [2, 5]
+    points = json.loads((tmp_path / "g" / "grid.json").read_text())["points"]
+    assert {(p["drafter"], p["gamma"]) for p in points} == {("layers:0", 2), ("ngram:max=2", 5)}
+    records = [json.loads(line) for line in (tmp_path / "g" / "records.jsonl").read_text().splitlines()]
+    for p in points:  # per suite: the drafter's tokens/s over AR's on the same prompts
+        for suite, v in p["by_suite"].items():
+            sd = [r for r in records if r["drafter"] == p["drafter"] and r["suite"] == suite]
+            ar = [r for r in records if r["method"] == "ar" and r["suite"] == suite]
+            speed = lambda rs: sum(r["new_tokens"] for r in rs) / sum(r["seconds"] for r in rs)  # noqa: E731
+            assert v["speedup_vs_ar"] == pytest.approx(speed(sd) / speed(ar)) and v["prompts"] == len(sd)
+        assert set(p["by_suite"]) == {"spec_bench", "arena"}
+    assert "TAR / SD over AR per suite" in capsys.readouterr().out
+    with pytest.raises(DraftwiseError, match="one γ per drafter"):
+        BenchGridConfig(bench=BenchConfig(target=tiny_dir, drafter="layers:0"), drafters=("layers:0",),
+                        drafter_gammas=(1, 2))
+    assert main(["bench", "--target", tiny_dir, "--drafter", "layers:0@2", "--drafter", "ngram", "--limit", "1",
+                 "--out", str(tmp_path / "h")]) == 2

@@ -178,6 +178,16 @@ def test_pick_drafter_breaks_near_ties_by_tar():
     assert design.pick_drafter({**speeds, "first-2": 25.0}, tars, 0.05) == "first-2"  # clearly faster wins
 
 
+def test_within_noise_the_drafter_with_fewer_moving_parts_wins():
+    """A design run measured suffix 1.20x and its hybrid with a model drafter 1.17x (TAR 1.45 vs 1.47): within the tie
+    band the lookup wins — no weights to ship — whatever a TAR difference that small says."""
+    speeds, tars = {"suffix": 1.20, "hybrid": 1.17, "wide-L2": 0.85}, {"suffix": 1.45, "hybrid": 1.47, "wide-L2": 1.16}
+    kinds = {"suffix": "lookup", "hybrid": "hybrid", "wide-L2": "model"}
+    assert design.pick_drafter(speeds, tars, 0.05, kinds) == "suffix"
+    assert design.pick_drafter({**speeds, "hybrid": 1.30}, tars, 0.05, kinds) == "hybrid"  # clearly faster: the hybrid
+    assert design.pick_drafter({"a": 1.0, "b": 0.99}, {"a": 1.1, "b": 1.3}, 0.05, {"a": "model", "b": "model"}) == "b"
+
+
 def test_batched_bench_runs_at_the_gamma_predicted_for_its_batch(tiny_dir, tmp_path):
     """The profile covers each trained candidate's feasible batch, and the batched bench uses γ* predicted there."""
     target = _shape(tiny_dir)

@@ -27,31 +27,21 @@ def select_points(p) -> dict[str, dict]:
     return {name: by_spec[spec] for name, spec in specs.items() if spec in by_spec}
 
 
-def per_task(records: list[dict], spec: str | None) -> dict[str, dict]:
-    """Per suite: TAR of the drafter's rounds and its tokens/s over AR's on the same prompts (T = 0 grid records)."""
-    out: dict[str, dict] = {}
-    for suite in sorted({r["suite"] for r in records}):
-        sd = [r for r in records if r["suite"] == suite and r["method"] == "sd" and r["drafter"] == spec]
-        ar = [r for r in records if r["suite"] == suite and r["method"] == "ar"]
-        if sd and ar:
-            out[suite] = {"tar": metrics.tar([x for r in sd for x in r["rounds"]]),
-                          "speedup": metrics.tokens_per_s(sd) / metrics.tokens_per_s(ar), "prompts": len(sd)}
-    return out
-
-
 def tasks_section(doc, p, plots: Path, footer: str) -> dict[str, dict[str, dict]]:
     """TAR and speedup per task of every benchmarked candidate; returns {name: per_task}."""
     c, specs = p.config, p.done["bench-select"]["drafters"]
     records = [r for r in _records(p.folder("bench-select")) if r["temperature"] == 0]
-    tasks = {name: per_task(records, spec) for name, spec in specs.items()}
+    ar = [r for r in records if r["method"] == "ar"]
+    tasks = {name: metrics.per_suite([r for r in records if r["method"] == "sd" and r["drafter"] == spec], ar)
+             for name, spec in specs.items()}
     suites = sorted({s for t in tasks.values() for s in t})
     doc.h("TAR and speedup per task (T=0)")
     doc.p(f"Every benchmarked candidate beside AR on the same {c.bench_limit} eval prompts ({c.bench_suites}), interleaved "
           f"prompt by prompt, {c.max_new_tokens} new tokens at most, prefill included; per task: the candidate's tokens/s "
           "over AR's on that task's prompts, and its TAR. Cells: TAR / speedup.")
-    doc.table(["task"] + list(tasks), [[s] + [f"{_f(t[s]['tar'])} / {_f(t[s]['speedup'], '.2f', 'x')}" if s in t else "-"
+    doc.table(["task"] + list(tasks), [[s] + [f"{_f(t[s]['tar'])} / {_f(t[s]['speedup_vs_ar'], '.2f', 'x')}" if s in t else "-"
                                               for t in tasks.values()] for s in suites])
-    doc.img(design_plots.speedup_per_task({n: {s: v["speedup"] for s, v in t.items()} for n, t in tasks.items()},
+    doc.img(design_plots.speedup_per_task({n: {s: v["speedup_vs_ar"] for s, v in t.items()} for n, t in tasks.items()},
                                           plots, footer), "Speedup over draftwise AR per task and candidate (T=0)")
     return tasks
 

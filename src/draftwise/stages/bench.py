@@ -272,6 +272,7 @@ def summarize(records: list[dict], config: BenchConfig) -> dict:
         "baselines": {name: {"tokens_per_s": s["tokens_per_s"], "identical_to_ar": s["identical_to_ar"]}
                       for name, s in per.items() if name != "sd"},
         "methods": per,
+        "by_suite": metrics.per_suite(by_method.get("sd", []), by_method.get("ar", [])),
     }
 
 
@@ -279,7 +280,7 @@ def format_table(summary: dict) -> str:
     def fmt(v, spec, scale=1.0, unit=""):
         return "-" if v is None else format(v * scale, spec) + unit
 
-    lines = [f"{'method':<13}{'tokens/s':>9}{'vs AR':>8}{'TAR':>7}{'alpha':>7}{'same as AR':>12}"]
+    lines = [f"{'method':<17}{'tokens/s':>9}{'vs AR':>8}{'TAR':>7}{'alpha':>7}{'same as AR':>12}"]
     notes = []
     if summary.get("verify_over_ar_step"):
         notes.append(f"verify pass over γ+1={summary['gamma'] + 1} tokens: {summary['verify_ms']:.1f} ms = "
@@ -287,7 +288,10 @@ def format_table(summary: dict) -> str:
                      f"draft step {summary['draft_step_ms']:.1f} ms")
     for name, s in summary["methods"].items():
         lines.append(
-            f"{name:<13}{s['tokens_per_s']:>9.2f}{fmt(s['speedup_vs_ar'], '.2f', unit='x'):>8}{fmt(s.get('tar'), '.2f'):>7}"
+            f"{name:<17}{s['tokens_per_s']:>9.2f}{fmt(s['speedup_vs_ar'], '.2f', unit='x'):>8}{fmt(s.get('tar'), '.2f'):>7}"
             f"{fmt(s.get('alpha'), '.3f'):>7}{fmt(s['identical_to_ar'], '.0f', 100, '%'):>12}"
         )
+    if len(summary.get("by_suite", {})) > 1:
+        notes.append("SD per suite (TAR, SD / AR): " + ", ".join(
+            f"{suite} {fmt(v['tar'], '.2f')} {fmt(v['speedup_vs_ar'], '.2f', unit='x')}" for suite, v in summary["by_suite"].items()))
     return "\n".join(lines + notes)

@@ -128,4 +128,11 @@ def format_grid(summary: dict) -> str:
         lines.append(f"{label(r['drafter'], 40):<40}{r['gamma']:>3}{r['temperature']:>5g}{r['batch_size']:>4}"
                      f"{r['tokens_per_s']:>10.2f}{ar if ar is not None else float('nan'):>10.2f}"
                      f"{r['speedup_vs_ar'] or float('nan'):>7.2f}{r['tar'] or float('nan'):>6.2f}{r['alpha'] or float('nan'):>7.3f}")
+    suites = sorted({s for r in summary["points"] for s in r.get("by_suite", {})})
+    if len(suites) > 1:  # per task: TAR / SD over AR on that suite's prompts
+        lines += ["", f"{'drafter (TAR / SD over AR per suite)':<40}{'γ':>3}{'T':>5}" + "".join(f"{s[:11]:>13}" for s in suites)]
+        for r in summary["points"]:
+            cells = [r["by_suite"].get(s) for s in suites]
+            lines.append(f"{label(r['drafter'], 40):<40}{r['gamma']:>3}{r['temperature']:>5g}" + "".join(
+                f"{c['tar']:>6.2f}/{c['speedup_vs_ar']:.2f}x" if c and c["speedup_vs_ar"] else f"{'-':>13}" for c in cells))
     return "\n".join(lines)

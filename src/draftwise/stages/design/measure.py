@@ -53,13 +53,18 @@ def grid_points(p, stage: str) -> list[dict]:
     return json.loads((Path(p.done[stage]["folder"]) / "grid.json").read_text())["points"]
 
 
-def pick_drafter(speeds: dict[str, float], tars: dict[str, float], tie: float) -> str:
+SIMPLER = {"lookup": 0, "model": 1, "hybrid": 2}  # fewer moving parts first: no weights; one model; a model and a lookup
+
+
+def pick_drafter(speeds: dict[str, float], tars: dict[str, float], tie: float, kinds: dict[str, str] | None = None) -> str:
     """The fastest drafter by measured speed; among those within `tie` (relative) of the fastest — differences one
-    sequential benchmark cannot tell from machine noise — the one with the highest TAR, which is a count and does not
-    drift with the machine."""
+    sequential benchmark cannot tell from machine noise — the one with the fewest moving parts (a lookup drafter has no
+    weights, a hybrid needs a model and a lookup), then the highest TAR, which is a count and does not drift with the
+    machine."""
     best = max(speeds.values())
     close = [n for n, v in speeds.items() if v >= (1 - tie) * best]
-    return max(close, key=lambda n: (tars.get(n) or 0.0, speeds[n]))
+    rank = {n: SIMPLER[(kinds or {}).get(n, "model")] for n in close}
+    return min(close, key=lambda n: (rank[n], -(tars.get(n) or 0.0), -speeds[n]))
 
 
 def select(p, specs: dict[str, str], gammas: dict[str, int]) -> tuple[str, int]:
@@ -73,9 +78,11 @@ def select(p, specs: dict[str, str], gammas: dict[str, int]) -> tuple[str, int]:
         by_spec = {r["drafter"]: r for r in grid_points(p, "bench-select")}
         speedup = {n: by_spec[specs[n]]["speedup_vs_ar"] for n in names}
         tars = {n: by_spec[specs[n]]["tar"] for n in names}
-        return {"drafter": pick_drafter(speedup, tars, c.select_tie), "speedup_vs_ar": speedup, "tar": tars,
+        kinds = {n: drafter_kind(specs[n]) for n in names}
+        return {"drafter": pick_drafter(speedup, tars, c.select_tie, kinds), "speedup_vs_ar": speedup, "tar": tars,
                 "tokens_per_s": {n: by_spec[specs[n]]["tokens_per_s"] for n in names}, "tie": c.select_tie,
-                "rule": "largest measured speedup over AR (same prompts, interleaved); within the tie band, highest TAR"}
+                "rule": "largest measured speedup over AR (same prompts, interleaved); within the tie band, fewest moving "
+                        "parts (lookup, then model, then hybrid), then highest TAR"}
 
     chosen = p.stage("select-drafter", decide)["drafter"]
     g0 = gammas[chosen]
