@@ -10,7 +10,7 @@ from draftwise import data, specs
 from draftwise.cli import main
 from draftwise.config import GenDataConfig, drafter_kind
 from draftwise.errors import DraftwiseError
-from draftwise.models import load
+from draftwise.models import load, write_fingerprint
 from draftwise.sd.drafters import HybridDrafter
 from draftwise.sd.lookup import NgramDrafter, SuffixDrafter
 from draftwise.stages import gen_data
@@ -92,7 +92,7 @@ def test_a_folder_that_is_not_gen_data_is_refused(tiny_dir, tmp_path):
     target = load(tiny_dir)
     with pytest.raises(DraftwiseError, match="no such folder"):
         specs.load(f"suffix:{tmp_path / 'missing'}", target)
-    specs.write_fingerprint(tmp_path, target.tokenizer)
+    write_fingerprint(tmp_path, target.tokenizer)
     (tmp_path / "config.json").write_text(json.dumps({"stage": "BenchConfig"}))
     with pytest.raises(DraftwiseError, match="not a gen-data run folder"):
         specs.load(f"suffix:{tmp_path}", target)

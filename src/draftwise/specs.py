@@ -14,7 +14,6 @@ A spec says everything about a drafter, so run folders, grids and design records
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,13 +22,12 @@ import torch
 
 from .config import LOOKUP_DRAFTERS as LOOKUPS, drafter_kind as kind_of
 from .errors import DraftwiseError
-from .models import Model, ModelOptions, describe as describe_model, load_drafter
+from .models import FINGERPRINT_FILE, Model, ModelOptions, describe as describe_model, fingerprint, load_drafter
 from .sd.drafters import HybridDrafter, ModelDrafter
 from .sd.lookup import NgramDrafter, SuffixDrafter
 from .sd.suffix import SuffixTrie
 
 CORPUS_FILE = "suffix_corpus.safetensors"
-FINGERPRINT_FILE = "tokenizer.json"
 _MODEL_PREFIXES = ("layers:", "random:")
 
 
@@ -154,17 +152,6 @@ def load(spec: str, target: Model, options: ModelOptions = ModelOptions()) -> Dr
 
 
 # --- the suffix corpus: the target's own continuations of train prompts ----------------------------------------------
-
-
-def fingerprint(tokenizer) -> str:
-    """A tokenizer's identity: the hash of its vocabulary (string -> id)."""
-    vocab = sorted(tokenizer.get_vocab().items())
-    return hashlib.sha256(json.dumps(vocab).encode()).hexdigest()[:16]
-
-
-def write_fingerprint(folder: Path, tokenizer) -> None:
-    (Path(folder) / FINGERPRINT_FILE).write_text(json.dumps({"fingerprint": fingerprint(tokenizer),
-                                                             "vocab_size": len(tokenizer)}) + "\n")
 
 
 def read_corpus(folder: Path, target: Model | None) -> list[list[int]]:

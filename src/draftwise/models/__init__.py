@@ -8,6 +8,8 @@ target's vocabulary. Both are local only: nothing is fetched from a hub, and rem
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -255,6 +257,21 @@ def check_compatible(target: Model, drafter: Model) -> None:
     )
 
 
+FINGERPRINT_FILE = "tokenizer.json"
+
+
+def fingerprint(tokenizer) -> str:
+    """A tokenizer's identity: the hash of its vocabulary (string -> id). Token ids written by one tokenizer mean other
+    text under another, so folders of token ids say whose they are."""
+    vocab = sorted(tokenizer.get_vocab().items())
+    return hashlib.sha256(json.dumps(vocab).encode()).hexdigest()[:16]
+
+
+def write_fingerprint(folder: Path, tokenizer) -> None:
+    (Path(folder) / FINGERPRINT_FILE).write_text(json.dumps({"fingerprint": fingerprint(tokenizer),
+                                                             "vocab_size": len(tokenizer)}) + "\n")
+
+
 def save_checkpoint(path: Path, config, state_dict: dict[str, torch.Tensor], tokenizer) -> Path:
     """A standard transformers checkpoint (config, safetensors, tokenizer with its chat template) that
     `AutoModelForCausalLM.from_pretrained`, draftwise and assisted generation all load."""
@@ -288,4 +305,4 @@ def describe(model: Model) -> dict:
 
 
 __all__ = ["ModelOptions", "Model", "engine", "load", "load_drafter", "check_compatible", "layer_subset", "parse_layers", "describe",
-           "read_weights", "save_checkpoint"]
+           "read_weights", "save_checkpoint", "fingerprint", "write_fingerprint", "FINGERPRINT_FILE"]

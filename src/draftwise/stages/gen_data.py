@@ -22,11 +22,10 @@ from tqdm import tqdm
 
 from .. import data
 from ..config import GenDataConfig
-from ..models import ModelOptions, load
+from ..models import ModelOptions, load, write_fingerprint
 from ..rundir import RunDir
 from ..sd.batched import generate_batch
 from ..sd.sampling import SamplingParams
-from ..specs import write_fingerprint
 
 
 def units(config: GenDataConfig, target) -> list[tuple[data.Prompt, list[int], float]]:

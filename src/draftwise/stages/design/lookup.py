@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ... import continuations, cost, metrics, specs
 from ...config import AgreeConfig, GenDataConfig
+from ...models import write_fingerprint
 from ...sd.lookup import NgramDrafter, SuffixDrafter
 from ...sd.suffix import SuffixTrie
 from .. import agree, gen_data
@@ -108,7 +109,7 @@ def suffix_index(p, target) -> None:
                 for s in specs.gen_data_corpus(p.folder(name))]
         folder.mkdir(parents=True, exist_ok=True)
         specs.save_corpus(folder / specs.CORPUS_FILE, seqs)
-        specs.write_fingerprint(folder, target.tokenizer)
+        write_fingerprint(folder, target.tokenizer)
         start = time.perf_counter()
         trie = SuffixTrie()
         for seq in seqs:
