@@ -102,7 +102,6 @@ def run(config: AgreeConfig, out: str | Path) -> Path:
 
 def summarize(records: list[dict], config: AgreeConfig) -> dict:
     matches = [r["matches"] for r in records if "matches" in r]
-    total = sum(len(m) for m in matches)
     by_suite: dict[str, list] = {}
     for r in records:
         if "matches" in r:

@@ -28,7 +28,7 @@ from ...errors import DraftwiseError
 from ...executors import Executor, InProcess, exclusive
 from ...models import ModelOptions, load, load_drafter
 from ...rundir import RunDir
-from .. import accuracy, agree, bench, distill, gen_data, profile, prune, sweep  # noqa: F401  (bench: patched by tests)
+from .. import accuracy, agree, bench, distill, gen_data, profile, prune, sweep  # noqa: F401  (the stages a run calls)
 from . import lookup, measure
 from .candidates import Candidate, candidates
 from .measure import batch_dividend, feasible_batch, pick_drafter  # noqa: F401  (the design's API)
