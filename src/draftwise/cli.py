@@ -316,7 +316,9 @@ def _design_parser(sub) -> None:
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--target", default="default")
     p.add_argument("--minutes", type=float, default=30.0, help="sizes data generation and distillation (the rest is fixed)")
-    p.add_argument("--wide-layers", type=_ints, default=(2,), help="depths of the full-width (wide-shallow) candidates")
+    p.add_argument("--budget", default="", help="drafters' non-embedding parameters (default: the target's first 2 layers')")
+    p.add_argument("--wide-layers", type=_ints, default=(),
+                   help="override the cost model's shapes: k full-width layers and their deep-narrow twin")
     p.add_argument("--narrow-factor", type=int, default=3, help="deep-narrow twin: layers x f, heads/KV/FFN / f")
     p.add_argument("--drafter", help="your own drafter, benchmarked beside the candidates")
     p.add_argument("--no-lookups", action="store_true", help="model drafters only (no n-gram, suffix or hybrid candidates)")
@@ -349,7 +351,7 @@ def _design(args) -> None:
         temps = tuple(float(t) for t in args.temperatures.split(",") if t.strip())
     except ValueError:
         raise DraftwiseError(f"--temperatures takes numbers, got {args.temperatures!r}") from None
-    design.run(DesignConfig(target=args.target, minutes=args.minutes, wide_layers=args.wide_layers,
+    design.run(DesignConfig(target=args.target, minutes=args.minutes, wide_layers=args.wide_layers, budget=args.budget,
                             narrow_factor=args.narrow_factor, drafter=args.drafter, lookups=not args.no_lookups,
                             loss=args.loss, temperatures=temps, bench_suites=args.bench_suites, bench_limit=args.bench_limit,
                             refine_limit=args.refine_limit, tune_prompts=args.tune_prompts, corpus_gain=args.corpus_gain,

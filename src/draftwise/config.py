@@ -356,7 +356,8 @@ class DesignConfig:
 
     target: str = "default"
     minutes: float = 30.0
-    wide_layers: tuple[int, ...] = (2,)  # full-width k-layer ("wide-shallow") candidates
+    wide_layers: tuple[int, ...] = ()  # override: k full-width layers and their twin (default: shapes from the sweep)
+    budget: str = ""  # drafters' non-embedding parameters (e.g. 7M); default: the target's first 2 layers' worth
     narrow_factor: int = 3  # deep-narrow twin: heads, KV heads and FFN ÷ f, layers × f (equal non-embedding params)
     drafter: str | None = None  # an optional user drafter, benchmarked beside the candidates
     lookups: bool = True  # also n-gram and suffix lookup drafters and the hybrid of the best model drafter with one
@@ -372,7 +373,7 @@ class DesignConfig:
     accuracy_items: int = 30  # MMLU and HellaSwag eval items per model for the accuracy sanity check
     draft_vocabs: tuple[int, ...] = (32768, 16384, 8192, 4096)  # reduced draft heads tried on the chosen drafter
     adaptive: bool = True  # also measure adaptive lookahead against the static γ*
-    select_tie: float = 0.05  # drafters within this fraction of the fastest's tokens/s: the highest TAR is chosen
+    select_repeats: int = 1  # extra interleaved passes over the same prompts when options tie within noise
     memory: str = "1GiB"  # budget for target + drafter weights and both KV caches: the largest batch that fits with SD on
     context: int = 1024  # KV positions per sequence in that footprint
     batch_cap: int = 8  # the largest batch benchmarked here (the feasible batch is capped to it, and the report says so)
@@ -391,8 +392,8 @@ class DesignConfig:
         _positive("wide_layers", self.wide_layers)
         if self.minutes <= 0:
             raise DraftwiseError(f"minutes must be > 0, got {self.minutes}")
-        if not 0 <= self.select_tie < 1:
-            raise DraftwiseError(f"select_tie must be in [0, 1), got {self.select_tie}")
+        if self.select_repeats < 0:
+            raise DraftwiseError(f"select_repeats must be >= 0, got {self.select_repeats}")
         if self.narrow_factor < 2:
             raise DraftwiseError(f"narrow_factor must be >= 2, got {self.narrow_factor}")
         if 0.0 not in self.temperatures or min(self.temperatures) < 0:
@@ -403,6 +404,8 @@ class DesignConfig:
                                  "accuracy_items must be >= 1")
         if self.corpus_gain < 0:
             raise DraftwiseError(f"corpus_gain must be >= 0, got {self.corpus_gain}")
+        if self.budget and parse_count(self.budget) < 1:
+            raise DraftwiseError(f"budget must be a positive count (e.g. 7M), got {self.budget!r}")
         if parse_count(self.memory) < 1 or min(self.context, self.batch_cap) < 1:
             raise DraftwiseError(f"memory, context and batch_cap must be >= 1, got {self.memory}, {self.context}, "
                                  f"{self.batch_cap}")

@@ -8,6 +8,8 @@ Definitions (the same as `metrics` and the README):
   γ*            the integer γ that maximises throughput.
   free-drafter  E[N] / t_verify(γ): the ceiling if drafting cost nothing.
   c             t_q / t_p, the drafter's step relative to the target's.
+  break-even    the α a drafter would need at its measured c (and proposal lengths) to match plain decoding, and the c
+                it could afford at its measured α: in AR steps, tokens per round = draft + verify time per round.
   mixture       a drafter whose proposal length varies (a lookup proposes only where it matches; a hybrid mixes
                 sources): rounds drafting g tokens, with share P(g), emit E[N | g] and cost t_draft(g) + t_verify(g), so
                 over many rounds throughput = Σ_g P(g)·E[N|g] / Σ_g P(g)·(t_draft(g) + t_verify(g)) (renewal-reward;
@@ -103,6 +105,32 @@ def predict_rounds(rounds: Sequence[dict], t_verify, t_model_step: float | None 
         t, sec = mixture_totals(lengths, metrics.acceptance_per_position(rs), draft, t_verify, cap)
         tokens, seconds = tokens + t, seconds + sec
     return tokens / seconds if seconds else 0.0
+
+
+def break_even_alpha(lengths: dict[int, float], t_draft, t_verify) -> float | None:
+    """The i.i.d. acceptance α at which a drafter drafting g tokens in a share `lengths[g]` of rounds, with the given
+    draft and verify times (in AR steps), only matches plain decoding; None if even α = 1 does not (bisection)."""
+    def surplus(a):  # tokens per round minus AR steps per round: 0 at break-even, increasing in α
+        tokens = sum(s * expected_tokens_iid(a, g) for g, s in lengths.items())
+        return tokens - sum(s * (t_draft(g) + t_verify(g)) for g, s in lengths.items())
+
+    if surplus(1.0) < 0:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if surplus(mid) < 0 else (lo, mid)
+    return hi
+
+
+def break_even_draft(lengths: dict[int, float], alpha: float, t_verify) -> float | None:
+    """The draft time per drafting round (AR steps; for a model drafter γ·c) at which a drafter with i.i.d. acceptance
+    α only matches plain decoding; None when the verify passes alone already cost more than α earns."""
+    tokens = sum(s * expected_tokens_iid(alpha, g) for g, s in lengths.items())
+    verify = sum(s * t_verify(g) for g, s in lengths.items())
+    drafting = sum(s for g, s in lengths.items() if g)
+    room = (tokens - verify) / drafting if drafting else None
+    return room if room is not None and room >= 0 else None
 
 
 def free_drafter_limit(expected: float, t_verify: float) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from draftwise import cost
@@ -52,6 +53,8 @@ def test_bad_design_config_is_refused():
         DesignConfig(narrow_factor=1)
     with pytest.raises(DraftwiseError, match="batch_cap"):
         DesignConfig(batch_cap=0)
+    with pytest.raises(DraftwiseError, match="select_repeats"):
+        DesignConfig(select_repeats=-1)
     with pytest.raises(DraftwiseError, match="not a count"):
         DesignConfig(memory="lots")
 
@@ -125,9 +128,10 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     stages = [r["stage"] for r in records]
     assert len(stages) == len(set(stages))
     decision = next(r for r in records if r["stage"] == "select-drafter")
-    chosen = decision["drafter"]
-    assert set(decision["speedup_vs_ar"]) >= {"wide-L1", "narrow-L2", "ngram", "suffix", "hybrid"}  # all measured alike
-    assert chosen == design.pick_drafter(decision["speedup_vs_ar"], decision["tar"], config.select_tie)
+    chosen = decision["chosen"]
+    assert set(decision["speedup"]) >= {"wide-L1", "narrow-L2", "ngram", "suffix", "hybrid"}  # all measured alike
+    assert chosen == decision["leader"] if not decision["tie"] else chosen in decision["tie"]
+    assert all(lo <= pt <= hi for pt, lo, hi in decision["speedup"].values())  # the intervals are kept
     report = (out / "report.md").read_text()
     for section in ("Headline", "TAR and speedup per task", "The chosen drafter per task and temperature", "Model drafters",
                     "Lookup drafters", "The suffix corpus", "Wide-shallow vs deep-narrow", "Batch dividend",
@@ -151,41 +155,30 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     assert "data:image/png;base64," in (out / "report.html").read_text()
     headline = json.loads((out / "stages" / "bench-headline" / "summary.json").read_text())
     assert headline["methods"]["sd"]["identical_to_ar"] == 1.0  # greedy SD stays lossless inside the pipeline
-    vllm = json.loads((out / "export" / "vllm_speculative_config.json").read_text())
-    gamma = next(r["gamma"] for r in records if r["stage"] == "select-gamma")
+    verdict = next(r for r in records if r["stage"] == "verdict")
+    assert report.startswith("# draftwise design") and report.split("\n## ")[1].startswith("Verdict")  # the verdict first
+    where = out / "export" if verdict["recommend"] else out / "export" / f"not-recommended-{chosen}"
+    if not verdict["recommend"]:
+        assert "not recommended" in (out / "export" / "README.md").read_text()
+    for text in (f for f in (out / "export").rglob("*") if f.suffix in (".md", ".json") and f.name != "tokenizer.json"):
+        assert str(tmp_path) not in text.read_text() and str(out) not in text.read_text(), text  # the folder can move
+    vllm = json.loads((where / "vllm_speculative_config.json").read_text())
+    gamma = next(r["chosen"] for r in records if r["stage"] == "select-gamma")
     kind = drafter_kind(decision_spec(records, chosen))
     if kind == "lookup":  # no weights: the vLLM method and the transformers call, no checkpoint, no head tuning
         assert vllm["method"] in ("ngram", "suffix") and vllm["num_speculative_tokens"] == gamma
-        assert not (out / "export" / "drafter").exists() and "select-vocab" not in stages
-        assert "prompt_lookup_num_tokens" in (out / "export" / "README.md").read_text()
+        assert not (where / "drafter").exists() and "select-vocab" not in stages
+        assert "prompt_lookup_num_tokens" in (where / "README.md").read_text()
     else:
         from transformers import AutoModelForCausalLM
 
-        AutoModelForCausalLM.from_pretrained(out / "export" / "drafter")
+        AutoModelForCausalLM.from_pretrained(where / "drafter")
         if kind == "model":
             assert {"select-vocab", "bench-adaptive"} <= set(stages) and vllm["num_speculative_tokens"] == gamma
 
 
 def decision_spec(records: list[dict], name: str) -> str:
     return next(r for r in records if r["stage"] == "bench-select")["drafters"][name]
-
-
-def test_pick_drafter_breaks_near_ties_by_tar():
-    speeds = {"first-2": 20.83, "wide-L2": 20.42, "narrow-L6": 19.35, "self-spec": 15.53}
-    tars = {"first-2": 1.04, "wide-L2": 1.16, "narrow-L6": 1.14, "self-spec": 1.10}
-    assert design.pick_drafter(speeds, tars, 0.05) == "wide-L2"  # 2 % slower, TAR 1.16 vs 1.04: noise, not cost
-    assert design.pick_drafter(speeds, tars, 0.0) == "first-2"  # no tie band: the fastest
-    assert design.pick_drafter({**speeds, "first-2": 25.0}, tars, 0.05) == "first-2"  # clearly faster wins
-
-
-def test_within_noise_the_drafter_with_fewer_moving_parts_wins():
-    """A design run measured suffix 1.20x and its hybrid with a model drafter 1.17x (TAR 1.45 vs 1.47): within the tie
-    band the lookup wins — no weights to ship — whatever a TAR difference that small says."""
-    speeds, tars = {"suffix": 1.20, "hybrid": 1.17, "wide-L2": 0.85}, {"suffix": 1.45, "hybrid": 1.47, "wide-L2": 1.16}
-    kinds = {"suffix": "lookup", "hybrid": "hybrid", "wide-L2": "model"}
-    assert design.pick_drafter(speeds, tars, 0.05, kinds) == "suffix"
-    assert design.pick_drafter({**speeds, "hybrid": 1.30}, tars, 0.05, kinds) == "hybrid"  # clearly faster: the hybrid
-    assert design.pick_drafter({"a": 1.0, "b": 0.99}, {"a": 1.1, "b": 1.3}, 0.05, {"a": "model", "b": "model"}) == "b"
 
 
 def test_batched_bench_runs_at_the_gamma_predicted_for_its_batch(tiny_dir, tmp_path):
@@ -204,20 +197,31 @@ def test_batched_bench_runs_at_the_gamma_predicted_for_its_batch(tiny_dir, tmp_p
         assert pred and p.done[f"bench-{name}-batch"]["gamma"] == max(pred, key=pred.get)
     # model drafters only: no lookup stages; the chosen model drafter's reduced heads and adaptive lookahead were tried
     assert not {"agree-lookup", "tune-lookup", "suffix-index"} & set(p.done)
-    assert {"vocab-32", "bench-vocab-32", "select-vocab", "bench-adaptive"} <= set(p.done)
+    assert {"vocab-32", "bench-vocab", "select-vocab", "bench-adaptive"} <= set(p.done)
     assert "Reduced-vocabulary draft head and adaptive lookahead" in (out / "report.md").read_text()
-    if p.done["select-vocab"]["vocab"]:
-        assert (out / "export" / "drafter-reduced-vocab" / "draft_vocab.json").exists()
+    if p.done["select-vocab"]["chosen"]:  # beside the exported drafter, recommended or kept for reference
+        assert len(list((out / "export").glob("**/drafter-reduced-vocab/draft_vocab.json"))) == 1
 
 
-def fake_grid(speedups: dict[str, float]):
-    """A `bench_grid.run` that writes the grid.json a measurement would, with these SD / AR ratios per drafter spec
-    (the γ-neighbour grid: the first spec's ratio, higher at larger γ)."""
+def fake_grid(speedups: dict[str, float], prompts: int = 12, noise: float = 0.02):
+    """A `bench_grid.run` that writes the records and grid.json a measurement would: per prompt, each drafter spec runs
+    at `speedups[spec]` × AR's speed (× 1 ± noise, seeded), AR at 30 tokens/s; at larger γ a little faster."""
+    import random
+
     def run(grid, folder, executor=None):
         folder.mkdir(parents=True, exist_ok=True)
-        points = [{"drafter": x.drafter, "gamma": x.gamma, "temperature": x.temperature, "tar": 1.0 + speedups[x.drafter],
-                   "speedup_vs_ar": speedups[x.drafter] + 0.01 * x.gamma, "tokens_per_s": 30 * speedups[x.drafter]}
-                  for x in grid.points() if x.drafter]
+        rng, records, points = random.Random(folder.name), [], []
+        for i in range(prompts):
+            base = {"prompt_id": f"p{i}", "suite": "spec_bench", "temperature": 0.0, "batch": 1, "new_tokens": 60}
+            records.append({**base, "drafter": None, "gamma": 0, "method": "ar", "seconds": 2.0})
+            for x in (x for x in grid.points() if x.drafter):
+                speed = 30 * (speedups[x.drafter] + 0.01 * x.gamma) * (1 + rng.uniform(-noise, noise))
+                records.append({**base, "drafter": x.drafter, "gamma": x.gamma, "method": "sd", "seconds": 60 / speed})
+        for x in (x for x in grid.points() if x.drafter):
+            points.append({"drafter": x.drafter, "gamma": x.gamma, "temperature": 0.0, "tar": 1.0 + speedups[x.drafter],
+                           "tokens_per_s": 30 * speedups[x.drafter], "draft_step_ms": 0.05 if "ngram" in x.drafter else 4.0,
+                           "speedup_vs_ar": speedups[x.drafter]})
+        (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         (folder / "grid.json").write_text(json.dumps({"points": points}))
         return folder
 
@@ -229,13 +233,57 @@ def test_design_picks_a_lookup_drafter_when_it_measures_faster(tiny_dir, tmp_pat
     from draftwise.stages.design import measure
 
     specs = {"wide-L1": "runs/distill-wide-L1", "narrow-L2": "runs/distill-narrow-L2", "ngram": "ngram:max=4"}
-    monkeypatch.setattr(measure.bench_grid, "run", fake_grid({specs["wide-L1"]: 1.0, specs["narrow-L2"]: 0.95,
+    monkeypatch.setattr(measure.bench_grid, "run", fake_grid({specs["wide-L1"]: 1.0, specs["narrow-L2"]: 0.85,
                                                                specs["ngram"]: lookup_speedup}))
     p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
-    name, gamma = measure.select(p, specs, {"wide-L1": 2, "narrow-L2": 1, "ngram": 4})
-    assert name == chosen and p.done["select-drafter"]["speedup_vs_ar"]["ngram"] == pytest.approx(lookup_speedup + 0.04)
+    name, gamma = measure.select(p, specs, {"wide-L1": 2, "narrow-L2": 1, "ngram": 4}, {"wide-L1": 100, "narrow-L2": 100})
+    decision = p.done["select-drafter"]
+    assert name == chosen == decision["leader"] and not decision["tie"] and decision["passes"] == 1
+    pt, lo, hi = decision["speedup"]["ngram"]
+    assert lo < pt < hi and pt == pytest.approx(lookup_speedup + 0.04, abs=0.02)
+    # γ ± 1 differ by 0.01 a step under ±2 % noise: whatever the measurement cannot order goes to the smallest γ
+    g = p.done["select-gamma"]
     g0 = {"wide-L1": 2, "ngram": 4}[chosen]
-    assert gamma == g0 + 1 and p.done["select-gamma"]["speedup_vs_ar"].keys() == {g0 - 1, g0, g0 + 1}
+    assert set(g["speedup"]) == {g0 - 1, g0, g0 + 1}
+    assert gamma == (min(g["tie"]) if g["tie"] else g["leader"]) and (g["passes"] == 2 or not g["tie"])
+
+
+def test_a_tie_within_noise_goes_to_the_cheaper_step(tiny_dir, tmp_path, monkeypatch):
+    """n-gram and suffix equally fast under ±5 % per-prompt noise: the measurement cannot order them, so the one with
+    the cheaper draft step wins whichever measured a hair faster; the decision keeps every interval and says why."""
+    from draftwise.stages.design import measure
+
+    specs = {"suffix": "suffix,factor=2", "ngram": "ngram:max=4", "wide-L2": "runs/distill-wide-L2"}
+    monkeypatch.setattr(measure.bench_grid, "run", fake_grid({specs["suffix"]: 1.20, specs["ngram"]: 1.20,
+                                                               specs["wide-L2"]: 0.85}, noise=0.05))
+    p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
+    name, _ = measure.select(p, specs, {"suffix": 2, "ngram": 2, "wide-L2": 1}, {"wide-L2": 100})
+    decision = p.done["select-drafter"]
+    assert set(decision["tie"]) == {"suffix", "ngram"} and decision["passes"] == 2  # re-measured once, still a tie
+    assert name == "ngram" and "cheapest step" in decision["why"]  # 0.05 ms a drafted token vs 4 ms (fake)
+    assert decision["lead"]["wide-L2"][0] > 0  # the model drafter is slower beyond noise
+
+
+def test_paired_intervals_shrink_with_the_pairing():
+    """Two options whose per-prompt speeds vary a lot across prompts but little between them: the paired lead interval
+    is narrow although each option's own interval is wide."""
+    from draftwise.stages.design import decide
+
+    rng = np.random.default_rng(0)
+    scale = rng.uniform(0.5, 2.0, 30)  # prompts differ by 4x in length
+    ar = {f"p{i}": (100 * s, 4.0 * s) for i, s in enumerate(scale)}
+    options = {"a": {p: (t, sec / (1.20 * rng.uniform(0.99, 1.01))) for p, (t, sec) in ar.items()},
+               "b": {p: (t, sec / (1.10 * rng.uniform(0.99, 1.01))) for p, (t, sec) in ar.items()}}
+    result = decide.compare(options, ar)
+    assert result["leader"] == "a" and decide.tied(result) == ["a"]
+    lo, hi = result["lead"]["b"]
+    assert 0 < lo < np.log(1.2 / 1.1) < hi and hi - lo < 0.02
+    assert decide.choose(result, lambda n: (0,))["chosen"] == "a"
+
+
+def verdict_record(spec: str, recommend: bool, name: str = "suffix") -> dict:
+    return {"recommend": recommend, "drafter": name, "spec": spec, "gamma": 6, "speedup": [1.2, 1.1, 1.3] if recommend
+            else [0.9, 0.85, 0.95], "headline_speedup": 1.25, "per_task": {"arena": {"speedup_vs_ar": 1.3}}}
 
 
 def test_a_lookup_export_holds_no_machine_paths(tiny_dir, tmp_path):
@@ -245,16 +293,39 @@ def test_a_lookup_export_holds_no_machine_paths(tiny_dir, tmp_path):
     index.mkdir(parents=True)
     (index / "suffix_corpus.safetensors").write_bytes(b"x")
     p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
-    assert export.export(p, None, f"suffix:{index},factor=2,min_prob=0.3", "suffix", 6) is None
+    spec = f"suffix:{index},factor=2,min_prob=0.3"
+    assert export.export(p, None, verdict_record(spec, True)) is None
     out = tmp_path / "d" / "export"
     vllm = json.loads((out / "vllm_speculative_config.json").read_text())
     assert vllm == {"method": "suffix", "num_speculative_tokens": 6, "suffix_decoding_max_tree_depth": 32,
                     "suffix_decoding_max_spec_factor": 2.0, "suffix_decoding_min_token_prob": 0.3}
     readme = (out / "README.md").read_text()
+    assert readme.startswith("**Verdict:** Deploy suffix") and "1.20× plain decoding" in readme
     assert str(tmp_path) not in readme and "suffix:suffix-corpus,factor=2,min_prob=0.3" in readme
     assert (out / "suffix-corpus" / "suffix_corpus.safetensors").exists()
     assert export.vllm_lookup("ngram:min=2,max=5", 3) == {"method": "ngram", "num_speculative_tokens": 3,
                                                           "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+
+
+def test_an_export_that_lost_to_plain_decoding_says_so(tiny_dir, tmp_path):
+    """A model drafter measured slower than AR: export/ says SD is not recommended and keeps the drafter under a name
+    that says so; no snippet names a path of this machine."""
+    from transformers import AutoModelForCausalLM
+
+    from draftwise.models import load
+    from draftwise.stages.design import export
+
+    p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
+    assert export.export(p, load(tiny_dir), verdict_record("layers:0,1", False, "first-2")) is not None
+    out = tmp_path / "d" / "export"
+    assert "SD is not recommended on this machine" in (out / "README.md").read_text()
+    assert "Use plain decoding" in (out / "README.md").read_text()
+    kept = out / "not-recommended-first-2"
+    AutoModelForCausalLM.from_pretrained(kept / "drafter")
+    assert not (out / "drafter").exists() and not (out / "vllm_speculative_config.json").exists()
+    for f in (kept / "README.md", kept / "vllm_speculative_config.json"):
+        assert str(tmp_path) not in f.read_text() and tiny_dir not in f.read_text()
+    assert json.loads((kept / "vllm_speculative_config.json").read_text())["model"] == "drafter"
 
 
 def test_tuned_lookup_settings_are_the_best_predicted(tiny_dir, tmp_path):
@@ -274,3 +345,101 @@ def test_tuned_lookup_settings_are_the_best_predicted(tiny_dir, tmp_path):
     better = max(("ngram", "suffix"), key=lambda m: done[m]["predicted_tokens_per_s"])
     assert lookup == done[better]["spec"] and done["hybrid"]["gamma"] == done[better]["gamma"]
     assert model_gamma >= 1 and "distill-" in model or model.startswith("layers:")
+
+
+def synthetic_pipeline(tiny_dir, tmp_path, speedups: dict[str, list[float]], kinds: dict[str, str]) -> design.Pipeline:
+    """Stage folders as a design run would leave them: the selection grid's points, its decision, profile, headline."""
+    p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
+    specs = {n: {"model": f"runs/distill-{n}", "lookup": "ngram:max=4"}[kinds[n]] for n in speedups}
+    points = [{"drafter": specs[n], "gamma": 2, "tar": 1.3, "ar_step_ms": 25.0, "by_suite": {"arena": {"speedup_vs_ar": s[0]}},
+               "methods": {"sd": {"alpha": 0.3, "draft_step_ms": 5.0 if kinds[n] == "model" else 0.02, "draft_s": 0.5,
+                                  "proposal_lengths": {"2": 90, "0": 10}, "proposed_fraction": 0.9}}} for n, s in speedups.items()]
+    for stage, files in {"bench-select": {"grid.json": {"points": points}},
+                         "profile": {"profile.json": {"batches": {"1": {"verify_over_ar_step": {"1": 1.1, "2": 1.16}}}}},
+                         "bench-headline": {"summary.json": {"methods": {"sd": {"speedup_vs_ar": max(s[0] for s in speedups.values())}}}}}.items():
+        for name, obj in files.items():
+            p.folder(stage).mkdir(parents=True, exist_ok=True)
+            (p.folder(stage) / name).write_text(json.dumps(obj))
+        p.add({"event": "done", "stage": stage, "folder": str(p.folder(stage)), "drafters": specs})
+    leader = max(speedups, key=lambda n: speedups[n][0])
+    p.add({"event": "done", "stage": "select-drafter", "chosen": leader, "leader": leader, "speedup": speedups, "tie": []})
+    return p
+
+
+@pytest.mark.parametrize("speedups,recommend", [
+    ({"wide-L2": [0.88, 0.84, 0.92], "ngram": [0.97, 0.93, 0.99]}, False),  # every candidate below AR: plain decoding
+    ({"wide-L2": [0.88, 0.84, 0.92], "ngram": [1.24, 1.15, 1.33]}, True),  # the lookup beats it beyond noise
+    ({"wide-L2": [0.88, 0.84, 0.92], "ngram": [1.03, 0.97, 1.09]}, False),  # above 1 only within noise: not a deploy
+])
+def test_the_verdict_recommends_only_what_beats_plain_decoding(tiny_dir, tmp_path, speedups, recommend):
+    from draftwise.stages.design import verdict
+
+    p = synthetic_pipeline(tiny_dir, tmp_path, speedups, {"wide-L2": "model", "ngram": "lookup"})
+    v = verdict.decide(p, 2)
+    assert v["recommend"] is recommend and v["drafter"] == "ngram"
+    text = verdict.sentence(v)
+    assert text.startswith("Deploy ngram") if recommend else text.startswith("Use plain decoding")
+    model = v["candidates"]["wide-L2"]  # c = 5 / 25 = 0.2 per token; 90 % of rounds draft 2, verify(2) = 1.16 steps
+    assert model["c"] == pytest.approx(0.2) and 0 < model["alpha_needed"] < 1
+    e = cost.expected_tokens_iid(model["alpha_needed"], 2)
+    assert 0.9 * e + 0.1 == pytest.approx(0.9 * (2 * 0.2 + 1.16) + 0.1, rel=1e-6)  # break-even: tokens = AR steps
+    assert v["candidates"]["ngram"]["alpha_needed"] < model["alpha_needed"]  # no draft cost: a lower α suffices
+
+
+def test_shapes_come_from_the_fitted_step_model():
+    """With the full head a narrow shape is predicted fastest (its head reads a third of the bytes): it is trained, with
+    the full-width shape as its control; where layers cost more than bytes, the full width wins, with its deep twin."""
+    from draftwise.stages.design.candidates import budget_shapes, choose_shapes
+
+    budget = SMOL.params()["non_embedding"] * 2 // 30
+    bytes_bound = cost.StepModel(fixed_ms=1.0, layer_overhead_ms=0.05, ms_per_layer_mb=0.05, ms_per_head_mb=0.05)
+    fastest, control = choose_shapes(SMOL, budget, bytes_bound, 3)
+    assert fastest == min(budget_shapes(SMOL, budget), key=bytes_bound.predict_ms) and fastest.hidden < SMOL.hidden
+    assert (control.layers, control.hidden) == (2, SMOL.hidden)
+    overhead_bound = cost.StepModel(fixed_ms=1.0, layer_overhead_ms=2.0, ms_per_layer_mb=0.001, ms_per_head_mb=0.001)
+    fastest, control = choose_shapes(SMOL, budget, overhead_bound, 3)  # the shallowest shape inside the target
+    assert (fastest.layers, fastest.hidden) == (2, SMOL.hidden) and control == narrow_twin(SMOL, 2, 3)
+    assert all(s.hidden <= SMOL.hidden and s.ffn <= SMOL.ffn for s in budget_shapes(SMOL, budget))  # prunable only
+    names = [c.name for c in candidates(SMOL, (), 3, shapes=choose_shapes(SMOL, budget, bytes_bound, 3))]
+    assert names[0] == "wide-L2" and names[1].startswith("narrow-L") and names[2] == "first-2"
+
+
+def test_a_tie_tells_one_story_in_headline_wide_vs_deep_and_export(tiny_dir, tmp_path):
+    """Two trained drafters measured identically: the selection calls it a tie and takes the cheaper step, and the
+    headline, the wide-vs-deep section and the export all name that drafter."""
+    config = DesignConfig(target=tiny_dir, minutes=0.2, wide_layers=(1,), narrow_factor=2, bench_limit=3, refine_limit=2,
+                          headline_limit=2, max_new_tokens=6, accuracy_items=2, draft_vocabs=(), adaptive=False,
+                          lookups=False, memory="1", select_repeats=0, threads=1)
+    out = design.run(config, tmp_path / "d")
+    # make the narrow drafter's timings exactly the wide one's, and forget everything decided from them
+    folder = out / "stages" / "bench-select"
+    specs = json.loads((out / "stages" / "bench-select" / "done.json").read_text())["drafters"]
+    recs = [json.loads(line) for line in (folder / "records.jsonl").read_text().splitlines()]
+    wide = {r["prompt_id"]: r for r in recs if r["drafter"] == specs["wide-L1"]}
+    recs = [{**r, "seconds": wide[r["prompt_id"]]["seconds"]} if r["drafter"] == specs["narrow-L2"] else r for r in recs]
+    (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    keep = [line for line in (out / "records.jsonl").read_text().splitlines()
+            if json.loads(line)["stage"] not in ("select-drafter",) and not json.loads(line)["stage"].startswith(
+                ("bench-select-", "bench-gamma", "select-gamma", "bench-temps", "bench-headline", "verdict"))]
+    (out / "records.jsonl").write_text("\n".join(keep) + "\n")
+    import shutil
+
+    for name in ("select-drafter", "bench-gamma", "select-gamma", "bench-temps", "bench-headline", "verdict",
+                 "bench-select-repeat"):
+        shutil.rmtree(out / "stages" / name, ignore_errors=True)
+    shutil.rmtree(out / "export")
+    design.run(config, out)
+    p = design.Pipeline(config, out)
+    decision = p.done["select-drafter"]
+    chosen = decision["chosen"]
+    cheaper = min(("wide-L1", "narrow-L2"), key=lambda n: tuple(decision["cost"][n]))
+    if {"wide-L1", "narrow-L2"} & {decision["leader"], *decision["tie"]}:  # in the tie, the pair's cheaper one beats its twin
+        assert {"wide-L1", "narrow-L2"} <= set(decision["tie"]) and chosen != ({"wide-L1", "narrow-L2"} - {cheaper}).pop()
+    report = (out / "report.md").read_text()
+    assert f"Chosen drafter: {chosen} " in report  # the headline
+    pair = next(line for line in report.splitlines() if " over " in line and "at equal non-embedding" in line)
+    winner = chosen if chosen in ("wide-L1", "narrow-L2") else cheaper
+    assert pair.startswith(f"{winner} over ")  # the wide-vs-deep section names the same drafter
+    assert "the selection chose it" in pair if chosen == winner else "tie within noise" in pair
+    export = (out / "export" / "README.md").read_text()
+    assert f"{chosen} (" in export.split("\n")[0] or f"not-recommended-{chosen}" in export  # and so does the export

@@ -111,10 +111,11 @@ def write(p, cands, specs: dict[str, str]) -> Path:
     footer = f"{command}; {out}"
     prof = _json(p.folder("profile") / "profile.json")
     b1 = prof["batches"]["1"]
-    chosen, gamma = p.done["select-drafter"]["drafter"], p.done["select-gamma"]["gamma"]
+    chosen, gamma = p.done["select-drafter"]["chosen"], p.done["select-gamma"]["chosen"]
     points = design_lookup.select_points(p)
     doc = Doc()
     doc.h(f"draftwise design: {c.target}", 1)
+    _verdict(doc, p)
     doc.p(f"Reproduce: `{command}`. Every stage's raw records are in `stages/`. {DEFINITIONS}")
     _headline(doc, p, chosen, gamma, specs)
     tasks = design_lookup.tasks_section(doc, p, plots, footer)
@@ -176,11 +177,11 @@ def write(p, cands, specs: dict[str, str]) -> Path:
                      _f(kv[cand.name], ".1f"), _f(d["step_ms"]), _f(d["step_ms"] / b1["ar_step_ms"], ".2f"),
                      f"{_f(before, '.3f')} → {_f(after, '.3f')}" if cand.trained else "untrained",
                      _f(agree_summary["agreement"], ".3f"), _f(tar4), f"{g_pred} ({_f(pred.get(g_pred), '.1f')})",
-                     _f(at and at["speedup_vs_ar"], ".2f", "x") if at else "not benchmarked (predicted below "
-                     "the best model drafter)", _f(at and at["tar"]), _f(acc.get((cand.name, "mmlu")), ".2f"),
+                     _interval(p.done["select-drafter"]["speedup"].get(cand.name)) if at else "not benchmarked "
+                     "(predicted below the best model drafter)", _f(at and at["tar"]), _f(acc.get((cand.name, "mmlu")), ".2f"),
                      _f(acc.get((cand.name, "hellaswag")), ".2f")])
     doc.table(["drafter", "role", "shape", "non-emb params", f"KV MB/seq @{KV_CONTEXT}", "step ms", "c", "distill agreement",
-               "agreement (eval)", "greedy TAR γ=4", "γ* predicted (tok/s)", "measured SD / AR", "measured TAR", "MMLU",
+               "agreement (eval)", "greedy TAR γ=4", "γ* predicted (tok/s)", "measured SD / AR [95 %]", "measured TAR", "MMLU",
                "HellaSwag"], rows)
     doc.p(f"Target: AR step {b1['ar_step_ms']:.2f} ms; MMLU {_f(acc.get(('target', 'mmlu')), '.2f')}, HellaSwag "
           f"{_f(acc.get(('target', 'hellaswag')), '.2f')}. c = drafter step / target step. Agreement and greedy TAR from "
@@ -191,10 +192,11 @@ def write(p, cands, specs: dict[str, str]) -> Path:
             "SD tokens/s per drafter and γ (T=0, prefill included) with AR on the selection grid's prompts")
     if pred_rows:
         doc.img(design_plots.predicted_vs_measured(pred_rows, plots, footer), "Predicted vs measured decode tokens/s")
+    _shapes(doc, p, cands, specs, b1)
     doc.h("Wide-shallow vs deep-narrow at equal non-embedding parameters")
     sweep_path = p.folder("sweep") / "sweep.json"
     fit = _json(sweep_path).get("fits", {}).get("1") if sweep_path.exists() else None
-    for line in _wide_vs_deep(cands, specs, b1, bars, fit):
+    for line in _wide_vs_deep(p, cands, specs, b1, fit):
         doc.p(line)
 
     _batch_dividend(doc, p, cands)
@@ -227,10 +229,13 @@ def write(p, cands, specs: dict[str, str]) -> Path:
         _head_and_lookahead(doc, p)
 
     doc.h("Export")
-    doc.p("`export/README.md` says how to run the chosen drafter elsewhere (transformers, vLLM, draftwise); "
-          "`export/vllm_speculative_config.json` holds the vLLM setting"
-          + (", `export/drafter` the model drafter's transformers checkpoint." if (out / "export" / "drafter").exists() else "."))
-    doc.code((out / "export" / "vllm_speculative_config.json").read_text().strip())
+    v = p.done["verdict"]
+    where = out / "export" if v["recommend"] else next((out / "export").glob("not-recommended-*"))
+    doc.p(("`export/` holds the recommendation: " if v["recommend"] else
+           f"SD is not recommended here, so `export/README.md` says so and `export/{where.name}/` keeps, for reference "
+           "only, ") + "how to run the chosen drafter elsewhere (transformers, vLLM, draftwise; every path relative to "
+          "its folder)" + (", with the model drafter's transformers checkpoint." if (where / "drafter").exists() else "."))
+    doc.code((where / "vllm_speculative_config.json").read_text().strip())
     (out / "report.md").write_text(doc.markdown(out))
     (out / "report.html").write_text(doc.html(f"draftwise design: {c.target}"))
     return out / "report.md"
@@ -240,11 +245,9 @@ def _headline(doc: Doc, p, chosen: str, gamma: int, specs: dict[str, str]) -> No
     """The chosen drafter on the spec_bench eval mix against draftwise AR and transformers' own methods."""
     headline = _json(p.folder("bench-headline") / "summary.json")["methods"]
     ar, hf = headline["ar"]["tokens_per_s"], headline.get("hf-generate", {}).get("tokens_per_s")
-    decision = p.done["select-drafter"]
+    decision, g = p.done["select-drafter"], p.done["select-gamma"]
     doc.h("Headline (spec_bench eval mix, T=0)")
-    measured = ", ".join(f"{n} {v:.2f}x (TAR {decision['tar'][n]:.2f})" for n, v in decision["speedup_vs_ar"].items())
-    doc.p(f"Chosen drafter: {chosen} ({specs[chosen]}), γ = {gamma}; rule: {decision['rule']} (tie band "
-          f"{100 * decision['tie']:.0f} %). Measured in the selection grid: {measured}.")
+    doc.p(f"Chosen drafter: {chosen} ({specs[chosen]}), γ = {gamma}. {_decision_text(decision)} γ: {_decision_text(g)}")
     rows = []
     for name, label in (("sd", f"SD, {chosen}, γ={gamma}"), ("ar", "AR, draftwise engine"),
                         ("hf-generate", "AR, transformers generate()"), ("hf-assisted", f"transformers assisted, {chosen}"),
@@ -258,36 +261,26 @@ def _headline(doc: Doc, p, chosen: str, gamma: int, specs: dict[str, str]) -> No
 
 
 def _head_and_lookahead(doc: Doc, p) -> None:
-    """Reduced draft heads of the chosen drafter and adaptive lookahead, each measured beside AR (same prompts)."""
+    """Reduced draft heads of the chosen drafter (one grid beside AR) and adaptive lookahead."""
     doc.h("Reduced-vocabulary draft head and adaptive lookahead")
-    rows, full = [], None
-    names = ["bench-vocab-full"] + sorted((n for n in p.done if n.startswith("bench-vocab-") and n != "bench-vocab-full"),
-                                          key=lambda n: -int(n.rsplit("-", 1)[1]))
-    for name in names:
-        s = _json(p.folder(name) / "summary.json")
-        sd, ar = s["methods"]["sd"], s["methods"]["ar"]
-        full = full or sd
-        rows.append([name.removeprefix("bench-vocab-"), _f(s["draft_step_ms"]), _f(sd.get("tar")), _f(sd["tokens_per_s"]),
-                     _f(ar["tokens_per_s"]), _f(sd["speedup_vs_ar"], ".2f", "x"),
-                     _f(100 * (s["draft_step_ms"] / full.get("draft_step_ms", s["draft_step_ms"]) - 1), "+.0f", " %"),
-                     _f(100 * (sd["tar"] / full["tar"] - 1), "+.1f", " %"),
-                     _f(100 * (sd["speedup_vs_ar"] / full["speedup_vs_ar"] - 1), "+.0f", " %")])
-    doc.table(["draft vocabulary", "draft step ms", "TAR", "SD tokens/s", "AR tokens/s", "SD / AR", "step vs full",
-               "TAR vs full", "SD/AR vs full"], rows)
-    n = p.done["select-vocab"]["vocab"]
-    doc.p(f"Chosen draft vocabulary: {'full' if n == 0 else n} (best measured SD / AR, spec_bench eval prompts, T=0, "
-          f"γ={p.done['select-gamma']['gamma']}). The target verifies over its full vocabulary, so output is unchanged.")
+    d = p.done["select-vocab"]
+    points = {r["drafter"]: r for r in _json(p.folder("bench-vocab") / "grid.json")["points"]}
+    rows = []
+    for size, spec in sorted(p.done["bench-vocab"]["drafters"].items(), key=lambda kv: -int(kv[0]) or float("-inf")):
+        r = points[spec]
+        rows.append(["full" if size == "0" else size, _f(r["draft_step_ms"]), _f(r["tar"]), _f(r["tokens_per_s"]),
+                     _interval(d["speedup"].get(int(size), d["speedup"].get(size)))])
+    doc.table(["draft vocabulary", "draft step ms", "TAR", "SD tokens/s", "SD / AR [95 %]"], rows)
+    doc.p(f"Chosen draft vocabulary: {'full' if d['chosen'] == 0 else d['chosen']}. {_decision_text(d)} The target "
+          "verifies over its full vocabulary, so output is unchanged.")
     if "bench-adaptive" in p.done:
         a = _json(p.folder("bench-adaptive") / "summary.json")
         cfg = _json(p.folder("bench-adaptive") / "config.json")
-        static = _json(p.folder("bench-vocab-full" if n == 0 else f"bench-vocab-{n}") / "summary.json")["methods"]["sd"]
         sd = a["methods"]["sd"]
         rounds = [rd for rec in _records(p.folder("bench-adaptive")) if rec["method"] == "sd" for rd in rec["rounds"]]
         drafted = sum(rd["drafted"] for rd in rounds) / max(1, len(rounds))
         doc.table(["lookahead", "TAR", "drafted per round", "SD tokens/s", "SD / AR"],
-                  [[f"static γ*={p.done['select-gamma']['gamma']}", _f(static.get("tar")), "-", _f(static["tokens_per_s"]),
-                    _f(static["speedup_vs_ar"], ".2f", "x")],
-                   [f"adaptive: γ ≤ {cfg['gamma']}, stop when q(token) < τ = {cfg['draft_stop']:g}", _f(sd.get("tar")),
+                  [[f"adaptive: γ ≤ {cfg['gamma']}, stop when q(token) < τ = {cfg['draft_stop']:g}", _f(sd.get("tar")),
                     _f(drafted), _f(sd["tokens_per_s"]), _f(sd["speedup_vs_ar"], ".2f", "x")]])
         doc.p("τ = c (the drafter's step over the target's, measured): one more draft step costs c target steps and "
               "pays off in expectation only when the drafter's own probability of its token exceeds that.")
@@ -350,21 +343,105 @@ def _accuracy(records: list[dict]) -> dict[tuple[str, str], float]:
     return {k: sum(v) / len(v) for k, v in by.items()}
 
 
-def _wide_vs_deep(cands, specs, b1, bars, fit: dict | None) -> list[str]:
-    best = {}
-    for b in bars:
-        best[b["drafter"]] = max(best.get(b["drafter"], 0.0), b["tokens_per_s"])
-    wides = [x for x in cands if x.role == "wide-shallow"]
-    narrows = [x for x in cands if x.role == "deep-narrow"]
-    lines = []
-    for w, n in zip(wides, narrows):
+def _wide_vs_deep(p, cands, specs, b1, fit: dict | None) -> list[str]:
+    """Each wide/deep pair, decided by the selection's own rule (paired intervals, then the cheaper step): when the
+    chosen drafter is one of the pair, the section names it, so the report tells one story."""
+    from ..stages.design import decide
+
+    decision, lines = p.done["select-drafter"], []
+    pairs = zip([x for x in cands if x.role == "wide-shallow"], [x for x in cands if x.role == "deep-narrow"])
+    for w, n in pairs:
+        if w.name not in decision["speedup"] or n.name not in decision["speedup"]:
+            continue
         dw, dn = b1["drafters"][specs[w.name]], b1["drafters"][specs[n.name]]
-        verdict = "beat" if best.get(w.name, 0) > best.get(n.name, 0) else "did not beat"
+        if decision["chosen"] in (w.name, n.name):
+            winner, how = decision["chosen"], "the selection chose it: " + _decision_text(decision)
+        else:
+            pair = decide.choose(_pair(p, decision, w.name, n.name), lambda x: tuple(decision["cost"][x]))
+            winner, how = pair["chosen"], pair["why"] + f" (the lead's 95 % interval {_lead(pair)})"
+        loser = n.name if winner == w.name else w.name
         lines.append(
-            f"{w.name} ({dw['params']['non_embedding'] / 1e6:.1f}M non-embedding) {verdict} {n.name} "
-            f"({dn['params']['non_embedding'] / 1e6:.1f}M): best measured {_f(best.get(w.name))} vs {_f(best.get(n.name))} "
-            f"tokens/s. Step time {dw['step_ms']:.2f} vs {dn['step_ms']:.2f} ms: the deep-narrow drafter has "
-            f"{dn['layers'] // max(1, dw['layers'])}× the layers, and each layer costs a fixed overhead (launches, "
-            f"attention, norms) beside its weight bytes, so at batch 1 the extra depth is paid on every draft step."
+            f"{winner} over {loser} at equal non-embedding parameters ({dw['params']['non_embedding'] / 1e6:.1f}M vs "
+            f"{dn['params']['non_embedding'] / 1e6:.1f}M): measured {_interval(decision['speedup'][w.name])} vs "
+            f"{_interval(decision['speedup'][n.name])} over AR; {how}. Draft step {dw['step_ms']:.2f} ms ({w.name}, "
+            f"{dw['layers']} layers) vs {dn['step_ms']:.2f} ms ({n.name}, {dn['layers']} layers): a layer costs a fixed "
+            "overhead beside its weight bytes, and a narrower model reads fewer bytes, its LM head included."
             + (_cost_model_split(dw, dn, fit) if fit else ""))
-    return lines or ["(no wide/deep pair among the candidates)"]
+    return lines or ["(no benchmarked wide/deep pair among the candidates)"]
+
+
+def _shapes(doc: Doc, p, cands, specs, b1) -> None:
+    """The shapes the cost model ranked before training, beside what the trained ones measured."""
+    if "choose-shapes" not in p.done:
+        return
+    d, decision = p.done["choose-shapes"], p.done["select-drafter"]
+    trained = {cost.Shape(**x.shape.__dict__): x for x in cands if x.trained}
+    rows = []
+    for rank, s in enumerate(d["ranking"], 1):
+        shape = cost.Shape(**{k: v for k, v in s.items() if k != "predicted_ms"})
+        cand = trained.get(shape)
+        step = b1["drafters"][specs[cand.name]]["step_ms"] if cand else None
+        rows.append([rank, shape.describe(), _f(s["predicted_ms"]), cand.name if cand else "", _f(step),
+                     _interval(decision["speedup"].get(cand.name)) if cand else ""])
+    doc.h("Shapes chosen by the cost model")
+    measured = sorted((x for x in trained.values()), key=lambda x: b1["drafters"][specs[x.name]]["step_ms"])
+    order = " < ".join(f"{x.name} {b1['drafters'][specs[x.name]]['step_ms']:.2f} ms" for x in measured)
+    pairs = sorted(zip(d["predicted_ms"], (trained[cost.Shape(**s)].name for s in d["shapes"])))
+    held = [n for _, n in pairs] == [x.name for x in measured]
+    doc.p(f"Before any training, the sweep's fitted step model (batch 1, {d['head']:,}-token head) ranked every shape of "
+          f"{d['budget'] / 1e6:.2f}M non-embedding parameters; the design trained the predicted-fastest and its "
+          "equal-parameter control (predicted " + ", ".join(f"{n} {ms:.2f} ms" for ms, n in pairs) + "). Measured draft "
+          f"steps (profile): {order} — the predicted order {'held' if held else 'did not hold'}.")
+    doc.table(["predicted rank", "shape", "predicted step ms", "trained as", "measured step ms", "measured SD / AR [95 %]"],
+              rows)
+
+
+def _pair(p, decision, a: str, b: str) -> dict:
+    """The paired comparison of two candidates on the selection grid's records (as the selection measured them)."""
+    from ..stages.design import decide, measure
+
+    stages = ["bench-select"] + ["bench-select-repeat" + (f"-{i}" if i else "") for i in range(decision.get("passes", 1) - 1)]
+    specs = p.done["bench-select"]["drafters"]
+    name_of = {specs[a]: a, specs[b]: b}
+    by = decide.timings([r for r in measure.records(p, stages) if r["drafter"] in name_of or r["method"] == "ar"],
+                        lambda r: name_of.get(r["drafter"]))
+    ar = by.pop(None)
+    return decide.compare(by, ar, p.config.seed)
+
+
+def _interval(s) -> str:
+    return "-" if not s else f"{s[0]:.2f}× [{s[1]:.2f}–{s[2]:.2f}]"
+
+
+def _lead(d: dict) -> str:
+    return ", ".join(f"{d['leader']} over {n}: {100 * lo:+.1f} % to {100 * hi:+.1f} %" for n, (lo, hi) in d["lead"].items())
+
+
+def _decision_text(d: dict) -> str:
+    """A paired decision in words: the options' speedups with intervals, the leader's lead, the rule that chose."""
+    figures = ", ".join(f"{n}: {_interval(s)}" for n, s in d["speedup"].items())
+    return (f"Measured speedup over AR [95 % interval, paired bootstrap over {d['prompts']} prompts, {d.get('passes', 1)} "
+            f"pass(es)]: {figures}. Lead of {d['leader']}: {_lead(d)}. Chosen {d['chosen']}: {d['why']}.")
+
+
+def _verdict(doc: Doc, p) -> None:
+    """The decision first: deploy or plain decoding, then every candidate's costs and break-even."""
+    from ..stages.design.verdict import sentence
+
+    v = p.done["verdict"]
+    doc.h("Verdict")
+    doc.p(sentence(v))
+    rows = []
+    for name, x in v["candidates"].items():
+        lookup = x["kind"] != "model"
+        rows.append([name, x["kind"], x["gamma"], _interval(x["speedup"]), _f(x["tar"]), _f(x["alpha"], ".2f"),
+                     _f(x["c"], ".4f" if lookup else ".3f") + (" per round" if lookup else " per token"),
+                     _f(100 * x["proposed_fraction"], ".0f", " %") if lookup and x["proposed_fraction"] is not None else "-",
+                     _f(x["mean_proposal"], ".1f"), _f(x["alpha_needed"], ".2f") if x["alpha_needed"] is not None else "none",
+                     _f(x["c_affordable"], ".3f") if x["c_affordable"] is not None else "none"])
+    doc.table(["candidate", "kind", "γ", "SD / AR [95 %]", "TAR", "α", "c (draft cost, AR steps)", "rounds proposing",
+               "mean proposal", "α needed at its c", "c affordable at its α"], rows)
+    doc.p("Break-even from the cost model (batch 1, AR-step units, the profile's verify pass per γ, i.i.d. acceptance): "
+          "the α at which the candidate's measured draft cost and proposal lengths only match plain decoding, and the "
+          "draft cost it could afford at its measured α (per token for a model drafter, per drafting round for a lookup "
+          "or hybrid); 'none': no α suffices / the verify passes alone cost more than its α earns. " + v["rule"] + ".")

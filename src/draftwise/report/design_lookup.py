@@ -66,7 +66,7 @@ def lookup_section(doc, p) -> list[dict]:
         for r in ranked:
             picked = chosen.get(method, {}).get("spec") == r["spec"] and chosen[method]["gamma"] == r["gamma"]
             m = points.get(method) if picked else None
-            rows.append([method, r["spec"].split(":", 1)[0] + _short(r["spec"]), r["gamma"], _f(r["tar"]),
+            rows.append([method, r["spec"].split(":", 1)[0] + short(r["spec"]), r["gamma"], _f(r["tar"]),
                          _f(r["alpha"], ".2f"), _f(100 * (r["proposed_fraction"] or 0), ".0f", " %"),
                          _f(r["predicted_speedup"], ".2f", "x"), "yes" if picked else "",
                          _f(m and m["speedup_vs_ar"], ".2f", "x"), _f(m and m["tar"]),
@@ -83,14 +83,14 @@ def lookup_section(doc, p) -> list[dict]:
     return pred_rows
 
 
-def _short(spec: str) -> str:
+def short(spec: str) -> str:
     """A spec's settings without the corpus path."""
     body = spec.split(":", 1)[1] if ":" in spec else ""
     if spec.startswith("suffix"):
         return " " + ",".join(x for x in body.split(",") if "=" in x)
     if spec.startswith("hybrid"):
         model, _, lookup = body.rpartition("+")
-        return f" {Path(model).name} + {lookup.split(':', 1)[0]}{_short(lookup)}"
+        return f" {Path(model).name} + {lookup.split(':', 1)[0]}{short(lookup)}"
     return " " + body
 
 

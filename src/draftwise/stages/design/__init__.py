@@ -1,7 +1,8 @@
 """`draftwise design`: the paper's study, run for one target on this machine, ending in a verdict: which drafter, with
 which settings, and how fast.
 
-  gen-data → prune + distill each model candidate → agree → profile → sweep → lookup candidates (texts, corpus gain,
+  sweep → trained shapes from its fitted step model → gen-data → prune + distill each model candidate → agree →
+  profile → lookup candidates (texts, corpus gain,
   gen-data-more, suffix index, tuned n-gram / suffix / hybrid settings; see `lookup`) → bench (one interleaved grid of
   every candidate beside AR, then γ*, temperatures, the batch dividend and the headline against transformers; see
   `measure`) → accuracy → export → reduced heads (model drafters) → report
@@ -26,12 +27,13 @@ from ... import cost
 from ...config import AgreeConfig, DesignConfig, DistillConfig, ProfileConfig, PruneConfig, SweepConfig, drafter_kind
 from ...errors import DraftwiseError
 from ...executors import Executor, InProcess, exclusive
-from ...models import ModelOptions, load, load_drafter
+from ...models import ModelOptions, hf, load, load_drafter
 from ...rundir import RunDir
+from ...specs import split_hybrid
 from .. import accuracy, agree, bench, distill, gen_data, profile, prune, sweep  # noqa: F401  (the stages a run calls)
-from . import lookup, measure
-from .candidates import Candidate, candidates
-from .measure import batch_dividend, feasible_batch, pick_drafter  # noqa: F401  (the design's API)
+from . import lookup, measure, verdict
+from .candidates import Candidate, budget_shapes, candidates, choose_shapes
+from .measure import batch_dividend, feasible_batch  # noqa: F401  (the design's API)
 
 GAMMAS = (1, 2, 3, 4, 6, 8)
 SCREEN = 0.9  # an untrained model drafter predicted below this share of the best model drafter is not benchmarked
@@ -147,8 +149,42 @@ def build(p: Pipeline, cands: list[Candidate]) -> dict[str, str]:
     return {cand.name: spec_of(p, cand) for cand in cands}
 
 
+def budget(config: DesignConfig, target: cost.Shape) -> int:
+    """The drafters' non-embedding parameter budget: `--budget`, or that of the target's first `--wide-layers` (2)."""
+    if config.budget:
+        return cost.parse_count(config.budget)
+    return replace(target, layers=min(config.wide_layers or (2,))).params()["non_embedding"]
+
+
+def sweep_shapes(p: Pipeline, target: cost.Shape) -> tuple[cost.Shape, cost.Shape] | None:
+    """The shape sweep (random weights: latency needs no training), then — unless `--wide-layers` overrides — the
+    trained shapes from its fitted step model: the predicted-fastest at the budget and its control (a record)."""
+    c, opts, n = p.config, _options(p.config), budget(p.config, target)
+    unit = target.head_dim * target.heads // target.kv_heads  # widths keep whole GQA groups
+    widths = tuple(sorted({max(unit, round(target.hidden * m / unit) * unit) for m in (1 / 3, 2 / 3, 1, 4 / 3)}))
+    depths = tuple(s.layers for s in budget_shapes(target, n) if s.layers in (1, 2, 3, 4, 6, 8, 12, 16))
+    shallow = max(1, round(n / target.layer_params()))
+    p.stage("sweep", lambda f: sweep.run(SweepConfig(
+        target=c.target, budget=str(n), layers=depths, widths=widths, width_depth=shallow, truncations=(), batches=(1,),
+        warmup=2, repeats=5, seed=c.seed, **opts), f, p.executor))
+    if c.wide_layers:
+        return None
+
+    def decide(folder) -> dict:
+        fit = json.loads((p.folder("sweep") / "sweep.json").read_text())["fits"]["1"]
+        model = cost.StepModel.from_dict(fit)
+        ranking = sorted(budget_shapes(target, n), key=model.predict_ms)
+        fastest, control = choose_shapes(target, n, model, c.narrow_factor)
+        return {"budget": n, "head": target.vocab, "fit": fit, "shapes": [fastest.__dict__, control.__dict__],
+                "ranking": [{**s.__dict__, "predicted_ms": model.predict_ms(s)} for s in ranking],
+                "predicted_ms": [model.predict_ms(fastest), model.predict_ms(control)]}
+
+    chosen = p.stage("choose-shapes", decide)["shapes"]
+    return cost.Shape(**chosen[0]), cost.Shape(**chosen[1])
+
+
 def measure_costs(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str], cands: list[Candidate]) -> None:
-    """Profile at batch 1 and at each trained candidate's feasible batch (for γ* there), then the shape sweep."""
+    """Profile at batch 1 and at each trained candidate's feasible batch (for γ* there)."""
     c, opts = p.config, _options(p.config)
     depths = tuple(k for k in (1, 2, 4, 8) if k < target_shape.layers)
     batches = (1,) + tuple(sorted({b for x in cands if x.trained
@@ -156,26 +192,6 @@ def measure_costs(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str], 
     p.stage("profile", lambda f: profile.run(ProfileConfig(
         target=c.target, drafters=tuple(specs.values()), depths=depths, gammas=GAMMAS, batches=batches, warmup=2,
         repeats=7, seed=c.seed, **opts), f, p.executor))
-    hd = target_shape.head_dim
-    unit = hd * target_shape.heads // target_shape.kv_heads  # widths keep whole GQA groups
-    widths = tuple(sorted({max(unit, round(target_shape.hidden * m / unit) * unit) for m in (1 / 3, 2 / 3, 1, 4 / 3)}))
-    budget = min(replace(target_shape, layers=k).params()["non_embedding"] for k in c.wide_layers)
-    p.stage("sweep", lambda f: sweep.run(SweepConfig(
-        target=c.target, budget=str(budget), layers=_budget_depths(target_shape, budget), widths=widths,
-        width_depth=min(c.wide_layers), truncations=(), batches=(1,), warmup=2, repeats=5, seed=c.seed, **opts), f,
-        p.executor))
-
-
-def _budget_depths(target: cost.Shape, budget: int) -> tuple[int, ...]:
-    """Depths (of 1, 2, 4, 8) at which a shape of `budget` non-embedding parameters exists."""
-    out = []
-    for k in (1, 2, 4, 8):
-        try:
-            cost.shape_for_budget(target, k, budget)
-            out.append(k)
-        except DraftwiseError:
-            break
-    return tuple(out)
 
 
 def predicted(p: Pipeline, spec: str, name: str, batch: int = 1) -> dict[int, float]:
@@ -216,6 +232,17 @@ def lookup_candidates(p: Pipeline, target, cands: list[Candidate], specs: dict[s
     return [Candidate(m, roles[m], spec=tuned[m]["spec"]) for m in ("ngram", "suffix", "hybrid") if m in tuned]
 
 
+def kv_bytes(p: Pipeline, cands: list[Candidate], specs: dict[str, str]) -> dict[str, int]:
+    """Each candidate's drafter KV cache per sequence at `context` (a lookup holds none; a hybrid its model's)."""
+    drafters = json.loads((p.folder("profile") / "profile.json").read_text())["batches"]["1"]["drafters"]
+    bpv = hf.bytes_per_value(p.config.dtype)
+    model = {x.name: cost.Shape(**drafters[specs[x.name]]["shape"]).kv_bytes(p.config.context, 1, bpv)
+             for x in cands if drafter_kind(specs[x.name]) == "model"}
+    by_spec = {specs[n]: v for n, v in model.items()}
+    hybrid = {x.name: by_spec.get(split_hybrid(specs[x.name])[0], 0) for x in cands if x.role == "hybrid"}
+    return {**model, **hybrid}
+
+
 def run(config: DesignConfig, out: str | Path, executor: Executor | None = None) -> Path:
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -223,7 +250,8 @@ def run(config: DesignConfig, out: str | Path, executor: Executor | None = None)
     options = ModelOptions(config.dtype, config.device)
     target = load(config.target, options)
     target_shape = cost.Shape.of(target.config)
-    cands = candidates(target_shape, config.wide_layers, config.narrow_factor, config.drafter)
+    shapes = sweep_shapes(p, target_shape)
+    cands = candidates(target_shape, config.wide_layers, config.narrow_factor, config.drafter, shapes)
     specs = build(p, cands)
     measure_costs(p, target_shape, specs, cands)
     best = {x.name: best_gamma(p, specs[x.name], x.name) for x in cands}
@@ -235,16 +263,19 @@ def run(config: DesignConfig, out: str | Path, executor: Executor | None = None)
         specs.update({x.name: x.spec for x in tuned})
         gammas.update({x.name: done[x.name]["gamma"] for x in tuned})
         cands, benched = cands + tuned, benched + tuned
-    chosen, gamma = measure.select(p, {x.name: specs[x.name] for x in benched}, {x.name: gammas[x.name] for x in benched})
+    kv = kv_bytes(p, cands, specs)
+    chosen, gamma = measure.select(p, {x.name: specs[x.name] for x in benched}, {x.name: gammas[x.name] for x in benched},
+                                   kv)
     measure.temperatures(p, specs[chosen], gamma)
     measure.batch_dividend(p, target_shape, specs, cands, predicted)
     measure.headline(p, specs[chosen], gamma)
+    outcome = p.stage("verdict", lambda f: verdict.decide(p, gamma))
     models = {x.name: specs[x.name] for x in cands if x.role not in ("lookup", "hybrid")}
     p.stage("accuracy", lambda f: measure_accuracy(config, target, models, f, options))
     from ...report import design as report
     from .export import export, export_reduced
 
-    full = export(p, target, specs[chosen], chosen, gamma)
+    full = export(p, target, outcome)
     if drafter_kind(specs[chosen]) == "model" and (config.draft_vocabs or config.adaptive):
         spec, n = measure.tune_head(p, full, target_shape.vocab, gamma)
         if n:

@@ -1,5 +1,9 @@
 """The drafters `design` compares: candidates it builds (pruned, then distilled) and baselines it takes as they are.
 
+  trained shapes     chosen before any training from the sweep's fitted step model (`choose_shapes`): the predicted-
+                     fastest shape at the parameter budget, and its equal-parameter opposite as the control — the
+                     full-width (wide-shallow) shape when the fastest is narrower, else the deep-narrow twin.
+                     `--wide-layers k` overrides: k full-width layers and their deep-narrow twin, as the paper draws them
   wide-shallow       k layers of the target at full width (the paper's recommendation)
   deep-narrow        the same non-embedding parameters spread over f·k layers of 1/f width (heads, KV heads, FFN ÷ f)
   self-speculative   the target with its middle half skipped, no training (Draft & Verify / LayerSkip style)
@@ -13,6 +17,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ... import cost
+from ...errors import DraftwiseError
 
 
 @dataclass(frozen=True)
@@ -55,16 +60,58 @@ def self_speculative_layers(n_layers: int) -> list[int]:
     return sorted(set(range(keep)) | set(range(n_layers - keep, n_layers)))
 
 
-def candidates(target: cost.Shape, wide_layers: tuple[int, ...], factor: int, user: str | None = None) -> list[Candidate]:
+def budget_shapes(target: cost.Shape, budget: int) -> list[cost.Shape]:
+    """A shape of `budget` non-embedding parameters at every depth below the target's where one exists inside the
+    target (pruning cannot make a dimension larger: a shallower shape that would need more width is left out)."""
     out = []
-    for k in wide_layers:
+    for layers in range(1, target.layers):
+        try:
+            s = cost.shape_for_budget(target, layers, budget)
+        except DraftwiseError:
+            break  # deeper shapes only get narrower than the narrowest head layout
+        if s.hidden <= target.hidden and s.heads <= target.heads and s.ffn <= target.ffn:
+            out.append(s)
+    return out
+
+
+def choose_shapes(target: cost.Shape, budget: int, model: cost.StepModel, factor: int) -> tuple[cost.Shape, cost.Shape]:
+    """(the shape the fitted step model predicts fastest at the budget, its equal-parameter control): the control of a
+    full-width shape is its deep-narrow twin, that of a narrower shape the full-width one."""
+    fastest = min(budget_shapes(target, budget), key=model.predict_ms)
+    if fastest.hidden == target.hidden:
+        control = narrow_twin(target, fastest.layers, factor)
+        if control is None:  # too deep to triple: the widest shape at the budget instead
+            control = budget_shapes(target, budget)[0]
+    else:
+        control = replace(target, layers=max(1, round(budget / target.layer_params())))
+    return fastest, control
+
+
+def trained(target: cost.Shape, shapes: list[cost.Shape]) -> list[Candidate]:
+    """Named by width and depth; the shallower of a pair is the wide-shallow one."""
+    out = []
+    for s in sorted(shapes, key=lambda s: s.layers):
+        wide = s.hidden == target.hidden and s.heads == target.heads
+        role = "wide-shallow" if s is min(shapes, key=lambda x: x.layers) else "deep-narrow"
+        out.append(Candidate(f"{'wide' if wide else 'narrow'}-L{s.layers}", role, s))
+    return out
+
+
+def candidates(target: cost.Shape, wide_layers: tuple[int, ...], factor: int, user: str | None = None,
+               shapes: tuple[cost.Shape, cost.Shape] | None = None) -> list[Candidate]:
+    """The trained shapes (`shapes` chosen by the cost model, else k full-width layers and their twin per k of
+    `wide_layers`), then the untrained baselines (first-k at the shallower depth, self-speculative) and the user's."""
+    out = []
+    if shapes is not None:
+        out += trained(target, list(shapes))
+    for k in wide_layers if shapes is None else ():
         if k >= target.layers:
             continue
         out.append(Candidate(f"wide-L{k}", "wide-shallow", replace(target, layers=k)))
         narrow = narrow_twin(target, k, factor)
         if narrow is not None:
             out.append(Candidate(f"narrow-L{narrow.layers}", "deep-narrow", narrow))
-    k = min(wide_layers)
+    k = min(x.shape.layers for x in out) if out else min(wide_layers or (2,))
     out.append(Candidate(f"first-{k}", "first-k", spec="layers:" + ",".join(map(str, range(min(k, target.layers))))))
     if target.layers >= 4:
         out.append(Candidate("self-spec", "self-speculative",

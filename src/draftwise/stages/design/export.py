@@ -1,5 +1,8 @@
-"""Export the chosen drafter: what reproduces it elsewhere — a transformers checkpoint for a model drafter, the vLLM
-`speculative_config` and the transformers call for a lookup drafter (and both parts of a hybrid)."""
+"""Export what the verdict says: the chosen drafter and what reproduces it elsewhere — a transformers checkpoint for a
+model drafter, the vLLM `speculative_config` and the transformers call for a lookup drafter (both parts of a hybrid) —
+when it measured faster than plain decoding; otherwise a README saying that SD is not recommended on this machine, with
+the artefacts kept under `not-recommended-<name>/`. Every path in the snippets is relative to the folder they are in
+(the target is a placeholder): the export folder can be moved."""
 
 from __future__ import annotations
 
@@ -15,15 +18,16 @@ from ...models.source import resolve
 MODEL = """# Exported drafter: {name} (γ* = {gamma})
 
 `drafter/` is a standard transformers checkpoint (safetensors, config, tokenizer with the target's chat template).
+Paths below are relative to this folder; `<target>` is your target model's folder.
 
 transformers assisted generation, constant γ*:
 ```python
 from transformers import AutoModelForCausalLM, AutoTokenizer
-target = AutoModelForCausalLM.from_pretrained("{target}")
-drafter = AutoModelForCausalLM.from_pretrained("{drafter}")
+target = AutoModelForCausalLM.from_pretrained("<target>")
+drafter = AutoModelForCausalLM.from_pretrained("drafter")
 drafter.generation_config.num_assistant_tokens = {gamma}
 drafter.generation_config.num_assistant_tokens_schedule = "constant"
-tok = AutoTokenizer.from_pretrained("{target}")
+tok = AutoTokenizer.from_pretrained("<target>")
 ids = tok.apply_chat_template([{{"role": "user", "content": "Hello"}}], add_generation_prompt=True, return_tensors="pt")
 out = target.generate(ids, assistant_model=drafter, max_new_tokens=128, do_sample=False)
 ```
@@ -31,12 +35,12 @@ out = target.generate(ids, assistant_model=drafter, max_new_tokens=128, do_sampl
 vLLM (`vllm_speculative_config.json`):
 ```python
 from vllm import LLM
-llm = LLM(model="{target}", speculative_config={vllm})
+llm = LLM(model="<target>", speculative_config={vllm})
 ```
 
 draftwise:
 ```
-draftwise bench --target {target_spec} --drafter {drafter} --gamma {gamma}
+draftwise bench --target {target_spec} --drafter drafter --gamma {gamma}
 ```
 """
 
@@ -70,13 +74,20 @@ measured acceptance once it has served comparable traffic.
 
 def export_reduced(pipeline, reduced: Path) -> Path:
     """The reduced-vocabulary variant beside the full one (draftwise engine only; the id map travels with it)."""
-    out = pipeline.dir.path / "export" / "drafter-reduced-vocab"
+    ckpt = pipeline.dir.path / "export" / "drafter"
+    home = ckpt.parent if ckpt.exists() else next((pipeline.dir.path / "export").glob("not-recommended-*"))
+    out = home / "drafter-reduced-vocab"
     shutil.copytree(reduced, out, dirs_exist_ok=True)
-    with open(pipeline.dir.path / "export" / "README.md", "a") as f:
-        f.write(f"\nReduced-vocabulary head (faster draft steps, draftwise engine only): `{out.resolve()}` "
+    with open(home / "README.md", "a") as f:
+        f.write(f"\nReduced-vocabulary head (faster draft steps, draftwise engine only): `drafter-reduced-vocab/` "
                 f"(`draft_vocab.json` maps draft ids to target ids):\n```\ndraftwise bench --target "
-                f"{pipeline.config.target} --drafter {out.resolve()} --gamma {pipeline.done['select-gamma']['gamma']}\n```\n")
+                f"{target_spec(pipeline)} --drafter drafter-reduced-vocab --gamma {pipeline.done['select-gamma']['chosen']}\n```\n")
     return out
+
+
+def target_spec(pipeline) -> str:
+    """The target as the export names it: `default` stays, a path becomes a placeholder."""
+    return "default" if pipeline.config.target == "default" else "<target>"
 
 
 def vllm_lookup(spec: str, gamma: int) -> dict:
@@ -120,10 +131,27 @@ def export_model(out: Path, target, spec: str) -> Path:
     return ckpt
 
 
-def export(pipeline, target, spec: str, name: str, gamma: int) -> Path | None:
+def export(pipeline, target, verdict: dict) -> Path | None:
     """Returns the exported full-vocabulary checkpoint folder (None for a lookup drafter: it has no weights)."""
-    out = pipeline.dir.path / "export"
+    from .verdict import sentence
+
+    top = pipeline.dir.path / "export"
+    name, spec, gamma = verdict["drafter"], verdict["spec"], verdict["gamma"]
+    out = top if verdict["recommend"] else top / f"not-recommended-{name}"
     out.mkdir(parents=True, exist_ok=True)
+    ckpt = export_parts(pipeline, target, out, spec, name, gamma)
+    if verdict["recommend"]:
+        readme = out / "README.md"
+        readme.write_text(f"**Verdict:** {sentence(verdict)}\n\n" + readme.read_text())
+    else:
+        (top / "README.md").write_text(
+            f"# SD is not recommended on this machine\n\n{sentence(verdict)}\n\nPlain decoding is at least as fast "
+            f"here. What the design built for its best candidate is kept, for reference only, in "
+            f"`{out.name}/`.\n")
+    return ckpt
+
+
+def export_parts(pipeline, target, out: Path, spec: str, name: str, gamma: int) -> Path | None:
     kind = drafter_kind(spec)
     if kind == "lookup":
         export_lookup(out, spec, name, gamma)
@@ -133,10 +161,9 @@ def export(pipeline, target, spec: str, name: str, gamma: int) -> Path | None:
     if lookup_spec:
         (out / "lookup").mkdir(exist_ok=True)
         export_lookup(out / "lookup", lookup_spec, f"{name} (its lookup part)", gamma)
-    vllm = {"model": str(ckpt.resolve()), "num_speculative_tokens": model_gamma or gamma}
+    vllm = {"model": "drafter", "num_speculative_tokens": model_gamma or gamma}
     (out / "vllm_speculative_config.json").write_text(json.dumps(vllm, indent=2) + "\n")
-    readme = MODEL.format(name=name, gamma=model_gamma or gamma, target=target.path, target_spec=pipeline.config.target,
-                          drafter=ckpt.resolve(), vllm=json.dumps(vllm))
+    readme = MODEL.format(name=name, gamma=model_gamma or gamma, target_spec=target_spec(pipeline), vllm=json.dumps(vllm))
     if lookup_spec:
         readme += (f"\nThis is a hybrid: draftwise proposes with the lookup in `lookup/` (γ = {gamma}) where it has a "
                    f"match and with this model (γ = {model_gamma}) elsewhere. Neither vLLM nor transformers combines "

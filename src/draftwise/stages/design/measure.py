@@ -3,12 +3,16 @@
   bench-select     one grid: every candidate (model drafters the cost model cannot rule out, the tuned n-gram and
                    suffix drafters, the hybrid) at its own γ beside one AR baseline, interleaved prompt by prompt on
                    `bench_limit` eval prompts of every bench suite at T = 0 — the per-task TAR and speedup come from it
-  select-drafter   the largest measured speedup over AR; near-ties (within `select_tie`) go to the highest TAR
-  bench-gamma      the chosen drafter at γ−1, γ, γ+1 (`refine_limit` prompts); select-gamma keeps the fastest
+  select-drafter   a paired decision (`decide`): the fastest beyond noise, else — after one re-measuring pass of the tied
+                   candidates (bench-select-repeat) — the tied candidate with the cheapest draft step, then the smaller
+                   drafter KV cache
+  bench-gamma      the chosen drafter at γ−1, γ, γ+1 (`refine_limit` prompts); select-gamma: the same rule, a smaller γ
+                   being the cheaper
   bench-temps      the chosen drafter and AR at each non-zero temperature (lossless sampling; `refine_limit` prompts)
   max-batch-*, bench-*-batch   the batch dividend of the trained model candidates
   bench-headline   spec_bench: SD vs draftwise AR vs transformers generate() and its own assisted generation / prompt lookup
-  reduced heads and adaptive lookahead, when the chosen drafter is a model
+  reduced heads (one grid; the same rule, a smaller head being the cheaper) and adaptive lookahead, when the chosen
+  drafter is a model
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from ...config import BenchConfig, BenchGridConfig, drafter_kind
 from ...models import hf
 from .. import bench, bench_grid
 from ..draft_vocab import write_reduced
+from . import decide
 from .candidates import Candidate
 
 
@@ -53,48 +58,62 @@ def grid_points(p, stage: str) -> list[dict]:
     return json.loads((Path(p.done[stage]["folder"]) / "grid.json").read_text())["points"]
 
 
-SIMPLER = {"lookup": 0, "model": 1, "hybrid": 2}  # fewer moving parts first: no weights; one model; a model and a lookup
+def records(p, stages: list[str]) -> list[dict]:
+    """The T = 0 records of finished grid or bench stages."""
+    out = []
+    for stage in (s for s in stages if s in p.done):
+        path = Path(p.done[stage]["folder"]) / "records.jsonl"
+        out += [r for r in map(json.loads, path.read_text().splitlines()) if r.get("temperature", 0.0) == 0]
+    return out
 
 
-def pick_drafter(speeds: dict[str, float], tars: dict[str, float], tie: float, kinds: dict[str, str] | None = None) -> str:
-    """The fastest drafter by measured speed; among those within `tie` (relative) of the fastest — differences one
-    sequential benchmark cannot tell from machine noise — the one with the fewest moving parts (a lookup drafter has no
-    weights, a hybrid needs a model and a lookup), then the highest TAR, which is a count and does not drift with the
-    machine."""
-    best = max(speeds.values())
-    close = [n for n, v in speeds.items() if v >= (1 - tie) * best]
-    rank = {n: SIMPLER[(kinds or {}).get(n, "model")] for n in close}
-    return min(close, key=lambda n: (rank[n], -(tars.get(n) or 0.0), -speeds[n]))
+def paired(p, decision: str, stage: str, key, cost, regrid) -> dict:
+    """A decision between the options of a grid stage (`key(record)` -> option, None for AR), re-measuring a tie once
+    in `<stage>-repeat` (`regrid(tied options)` -> its grid); see `decide`."""
+    if decision in p.done:
+        return p.done[decision]
+
+    def result(stages):
+        by = decide.timings(records(p, stages), key)
+        ar = by.pop(None)
+        return decide.compare(by, ar, p.config.seed)
+
+    stages = [stage]
+    for i in range(p.config.select_repeats):  # a bounded number of re-measuring passes of whatever still ties
+        tie = decide.tied(result(stages))
+        if len(tie) < 2:
+            break
+        stages.append(f"{stage}-repeat" + (f"-{i + 1}" if i else ""))
+        run_grid(p, stages[-1], regrid(tie))
+    return p.stage(decision, lambda f: {**decide.choose(result(stages), cost), "passes": len(stages)})
 
 
-def select(p, specs: dict[str, str], gammas: dict[str, int]) -> tuple[str, int]:
-    """The chosen drafter (measured speedup over AR in one interleaved grid), then γ* (measured at γ ± 1)."""
+def select(p, specs: dict[str, str], gammas: dict[str, int], kv: dict[str, int]) -> tuple[str, int]:
+    """The chosen drafter (paired speedups over AR in one interleaved grid), then γ* (the same at γ ± 1). A tie goes
+    to the cheaper draft step (measured per drafted token in the grid), then to the smaller drafter KV cache."""
     c, names = p.config, list(specs)
-    grid = BenchGridConfig(bench=base_config(p, specs[names[0]], 1, c.bench_limit, baselines=("ar",)),
-                           drafters=tuple(specs[n] for n in names), drafter_gammas=tuple(gammas[n] for n in names))
-    run_grid(p, "bench-select", grid, drafters=specs, gammas=gammas)
 
-    def decide(folder) -> dict:
-        by_spec = {r["drafter"]: r for r in grid_points(p, "bench-select")}
-        speedup = {n: by_spec[specs[n]]["speedup_vs_ar"] for n in names}
-        tars = {n: by_spec[specs[n]]["tar"] for n in names}
-        kinds = {n: drafter_kind(specs[n]) for n in names}
-        return {"drafter": pick_drafter(speedup, tars, c.select_tie, kinds), "speedup_vs_ar": speedup, "tar": tars,
-                "tokens_per_s": {n: by_spec[specs[n]]["tokens_per_s"] for n in names}, "tie": c.select_tie,
-                "rule": "largest measured speedup over AR (same prompts, interleaved); within the tie band, fewest moving "
-                        "parts (lookup, then model, then hybrid), then highest TAR"}
+    def grid(names):
+        return BenchGridConfig(bench=base_config(p, specs[names[0]], 1, c.bench_limit, baselines=("ar",)),
+                               drafters=tuple(specs[n] for n in names), drafter_gammas=tuple(gammas[n] for n in names))
 
-    chosen = p.stage("select-drafter", decide)["drafter"]
+    run_grid(p, "bench-select", grid(names), drafters=specs, gammas=gammas)
+    step = {r["drafter"]: r["draft_step_ms"] or 0.0 for r in grid_points(p, "bench-select")}
+    name_of = {spec: n for n, spec in specs.items()}
+    decision = paired(p, "select-drafter", "bench-select", lambda r: name_of.get(r["drafter"]),
+                      lambda n: (round(step[specs[n]], 2), kv.get(n, 0)), grid)
+    chosen = decision["chosen"]
     g0 = gammas[chosen]
     tried = tuple(g for g in (g0 - 1, g0, g0 + 1) if g >= 1)
-    run_grid(p, "bench-gamma", BenchGridConfig(bench=base_config(p, specs[chosen], g0, c.refine_limit, baselines=("ar",)),
-                                               drafters=(specs[chosen],), gammas=tried), drafter=specs[chosen])
 
-    def decide_gamma(folder) -> dict:
-        speedup = {r["gamma"]: r["speedup_vs_ar"] for r in grid_points(p, "bench-gamma")}
-        return {"gamma": max(speedup, key=speedup.get), "speedup_vs_ar": speedup}
+    def gamma_grid(gs):
+        return BenchGridConfig(bench=base_config(p, specs[chosen], g0, c.refine_limit, baselines=("ar",)),
+                               drafters=(specs[chosen],), gammas=tuple(sorted(gs)))
 
-    return chosen, p.stage("select-gamma", decide_gamma)["gamma"]
+    run_grid(p, "bench-gamma", gamma_grid(tried), drafter=specs[chosen])
+    gamma = paired(p, "select-gamma", "bench-gamma", lambda r: r["gamma"] if r["drafter"] else None, lambda g: (g,),
+                   gamma_grid)
+    return chosen, gamma["chosen"]
 
 
 def temperatures(p, spec: str, gamma: int) -> None:
@@ -155,30 +174,32 @@ def batch_dividend(p, target_shape: cost.Shape, specs: dict[str, str], cands: li
 
 def measured_gamma(p, name: str) -> int:
     """The γ a candidate runs at: γ* for the chosen drafter, else its γ in the selection grid."""
-    if name == p.done["select-drafter"]["drafter"]:
-        return p.done["select-gamma"]["gamma"]
+    if name == p.done["select-drafter"]["chosen"]:
+        return p.done["select-gamma"]["chosen"]
     return p.done["bench-select"]["gammas"][name]
 
 
 def tune_head(p, full_checkpoint: Path, vocab_size: int, gamma: int) -> tuple[str, int]:
-    """Reduced draft heads of the chosen (model) drafter, each benchmarked beside AR on the headline prompts, the best by
-    measured SD / AR; then adaptive lookahead (stop below τ = c, the drafter's step over the target's) against it."""
+    """Reduced draft heads of the chosen (model) drafter in one grid beside AR on the headline prompts, decided like the
+    drafter (a smaller head is the cheaper step); then adaptive lookahead (stop below τ = c, the drafter's step over
+    the target's) against it."""
     c = p.config
-    runs = {0: run_bench(p, "bench-vocab-full", str(full_checkpoint), gamma, c.headline_limit, baselines=("ar",),
-                         suite="spec_bench")["stage"]}
-    for n in (n for n in c.draft_vocabs if n < vocab_size):
+    sizes = [0] + [n for n in c.draft_vocabs if n < vocab_size]
+    for n in sizes[1:]:
         p.stage(f"vocab-{n}", lambda f, n=n: write_reduced(full_checkpoint, p.folder("gen-data"), n, f))
-        runs[n] = run_bench(p, f"bench-vocab-{n}", str(p.folder(f"vocab-{n}")), gamma, c.headline_limit,
-                            baselines=("ar",), suite="spec_bench")["stage"]
+    spec = {n: str(full_checkpoint) if n == 0 else str(p.folder(f"vocab-{n}")) for n in sizes}
+    size_of = {v: n for n, v in spec.items()}
 
-    def speedup(n):
-        return summary(p, runs[n])["methods"]["sd"]["speedup_vs_ar"]
+    def grid(ns):
+        return BenchGridConfig(bench=base_config(p, spec[0], gamma, c.headline_limit, suite="spec_bench", baselines=("ar",)),
+                               drafters=tuple(spec[n] for n in sorted(ns)), gammas=(gamma,))
 
-    n = p.stage("select-vocab", lambda f: {"vocab": max(runs, key=speedup)})["vocab"]
-    spec = str(full_checkpoint) if n == 0 else str(p.folder(f"vocab-{n}"))
+    run_grid(p, "bench-vocab", grid(sizes), drafters={str(n): s for n, s in spec.items()})
+    n = paired(p, "select-vocab", "bench-vocab", lambda r: size_of.get(r["drafter"]), lambda n: (n or vocab_size,),
+               grid)["chosen"]
     if c.adaptive:
-        s = summary(p, runs[n])
-        tau = round(s["draft_step_ms"] / s["ar_step_ms"], 3)  # draft another token only if q(token) > t_q / t_p
-        run_bench(p, "bench-adaptive", spec, 2 * gamma + 1, c.headline_limit, baselines=("ar",), suite="spec_bench",
+        point = next(r for r in grid_points(p, "bench-vocab") if r["drafter"] == spec[n])
+        tau = round(point["draft_step_ms"] / point["ar_step_ms"], 3)  # draft another token only if q(token) > t_q / t_p
+        run_bench(p, "bench-adaptive", spec[n], 2 * gamma + 1, c.headline_limit, baselines=("ar",), suite="spec_bench",
                   draft_stop=tau)
-    return spec, n
+    return spec[n], n

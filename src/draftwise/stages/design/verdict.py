@@ -1,0 +1,78 @@
+"""The design's verdict — deploy the chosen drafter, or plain decoding — recorded once, so that the report's opening,
+its sections and the export all say the same thing.
+
+  recommend    the chosen drafter's speedup over AR in the selection grid is above 1 beyond noise (the lower end of
+               its 95 % interval > 1); otherwise the verdict is plain decoding, with the best candidate's figure beside
+  per task     the chosen drafter's speedup and TAR per suite (the same grid), and its spec_bench headline
+  candidates   for every benchmarked candidate: measured c (a model's draft step / AR step; for a lookup or a hybrid the
+               draft time per drafting round, in AR steps), α and proposal statistics, and the cost model's break-even
+               (`cost.break_even_alpha`, `cost.break_even_draft`): the α it would need at its measured draft cost and
+               proposal lengths, and the draft cost it could afford at its measured α
+"""
+
+from __future__ import annotations
+
+import json
+
+from ... import cost
+from ...config import drafter_kind
+from ..bench_grid import label
+from .measure import grid_points, summary
+
+
+def verify_steps(p):
+    """t_verify(g) in AR steps at batch 1 (the profile's interleaved ratios; g = 0: one AR step)."""
+    entry = json.loads((p.folder("profile") / "profile.json").read_text())["batches"]["1"]
+    points = [(0, 1.0)] + sorted((int(g), r) for g, r in entry["verify_over_ar_step"].items())
+    return lambda g: cost.interpolate([x for x, _ in points], [y for _, y in points], g)
+
+
+def candidate(point: dict, kind: str, speedup: list[float], t_verify) -> dict:
+    """One benchmarked candidate's measured costs and its break-even, from its selection-grid point."""
+    sd = point["methods"]["sd"]
+    lengths = {int(g): n for g, n in sd["proposal_lengths"].items()}
+    drafting = sum(n for g, n in lengths.items() if g)
+    ar_s = point["ar_step_ms"] / 1e3
+    if kind == "model":  # γ serial steps: c per token
+        c = sd["draft_step_ms"] / point["ar_step_ms"]
+        t_draft = lambda g: g * c  # noqa: E731
+        afford = cost.break_even_draft(lengths, sd["alpha"] or 0.0, t_verify)
+        afford = afford / max(lengths, key=lengths.get) if afford is not None else None  # per token, at its usual γ
+    else:  # one proposal per drafting round, whatever its length
+        c = sd["draft_s"] / drafting / ar_s if drafting else 0.0
+        t_draft = lambda g: c if g else 0.0  # noqa: E731
+        afford = cost.break_even_draft(lengths, sd["alpha"] or 0.0, t_verify)
+    return {"kind": kind, "gamma": point["gamma"], "speedup": speedup, "tar": point["tar"], "alpha": sd["alpha"],
+            "c": c, "proposed_fraction": sd.get("proposed_fraction"),
+            "mean_proposal": sum(g * n for g, n in lengths.items()) / drafting if drafting else 0.0,
+            "alpha_needed": cost.break_even_alpha(lengths, t_draft, t_verify), "c_affordable": afford}
+
+
+def decide(p, gamma: int) -> dict:
+    decision = p.done["select-drafter"]
+    chosen, specs = decision["chosen"], p.done["bench-select"]["drafters"]
+    points = {r["drafter"]: r for r in grid_points(p, "bench-select")}
+    t_verify = verify_steps(p)
+    cands = {n: candidate(points[specs[n]], drafter_kind(specs[n]), decision["speedup"][n], t_verify)
+             for n in decision["speedup"]}
+    speedup = decision["speedup"][chosen]
+    headline = summary(p, "bench-headline")["methods"]["sd"]["speedup_vs_ar"]
+    return {"recommend": speedup[1] > 1.0, "drafter": chosen, "spec": specs[chosen], "kind": drafter_kind(specs[chosen]),
+            "gamma": gamma, "speedup": speedup, "headline_speedup": headline,
+            "per_task": points[specs[chosen]].get("by_suite", {}), "candidates": cands,
+            "rule": "deploy when the chosen drafter's speedup over AR is above 1 beyond noise (95 % interval, paired "
+                    "bootstrap over prompts); otherwise plain decoding"}
+
+
+def sentence(v: dict, describe_spec=lambda spec: label(spec, 80)) -> str:
+    """The verdict in one sentence (the report opens with it, the export README too); specs by their short label, so
+    no path of the machine that ran the design appears."""
+    pt, lo, hi = v["speedup"]
+    tasks = ", ".join(f"{s} {x['speedup_vs_ar']:.2f}×" for s, x in sorted(v["per_task"].items())
+                      if x.get("speedup_vs_ar") is not None)
+    if v["recommend"]:
+        return (f"Deploy {v['drafter']} ({describe_spec(v['spec'])}, γ = {v['gamma']}): {pt:.2f}× plain decoding on "
+                f"this machine [95 % interval {lo:.2f}–{hi:.2f}] over the eval mix of every task, "
+                f"{v['headline_speedup']:.2f}× on spec_bench" + (f"; per task: {tasks}." if tasks else "."))
+    return (f"Use plain decoding: no candidate beats it here beyond noise. The best, {v['drafter']} "
+            f"({describe_spec(v['spec'])}, γ = {v['gamma']}), measured {pt:.2f}× [{lo:.2f}–{hi:.2f}].")
