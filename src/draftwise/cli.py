@@ -327,6 +327,8 @@ def _design_parser(sub) -> None:
     p.add_argument("--bench-suites", default="all", help="suites of the selection grid (TAR and speedup per task)")
     p.add_argument("--bench-limit", type=int, default=18, help="eval prompts of the selection grid")
     p.add_argument("--refine-limit", type=int, default=9, help="eval prompts of the γ, temperature and batch benchmarks")
+    p.add_argument("--select-repeats", type=int, default=1,
+                   help="extra interleaved passes over the same prompts when candidates tie within noise")
     p.add_argument("--tune-prompts", type=int, default=27, help="eval prompts whose target text tunes the lookup settings")
     p.add_argument("--corpus-gain", type=float, default=0.01,
                    help="extend gen-data once when doubling the suffix corpus last gained at least this (predicted)")
@@ -355,6 +357,7 @@ def _design(args) -> None:
                             narrow_factor=args.narrow_factor, drafter=args.drafter, lookups=not args.no_lookups,
                             loss=args.loss, temperatures=temps, bench_suites=args.bench_suites, bench_limit=args.bench_limit,
                             refine_limit=args.refine_limit, tune_prompts=args.tune_prompts, corpus_gain=args.corpus_gain,
+                            select_repeats=args.select_repeats,
                             max_new_tokens=args.max_new_tokens, memory=args.memory,
                             context=args.context, batch_cap=args.batch_cap, seed=args.seed,
                             dtype=args.dtype, device=args.device, threads=args.threads), args.out, _executor(args))

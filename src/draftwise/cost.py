@@ -8,8 +8,9 @@ Definitions (the same as `metrics` and the README):
   γ*            the integer γ that maximises throughput.
   free-drafter  E[N] / t_verify(γ): the ceiling if drafting cost nothing.
   c             t_q / t_p, the drafter's step relative to the target's.
-  break-even    the α a drafter would need at its measured c (and proposal lengths) to match plain decoding, and the c
-                it could afford at its measured α: in AR steps, tokens per round = draft + verify time per round.
+  break-even    in AR steps a round must emit as many tokens as it costs (draft + verify time): the TAR, or the i.i.d. α,
+                a drafter would need at its measured c and proposal lengths, and the c it could afford at its measured
+                TAR (acceptances come in runs — a lookup's long matches — so the measured TAR, not an i.i.d. α, prices it).
   mixture       a drafter whose proposal length varies (a lookup proposes only where it matches; a hybrid mixes
                 sources): rounds drafting g tokens, with share P(g), emit E[N | g] and cost t_draft(g) + t_verify(g), so
                 over many rounds throughput = Σ_g P(g)·E[N|g] / Σ_g P(g)·(t_draft(g) + t_verify(g)) (renewal-reward;
@@ -123,13 +124,20 @@ def break_even_alpha(lengths: dict[int, float], t_draft, t_verify) -> float | No
     return hi
 
 
-def break_even_draft(lengths: dict[int, float], alpha: float, t_verify) -> float | None:
-    """The draft time per drafting round (AR steps; for a model drafter γ·c) at which a drafter with i.i.d. acceptance
-    α only matches plain decoding; None when the verify passes alone already cost more than α earns."""
-    tokens = sum(s * expected_tokens_iid(alpha, g) for g, s in lengths.items())
-    verify = sum(s * t_verify(g) for g, s in lengths.items())
-    drafting = sum(s for g, s in lengths.items() if g)
-    room = (tokens - verify) / drafting if drafting else None
+def break_even_tar(lengths: dict[int, float], t_draft, t_verify) -> float:
+    """The tokens per round (TAR) at which a drafter with these proposal lengths and draft and verify times (AR steps)
+    only matches plain decoding: a round must emit as many tokens as the AR steps it costs."""
+    total = sum(lengths.values())
+    return sum(s * (t_draft(g) + t_verify(g)) for g, s in lengths.items()) / total
+
+
+def break_even_draft(lengths: dict[int, float], tar: float, t_verify) -> float | None:
+    """The draft time per drafting round (AR steps; for a model drafter γ·c) at which a drafter emitting `tar` tokens
+    per round (measured) only matches plain decoding; None when its verify passes alone cost more than it emits."""
+    total = sum(lengths.values())
+    verify = sum(s * t_verify(g) for g, s in lengths.items()) / total
+    drafting = sum(s for g, s in lengths.items() if g) / total
+    room = (tar - verify) / drafting if drafting else None
     return room if room is not None and room >= 0 else None
 
 

@@ -384,6 +384,8 @@ def test_the_verdict_recommends_only_what_beats_plain_decoding(tiny_dir, tmp_pat
     e = cost.expected_tokens_iid(model["alpha_needed"], 2)
     assert 0.9 * e + 0.1 == pytest.approx(0.9 * (2 * 0.2 + 1.16) + 0.1, rel=1e-6)  # break-even: tokens = AR steps
     assert v["candidates"]["ngram"]["alpha_needed"] < model["alpha_needed"]  # no draft cost: a lower α suffices
+    assert model["tar_needed"] == pytest.approx(0.9 * (2 * 0.2 + 1.16) + 0.1)  # AR steps per round
+    assert model["c_affordable"] == pytest.approx((1.3 - (0.9 * 1.16 + 0.1)) / 0.9 / 2)  # per token, at TAR 1.3
 
 
 def test_shapes_come_from_the_fitted_step_model():

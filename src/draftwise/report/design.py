@@ -437,11 +437,14 @@ def _verdict(doc: Doc, p) -> None:
         rows.append([name, x["kind"], x["gamma"], _interval(x["speedup"]), _f(x["tar"]), _f(x["alpha"], ".2f"),
                      _f(x["c"], ".4f" if lookup else ".3f") + (" per round" if lookup else " per token"),
                      _f(100 * x["proposed_fraction"], ".0f", " %") if lookup and x["proposed_fraction"] is not None else "-",
-                     _f(x["mean_proposal"], ".1f"), _f(x["alpha_needed"], ".2f") if x["alpha_needed"] is not None else "none",
+                     _f(x["mean_proposal"], ".1f"), _f(x.get("tar_needed")),
+                     _f(x["alpha_needed"], ".2f") if x["alpha_needed"] is not None else "none",
                      _f(x["c_affordable"], ".3f") if x["c_affordable"] is not None else "none"])
     doc.table(["candidate", "kind", "γ", "SD / AR [95 %]", "TAR", "α", "c (draft cost, AR steps)", "rounds proposing",
-               "mean proposal", "α needed at its c", "c affordable at its α"], rows)
-    doc.p("Break-even from the cost model (batch 1, AR-step units, the profile's verify pass per γ, i.i.d. acceptance): "
-          "the α at which the candidate's measured draft cost and proposal lengths only match plain decoding, and the "
-          "draft cost it could afford at its measured α (per token for a model drafter, per drafting round for a lookup "
-          "or hybrid); 'none': no α suffices / the verify passes alone cost more than its α earns. " + v["rule"] + ".")
+               "mean proposal", "TAR needed at its c", "α needed at its c (i.i.d.)", "c affordable at its TAR"], rows)
+    doc.p("Break-even from the cost model (batch 1, AR-step units, the profile's verify pass per γ): a round must emit "
+          "as many tokens as the AR steps it costs (draft + verify). TAR needed: at the candidate's measured draft cost "
+          "and proposal lengths; α needed: the same as an i.i.d. per-token acceptance (acceptances that come in runs, as "
+          "a lookup's long matches do, earn more than i.i.d. α suggests); c affordable: the draft cost per token (model) "
+          "or per drafting round (lookup, hybrid) at which its measured TAR only breaks even ('none': its verify passes "
+          "alone cost more than it emits). The rule: " + v["rule"] + ".")

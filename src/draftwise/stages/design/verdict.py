@@ -6,8 +6,8 @@ its sections and the export all say the same thing.
   per task     the chosen drafter's speedup and TAR per suite (the same grid), and its spec_bench headline
   candidates   for every benchmarked candidate: measured c (a model's draft step / AR step; for a lookup or a hybrid the
                draft time per drafting round, in AR steps), α and proposal statistics, and the cost model's break-even
-               (`cost.break_even_alpha`, `cost.break_even_draft`): the α it would need at its measured draft cost and
-               proposal lengths, and the draft cost it could afford at its measured α
+               (`cost.break_even_tar`, `break_even_alpha`, `break_even_draft`): the TAR (and the i.i.d. α) it would
+               need at its measured draft cost and proposal lengths, and the draft cost it could afford at its TAR
 """
 
 from __future__ import annotations
@@ -33,18 +33,18 @@ def candidate(point: dict, kind: str, speedup: list[float], t_verify) -> dict:
     lengths = {int(g): n for g, n in sd["proposal_lengths"].items()}
     drafting = sum(n for g, n in lengths.items() if g)
     ar_s = point["ar_step_ms"] / 1e3
+    afford = cost.break_even_draft(lengths, point["tar"], t_verify)  # per drafting round, at its measured TAR
     if kind == "model":  # γ serial steps: c per token
         c = sd["draft_step_ms"] / point["ar_step_ms"]
         t_draft = lambda g: g * c  # noqa: E731
-        afford = cost.break_even_draft(lengths, sd["alpha"] or 0.0, t_verify)
-        afford = afford / max(lengths, key=lengths.get) if afford is not None else None  # per token, at its usual γ
+        afford = afford / max((g for g in lengths if g), key=lengths.get) if afford is not None else None  # per token
     else:  # one proposal per drafting round, whatever its length
         c = sd["draft_s"] / drafting / ar_s if drafting else 0.0
         t_draft = lambda g: c if g else 0.0  # noqa: E731
-        afford = cost.break_even_draft(lengths, sd["alpha"] or 0.0, t_verify)
     return {"kind": kind, "gamma": point["gamma"], "speedup": speedup, "tar": point["tar"], "alpha": sd["alpha"],
             "c": c, "proposed_fraction": sd.get("proposed_fraction"),
             "mean_proposal": sum(g * n for g, n in lengths.items()) / drafting if drafting else 0.0,
+            "tar_needed": cost.break_even_tar(lengths, t_draft, t_verify),
             "alpha_needed": cost.break_even_alpha(lengths, t_draft, t_verify), "c_affordable": afford}
 
 
