@@ -4,7 +4,7 @@ from conftest import tiny_config
 
 from draftwise import cost
 from draftwise.errors import DraftwiseError
-from draftwise.models.llama import LeanLlama
+from draftwise.models.lean import LeanLM
 
 
 def simulate_tokens_per_round(acceptance, rounds, seed=0):
@@ -76,7 +76,7 @@ def test_kv_bytes_equal_the_allocated_cache():
     from conftest import tiny_model
 
     config = tiny_config(layers=3)
-    lm = LeanLlama(config, tiny_model(config).state_dict())
+    lm = LeanLM(config, tiny_model(config).state_dict())
     lm.reset(batch_size=2, max_len=100)
     assert cost.Shape.of(config).kv_bytes(context=100, batch=2) == lm.kv_bytes()
     assert lm.k_cache.numel() * 4 * 2 == lm.kv_bytes()
