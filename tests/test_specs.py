@@ -57,7 +57,7 @@ def test_loading_each_kind(tiny_dir, gen_dir):
     assert specs.load("ngram:max=3", target).engine == NgramDrafter(1, 3)
     suffix = specs.load(f"suffix:{gen_dir},factor=2", target)
     assert isinstance(suffix.engine, SuffixDrafter) and suffix.engine.factor == 2.0 and suffix.engine.trie.tokens > 0
-    hybrid = specs.load(f"hybrid:layers:0+ngram,model_gamma=2", target)
+    hybrid = specs.load("hybrid:layers:0+ngram,model_gamma=2", target)
     assert isinstance(hybrid.engine, HybridDrafter) and hybrid.engine.model_gamma == 2 and hybrid.model is not None
     assert hybrid.describe()["lookup"]["method"] == "ngram" and hybrid.describe()["kind"] == "hybrid"
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from draftwise import cost
 from draftwise.config import DesignConfig, drafter_kind
@@ -328,17 +329,20 @@ def test_an_export_that_lost_to_plain_decoding_says_so(tiny_dir, tmp_path):
     assert json.loads((kept / "vllm_speculative_config.json").read_text())["model"] == "drafter"
 
 
-def test_tuned_lookup_settings_are_the_best_predicted(tiny_dir, tmp_path):
-    """In the end-to-end run above each method's decision is the argmax of its replayed, priced settings."""
+def test_tuned_lookup_settings_are_decided_with_intervals(tiny_dir, tmp_path):
+    """In the end-to-end run above each method's settings are its paired decision over the replayed, priced settings:
+    the leader, or the cheapest of a tie within noise."""
     config = DesignConfig(target=tiny_dir, minutes=0.2, wide_layers=(1,), narrow_factor=2, bench_limit=2, refine_limit=2,
                           headline_limit=2, tune_prompts=4, max_new_tokens=6, accuracy_items=2, draft_vocabs=(),
                           adaptive=False, memory="1", threads=1)
     out = design.run(config, tmp_path / "d")
-    rows = json.loads((out / "stages" / "tune-lookup" / "tune.json").read_text())["rows"]
+    tune = json.loads((out / "stages" / "tune-lookup" / "tune.json").read_text())
     done = design.Pipeline(config, out).done["tune-lookup"]
     for method in ("ngram", "suffix"):
-        best = max((r for r in rows if r["method"] == method), key=lambda r: r["predicted_tokens_per_s"])
-        assert (done[method]["spec"], done[method]["gamma"]) == (best["spec"], best["gamma"])
+        decision = tune["decisions"][method]
+        assert decision["chosen"] == f"{done[method]['spec']}@{done[method]['gamma']}"
+        assert decision["chosen"] in (decision["tie"] or [decision["leader"]])
+        assert len(decision["speedup"]) == sum(r["method"] == method for r in tune["rows"])
     from draftwise import specs
 
     model, lookup, model_gamma = specs.split_hybrid(done["hybrid"]["spec"])  # the better lookup, the best model drafter
@@ -445,3 +449,25 @@ def test_a_tie_tells_one_story_in_headline_wide_vs_deep_and_export(tiny_dir, tmp
     assert "the selection chose it" in pair if chosen == winner else "tie within noise" in pair
     export = (out / "export" / "README.md").read_text()
     assert f"{chosen} (" in export.split("\n")[0] or f"not-recommended-{chosen}" in export  # and so does the export
+
+
+def test_lookup_settings_tie_goes_to_the_cheaper_settings():
+    """Replayed settings that differ by less than their noise over prompts: the smaller γ, then the higher min_prob."""
+    from draftwise.stages.design.lookup import choose_setting
+
+    docs = [{"prompt_id": f"p{i}", "continuation": [0] * 10} for i in range(12)]
+    t_verify = lambda g: 0.01 * (1 + 0.1 * g)  # noqa: E731
+
+    def row(spec, gamma, factor, seed=0):  # per-prompt seconds with ±20 % noise of the option's own
+        noise = torch.empty(12).uniform_(0.8, 1.2, generator=torch.Generator().manual_seed(seed)).tolist()
+        return {"spec": spec, "gamma": gamma, "per_prompt": {f"p{i}": (10, 0.08 * n * factor) for i, n in enumerate(noise)}}
+
+    a, b = row("suffix:x,factor=2,min_prob=0.1", 3, 1.0, seed=1), row("suffix:x,factor=2,min_prob=0.3", 2, 1.01, seed=2)
+    chosen, record = choose_setting([a, b], docs, t_verify)
+    assert record["tie"] and chosen is b  # 1 % apart: a tie, the smaller γ wins
+    c = row("suffix:x,factor=2,min_prob=0.1", 2, 1.0, seed=3)
+    chosen, record = choose_setting([c, b], docs, t_verify)
+    assert record["tie"] and chosen is b  # same γ: the higher min_prob wins
+    fast = row("suffix:x,factor=2,min_prob=0.1", 4, 0.6, seed=4)
+    chosen, record = choose_setting([fast, b], docs, t_verify)
+    assert not record["tie"] and chosen is fast  # 40 % faster on every prompt: beyond noise, γ 4 despite its cost

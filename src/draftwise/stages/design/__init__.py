@@ -25,7 +25,6 @@ import torch
 
 from ... import cost
 from ...config import AgreeConfig, DesignConfig, DistillConfig, ProfileConfig, PruneConfig, SweepConfig, drafter_kind
-from ...errors import DraftwiseError
 from ...executors import Executor, InProcess, exclusive
 from ...models import ModelOptions, hf, load, load_drafter
 from ...rundir import RunDir

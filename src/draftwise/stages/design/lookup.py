@@ -24,6 +24,7 @@ from ...models import write_fingerprint
 from ...sd.lookup import NgramDrafter, SuffixDrafter
 from ...sd.suffix import SuffixTrie
 from .. import agree, gen_data
+from . import decide
 
 NGRAMS = ((1, 2), (1, 4), (2, 4), (3, 6))  # (min, max)
 SUFFIXES = ((0.5, 0.1), (1.0, 0.1), (1.0, 0.3), (2.0, 0.1), (2.0, 0.3))  # (factor, min_prob)
@@ -50,8 +51,36 @@ def replay(docs: list[dict], lookup, gamma: int, matches=None, model_gamma: int 
     for i, d in enumerate(docs):
         rounds = agree.replay_rounds(d["prompt"], d["continuation"], gamma, lookup, matches[i] if matches else None,
                                      model_gamma)
-        out += [{**r, "suite": d["suite"]} for r in rounds]
+        out += [{**r, "suite": d["suite"], "prompt_id": d["prompt_id"]} for r in rounds]
     return out
+
+
+def per_prompt(rounds: list[dict], t_verify, t_model_step=None) -> dict[str, tuple[float, float]]:
+    """{prompt id: (tokens, predicted seconds)} of replayed rounds: what `decide.compare` pairs prompt by prompt."""
+    by_prompt: dict[str, list] = {}
+    for r in rounds:
+        by_prompt.setdefault(r["prompt_id"], []).append(r)
+    out = {}
+    for pid, rs in by_prompt.items():
+        tokens = sum(r["emitted"] for r in rs)
+        out[pid] = (tokens, tokens / cost.predict_rounds(rs, t_verify, t_model_step))
+    return out
+
+
+def choose_setting(rows: list[dict], docs: list[dict], t_verify) -> tuple[dict, dict]:
+    """The best settings of one method: paired over prompts (bootstrap intervals of predicted speedup, as measured
+    decisions are), a tie within noise going to the cheaper settings — smaller γ (a shorter verify pass), then fewer
+    speculated tokens (higher min_prob; a shorter n-gram match length to look up). Returns (row, decision record)."""
+    ar = {d["prompt_id"]: (len(d["continuation"]), len(d["continuation"]) * t_verify(0)) for d in docs}
+    options = {r["spec"] + f"@{r['gamma']}": r for r in rows}
+
+    def cheapness(key):
+        r = options[key]
+        opts = dict(kv.partition("=")[::2] for kv in r["spec"].rsplit(":", 1)[-1].split(",") if "=" in kv)
+        return (r["gamma"], -float(opts.get("min_prob", 0)), float(opts.get("max", 0)), float(opts.get("factor", 0)))
+
+    record = decide.choose(decide.compare({k: r["per_prompt"] for k, r in options.items()}, ar), cheapness)
+    return options[record["chosen"]], record
 
 
 def row(spec: str, method: str, gamma: int, rounds: list[dict], t_verify, t_model_step=None) -> dict:
@@ -59,7 +88,7 @@ def row(spec: str, method: str, gamma: int, rounds: list[dict], t_verify, t_mode
     for r in rounds:
         by_suite.setdefault(r["suite"], []).append(r)
     tps = cost.predict_rounds(rounds, t_verify, t_model_step)
-    return {"spec": spec, "method": method, "gamma": gamma, "tar": metrics.tar(rounds), "alpha": metrics.alpha(rounds),
+    return {"spec": spec, "method": method, "gamma": gamma, "per_prompt": per_prompt(rounds, t_verify, t_model_step), "tar": metrics.tar(rounds), "alpha": metrics.alpha(rounds),
             "proposed_fraction": metrics.proposals(rounds)["proposed_fraction"], "predicted_tokens_per_s": tps,
             "predicted_speedup": tps * t_verify(0),
             "tar_by_suite": {s: metrics.tar(rs) for s, rs in sorted(by_suite.items())},
@@ -138,8 +167,9 @@ def tune(p, target, model: tuple[str, str, int] | None) -> dict:
             for g in GAMMAS:
                 rounds = replay(docs, SuffixDrafter(trie, factor, min_prob), g)
                 rows.append(row(suffix_spec(p, factor, min_prob), "suffix", g, rounds, t_verify))
-        best = {m: max((r for r in rows if r["method"] == m), key=lambda r: r["predicted_tokens_per_s"])
-                for m in ("ngram", "suffix")}
+        best, decisions = {}, {}
+        for m in ("ngram", "suffix"):
+            best[m], decisions[m] = choose_setting([r for r in rows if r["method"] == m], docs, t_verify)
         if model is not None:  # the best model drafter (by its own prediction) where the better lookup has nothing
             name, spec, g_model = model
             lookup = max(best.values(), key=lambda r: r["predicted_tokens_per_s"])
@@ -154,8 +184,9 @@ def tune(p, target, model: tuple[str, str, int] | None) -> dict:
         (folder / "tune.json").parent.mkdir(parents=True, exist_ok=True)
         (folder / "tune.json").write_text(json.dumps({"definitions": "predicted tokens/s: `cost.predict_rounds` over the "
                                                       "replayed greedy rounds with the profile's verify times (batch 1)",
-                                                      "rows": rows}, indent=1) + "\n")
-        return {m: {"spec": r["spec"], "gamma": r["gamma"], "predicted_tokens_per_s": r["predicted_tokens_per_s"]}
+                                                      "rows": rows, "decisions": decisions}, indent=1) + "\n")
+        return {m: {"spec": r["spec"], "gamma": r["gamma"], "predicted_tokens_per_s": r["predicted_tokens_per_s"],
+                    **({"why": decisions[m]["why"], "tie": decisions[m]["tie"]} if m in decisions else {})}
                 for m, r in best.items()}
 
     return p.stage("tune-lookup", decide)
