@@ -92,6 +92,14 @@ def tiny_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_gemma_dir(tmp_path_factory):
+    """A 4-layer tiny Gemma 3 checkpoint (local, global, local, global layers; window 4) with the same tokenizer."""
+    path = tmp_path_factory.mktemp("tiny-gemma3")
+    config = tiny_config("gemma3_text", layers=4, layer_types=["sliding_attention", "full_attention"] * 2)
+    return save_checkpoint(path, tiny_model(config, seed=1), tiny_tokenizer())
+
+
+@pytest.fixture(scope="session")
 def tiny_drafter_dir(tmp_path_factory):
     """A 1-layer tiny Llama with the same tokenizer: an independent drafter for `tiny_dir`."""
     path = tmp_path_factory.mktemp("tiny-drafter")

@@ -16,7 +16,7 @@ Definitions (the same as `metrics` and the README):
                 over many rounds throughput = Σ_g P(g)·E[N|g] / Σ_g P(g)·(t_draft(g) + t_verify(g)) (renewal-reward;
                 t_verify(0) is one AR step). A lookup's t_draft is one proposal, whatever g.
 
-Step time of a Llama-family model at batch b (fitted to measured points, see `StepModel`):
+Step time of a decoder (any lean-path family) at batch b (fitted to measured points, see `StepModel`):
   t(L, d, V) = fixed + L · (layer_overhead + layer_bytes(d) / bandwidth) + head_bytes(V, d) / bandwidth
 Batch-1 decoding reads every weight once per step, so bytes over an effective bandwidth is the natural unit; the
 per-layer overhead is what a layer costs beyond its bytes (launches, attention, norms, syncs).

@@ -1,7 +1,7 @@
 """Loading targets and drafters.
 
-`load(spec, options)` gives a `Model`: its config, tokenizer and `lm`, the object the engine runs —
-`LeanLM` for the Llama family, else `HFCausalLM` over transformers. `load_drafter(spec, target, options)` also
+`load(spec, options)` gives a `Model`: its config, tokenizer and `lm`, the object the engine runs — `LeanLM` for the
+families `family.FAMILIES` describes, else `HFCausalLM` over transformers. `load_drafter(spec, target, options)` also
 accepts `layers:i,j,...` (a fresh model made of some of the target's layers) and checks that the drafter speaks the
 target's vocabulary. Both are local only: nothing is fetched from a hub, and remote code runs only when asked.
 """
