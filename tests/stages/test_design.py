@@ -204,7 +204,7 @@ def test_batched_bench_runs_at_the_gamma_predicted_for_its_batch(tiny_dir, tmp_p
         assert len(list((out / "export").glob("**/drafter-reduced-vocab/draft_vocab.json"))) == 1
 
 
-def fake_grid(speedups: dict[str, float], prompts: int = 12, noise: float = 0.02):
+def fake_grid(speedups: dict[str, float], prompts: int = 12, noise: float = 0.02, steps: dict[str, float] | None = None):
     """A `bench_grid.run` that writes the records and grid.json a measurement would: per prompt, each drafter spec runs
     at `speedups[spec]` × AR's speed (× 1 ± noise, seeded), AR at 30 tokens/s; at larger γ a little faster."""
     import random
@@ -220,8 +220,8 @@ def fake_grid(speedups: dict[str, float], prompts: int = 12, noise: float = 0.02
                 records.append({**base, "drafter": x.drafter, "gamma": x.gamma, "method": "sd", "seconds": 60 / speed})
         for x in (x for x in grid.points() if x.drafter):
             points.append({"drafter": x.drafter, "gamma": x.gamma, "temperature": 0.0, "tar": 1.0 + speedups[x.drafter],
-                           "tokens_per_s": 30 * speedups[x.drafter], "draft_step_ms": 0.05 if "ngram" in x.drafter else 4.0,
-                           "speedup_vs_ar": speedups[x.drafter]})
+                           "tokens_per_s": 30 * speedups[x.drafter], "draft_step_ms": (steps or {}).get(x.drafter, 0.05 if "ngram" in x.drafter else 4.0),
+                           "ar_step_ms": 1000 / 30, "speedup_vs_ar": speedups[x.drafter]})
         (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         (folder / "grid.json").write_text(json.dumps({"points": points}))
         return folder
@@ -263,6 +263,21 @@ def test_a_tie_within_noise_goes_to_the_cheaper_step(tiny_dir, tmp_path, monkeyp
     assert set(decision["tie"]) == {"suffix", "ngram"} and decision["passes"] == 2  # re-measured once, still a tie
     assert name == "ngram" and "cheapest step" in decision["why"]  # 0.05 ms a drafted token vs 4 ms (fake)
     assert decision["lead"]["wide-L2"][0] > 0  # the model drafter is slower beyond noise
+
+
+def test_lookups_whose_steps_differ_by_microseconds_tie_on_cost(tiny_dir, tmp_path, monkeypatch):
+    """0.05 vs 0.1 ms beside a 33 ms AR step is no cost difference (both 0.00 AR steps): a tie in speed then goes to
+    the faster point estimate, not to the proposer that happens to be 50 µs quicker."""
+    from draftwise.stages.design import measure
+
+    specs = {"suffix": "suffix,factor=2", "ngram": "ngram:max=4"}
+    monkeypatch.setattr(measure.bench_grid, "run", fake_grid({specs["suffix"]: 1.23, specs["ngram"]: 1.20}, noise=0.08,
+                                                             steps={specs["suffix"]: 0.1}))
+    p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
+    name, _ = measure.select(p, specs, {"suffix": 2, "ngram": 2}, {})
+    decision = p.done["select-drafter"]
+    assert decision["tie"] and decision["cost"]["suffix"] == decision["cost"]["ngram"] == [0.0, 0]
+    assert name == max(decision["speedup"], key=lambda n: decision["speedup"][n][0])
 
 
 def test_paired_intervals_shrink_with_the_pairing():

@@ -73,4 +73,5 @@ def choose(result: dict, cost: Callable[[object], tuple]) -> dict:
     return {**result, "tie": tie if len(tie) > 1 else [], "chosen": chosen,
             "cost": {n: list(cost(n)) for n in result["speedup"]},
             "why": ("faster than every other option beyond noise" if len(tie) == 1 else
-                    f"tie within noise between {', '.join(map(str, tie))}: the cheapest step wins")}
+                    f"tie within noise between {', '.join(map(str, tie))}: the cheapest step wins (at equal cost, "
+                    "the faster point estimate)")}

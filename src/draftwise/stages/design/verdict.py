@@ -58,7 +58,7 @@ def decide(p, gamma: int) -> dict:
     speedup = decision["speedup"][chosen]
     headline = summary(p, "bench-headline")["methods"]["sd"]["speedup_vs_ar"]
     return {"recommend": speedup[1] > 1.0, "drafter": chosen, "spec": specs[chosen], "kind": drafter_kind(specs[chosen]),
-            "gamma": gamma, "speedup": speedup, "headline_speedup": headline,
+            "gamma": gamma, "grid_gamma": cands[chosen]["gamma"], "speedup": speedup, "headline_speedup": headline,
             "per_task": points[specs[chosen]].get("by_suite", {}), "candidates": cands,
             "rule": "deploy when the chosen drafter's speedup over AR is above 1 beyond noise (95 % interval, paired "
                     "bootstrap over prompts); otherwise plain decoding"}
@@ -70,9 +70,12 @@ def sentence(v: dict, describe_spec=lambda spec: label(spec, 80)) -> str:
     pt, lo, hi = v["speedup"]
     tasks = ", ".join(f"{s} {x['speedup_vs_ar']:.2f}×" for s, x in sorted(v["per_task"].items())
                       if x.get("speedup_vs_ar") is not None)
+    grid_gamma = v.get("grid_gamma", v["gamma"])
+    at = "" if grid_gamma == v["gamma"] else \
+        f" (in the selection grid, at γ = {grid_gamma}; the γ grid then chose {v['gamma']})"
     if v["recommend"]:
         return (f"Deploy {v['drafter']} ({describe_spec(v['spec'])}, γ = {v['gamma']}): {pt:.2f}× plain decoding on "
-                f"this machine [95 % interval {lo:.2f}–{hi:.2f}] over the eval mix of every task, "
+                f"this machine [95 % interval {lo:.2f}–{hi:.2f}]{at} over the eval mix of every task, "
                 f"{v['headline_speedup']:.2f}× on spec_bench" + (f"; per task: {tasks}." if tasks else "."))
     return (f"Use plain decoding: no candidate beats it here beyond noise. The best, {v['drafter']} "
-            f"({describe_spec(v['spec'])}, γ = {v['gamma']}), measured {pt:.2f}× [{lo:.2f}–{hi:.2f}].")
+            f"({describe_spec(v['spec'])}, γ = {v['gamma']}), measured {pt:.2f}× [{lo:.2f}–{hi:.2f}]{at}.")
