@@ -127,3 +127,15 @@ def test_predict_rounds_prices_each_proposer_with_its_own_draft_time():
     assert cost.predict_rounds(rounds, t_verify, t_model_step=0.003) == pytest.approx(10 / (2 * (0.013 + 0.014 + 0.010)))
     # without a profiled step the measured one (4 ms) prices the model rounds
     assert cost.predict_rounds(rounds, t_verify) == pytest.approx(10 / (2 * (0.013 + 0.015 + 0.010)))
+
+
+def test_budget_shapes_of_a_target_whose_width_is_not_its_attention_width():
+    """Gemma-3-270M: width 640 beside 4 heads × 256 (one KV head): shapes keep the width-to-heads ratio, so the only
+    head layout is the target's own and the FFN absorbs the budget."""
+    from draftwise.stages.design.candidates import budget_shapes
+
+    gemma = cost.Shape(layers=18, hidden=640, heads=4, kv_heads=1, head_dim=256, ffn=2048, vocab=262144, norms=4,
+                       qk_norm=True)
+    shapes = budget_shapes(gemma, 2 * gemma.layer_params())
+    assert shapes and all(s.hidden == 640 and s.heads == 4 and s.ffn <= 2048 for s in shapes)
+    assert shapes[0].layers == 2 and shapes[0].ffn == 2048

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -231,12 +231,12 @@ def shape_for_budget(template: Shape, layers: int, budget: int, multiple: int = 
 
     def make(kv_heads: int) -> Shape:
         heads = kv_heads * group
-        hidden = heads * template.head_dim
+        hidden = template.hidden * heads // template.heads  # heads × head_dim where the width is that (not Gemma's)
         ffn = max(multiple, int(round(ratio * hidden / multiple)) * multiple)
         return Shape(layers, hidden, heads, kv_heads, template.head_dim, ffn, template.vocab, template.tied,
                      template.norms, template.qk_norm)
 
-    smallest = make(1)
+    smallest = replace(make(1), ffn=multiple)  # the FFN absorbs the remainder, down to `multiple` channels
     if smallest.params()["non_embedding"] > budget:
         raise DraftwiseError(
             f"budget {budget:,} is smaller than {layers} layer(s) of the narrowest shape "

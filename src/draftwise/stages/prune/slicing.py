@@ -52,7 +52,9 @@ class PruneShape:
             value = getattr(self, name)
             if not 1 <= value <= limit:
                 raise DraftwiseError(f"shape {name}={value} is impossible: the target has {limit} (need 1..{limit})")
-        if self.hidden % s.head_dim:
+        # where the width is heads × head_dim (Llama, Qwen2, Mistral), keep it a whole number of heads: some configs
+        # derive head_dim from it; a family whose width differs from its attention width (Gemma) sets head_dim itself
+        if s.hidden_size == s.num_heads * s.head_dim and self.hidden % s.head_dim:
             raise DraftwiseError(f"shape hidden={self.hidden} is not a multiple of head_dim {s.head_dim}")
         if self.heads % self.kv_heads:
             raise DraftwiseError(f"shape kv_heads={self.kv_heads} does not divide heads={self.heads}")
