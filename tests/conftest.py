@@ -29,14 +29,23 @@ def pytest_collection_modifyitems(config, items):
 
 
 def tiny_config(kind: str = "llama", vocab: int = 64, layers: int = 2, **overrides):
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+    import transformers
 
-    cls = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config}[kind]
+    cls = getattr(transformers, FAMILY_CONFIGS[kind])
     kw = dict(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=layers, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True, bos_token_id=1,
               eos_token_id=2, pad_token_id=2)
+    if kind in ("qwen3", "gemma", "gemma2", "gemma3_text"):
+        kw["head_dim"] = 8  # their configs default to a head_dim of their own, not hidden/heads
+    if kind in ("gemma2", "gemma3_text"):
+        kw.update(query_pre_attn_scalar=8, sliding_window=4)
     kw.update(overrides)
     return cls(**kw)
+
+
+# the transformers config class of each family the lean forward runs
+FAMILY_CONFIGS = {"llama": "LlamaConfig", "mistral": "MistralConfig", "qwen2": "Qwen2Config", "qwen3": "Qwen3Config",
+                  "phi3": "Phi3Config", "gemma": "GemmaConfig", "gemma2": "Gemma2Config", "gemma3_text": "Gemma3TextConfig"}
 
 
 def tiny_model(config, seed: int = 0, std: float = 0.3):
@@ -48,8 +57,9 @@ def tiny_model(config, seed: int = 0, std: float = 0.3):
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "norm" in name:
-                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=gen))
+            if "norm" in name:  # around 1 as a norm's scale (Gemma stores scale - 1: around 0 there)
+                center = 0.0 if config.model_type.startswith("gemma") else 1.0
+                p.copy_(center + 0.1 * torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(std * torch.randn(p.shape, generator=gen))
     return model
@@ -79,6 +89,14 @@ def tiny_dir(tmp_path_factory):
     """A 4-layer tiny Llama checkpoint directory (safetensors + tokenizer with a chat template)."""
     path = tmp_path_factory.mktemp("tiny-llama")
     return save_checkpoint(path, tiny_model(tiny_config(layers=4), seed=1), tiny_tokenizer())
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma_dir(tmp_path_factory):
+    """A 4-layer tiny Gemma 3 checkpoint (local, global, local, global layers; window 4) with the same tokenizer."""
+    path = tmp_path_factory.mktemp("tiny-gemma3")
+    config = tiny_config("gemma3_text", layers=4, layer_types=["sliding_attention", "full_attention"] * 2)
+    return save_checkpoint(path, tiny_model(config, seed=1), tiny_tokenizer())
 
 
 @pytest.fixture(scope="session")

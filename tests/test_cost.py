@@ -4,7 +4,7 @@ from conftest import tiny_config
 
 from draftwise import cost
 from draftwise.errors import DraftwiseError
-from draftwise.models.llama import LeanLlama
+from draftwise.models.lean import LeanLM
 
 
 def simulate_tokens_per_round(acceptance, rounds, seed=0):
@@ -76,7 +76,7 @@ def test_kv_bytes_equal_the_allocated_cache():
     from conftest import tiny_model
 
     config = tiny_config(layers=3)
-    lm = LeanLlama(config, tiny_model(config).state_dict())
+    lm = LeanLM(config, tiny_model(config).state_dict())
     lm.reset(batch_size=2, max_len=100)
     assert cost.Shape.of(config).kv_bytes(context=100, batch=2) == lm.kv_bytes()
     assert lm.k_cache.numel() * 4 * 2 == lm.kv_bytes()
@@ -127,3 +127,15 @@ def test_predict_rounds_prices_each_proposer_with_its_own_draft_time():
     assert cost.predict_rounds(rounds, t_verify, t_model_step=0.003) == pytest.approx(10 / (2 * (0.013 + 0.014 + 0.010)))
     # without a profiled step the measured one (4 ms) prices the model rounds
     assert cost.predict_rounds(rounds, t_verify) == pytest.approx(10 / (2 * (0.013 + 0.015 + 0.010)))
+
+
+def test_budget_shapes_of_a_target_whose_width_is_not_its_attention_width():
+    """Gemma-3-270M: width 640 beside 4 heads × 256 (one KV head): shapes keep the width-to-heads ratio, so the only
+    head layout is the target's own and the FFN absorbs the budget."""
+    from draftwise.stages.design.candidates import budget_shapes
+
+    gemma = cost.Shape(layers=18, hidden=640, heads=4, kv_heads=1, head_dim=256, ffn=2048, vocab=262144, norms=4,
+                       qk_norm=True)
+    shapes = budget_shapes(gemma, 2 * gemma.layer_params())
+    assert shapes and all(s.hidden == 640 and s.heads == 4 and s.ffn <= 2048 for s in shapes)
+    assert shapes[0].layers == 2 and shapes[0].ffn == 2048

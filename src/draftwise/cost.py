@@ -16,7 +16,7 @@ Definitions (the same as `metrics` and the README):
                 over many rounds throughput = Σ_g P(g)·E[N|g] / Σ_g P(g)·(t_draft(g) + t_verify(g)) (renewal-reward;
                 t_verify(0) is one AR step). A lookup's t_draft is one proposal, whatever g.
 
-Step time of a Llama-family model at batch b (fitted to measured points, see `StepModel`):
+Step time of a decoder (any lean-path family) at batch b (fitted to measured points, see `StepModel`):
   t(L, d, V) = fixed + L · (layer_overhead + layer_bytes(d) / bandwidth) + head_bytes(V, d) / bandwidth
 Batch-1 decoding reads every weight once per step, so bytes over an effective bandwidth is the natural unit; the
 per-layer overhead is what a layer costs beyond its bytes (launches, attention, norms, syncs).
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -168,7 +168,7 @@ def best_gamma(t_draft: float, verify_time, gammas: Sequence[int], alpha: float 
 
 @dataclass(frozen=True)
 class Shape:
-    """A Llama-family decoder's dimensions: what decides its parameters, bytes and KV cache."""
+    """A decoder's dimensions (any lean-path family): what decides its parameters, bytes and KV cache."""
 
     layers: int
     hidden: int
@@ -178,22 +178,28 @@ class Shape:
     ffn: int
     vocab: int
     tied: bool = True
+    norms: int = 2  # RMSNorms over the width per layer (Gemma 2/3: four)
+    qk_norm: bool = False  # a norm over each q and k head (Qwen3, Gemma 3)
 
     @classmethod
     def of(cls, config) -> "Shape":
+        from .models.family import FAMILIES, Family
+
+        family = FAMILIES.get(config.model_type, Family())
         heads = config.num_attention_heads
         return cls(
             layers=config.num_hidden_layers, hidden=config.hidden_size, heads=heads,
             kv_heads=getattr(config, "num_key_value_heads", None) or heads,
             head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
             ffn=config.intermediate_size, vocab=config.vocab_size, tied=bool(config.tie_word_embeddings),
+            norms=4 if family.sandwich_norms else 2, qk_norm=family.qk_norm,
         )
 
     def layer_params(self) -> int:
-        """One decoder layer (no biases): q, k, v, o, gate, up, down and two norms."""
+        """One decoder layer (no biases): q, k, v, o, gate, up, down and its norms."""
         d, hd = self.hidden, self.head_dim
         attention = d * self.heads * hd + 2 * d * self.kv_heads * hd + self.heads * hd * d
-        return attention + 3 * d * self.ffn + 2 * d
+        return attention + 3 * d * self.ffn + self.norms * d + (2 * hd if self.qk_norm else 0)
 
     def params(self) -> dict[str, int]:
         embedding = self.vocab * self.hidden
@@ -225,11 +231,12 @@ def shape_for_budget(template: Shape, layers: int, budget: int, multiple: int = 
 
     def make(kv_heads: int) -> Shape:
         heads = kv_heads * group
-        hidden = heads * template.head_dim
+        hidden = template.hidden * heads // template.heads  # heads × head_dim where the width is that (not Gemma's)
         ffn = max(multiple, int(round(ratio * hidden / multiple)) * multiple)
-        return Shape(layers, hidden, heads, kv_heads, template.head_dim, ffn, template.vocab, template.tied)
+        return Shape(layers, hidden, heads, kv_heads, template.head_dim, ffn, template.vocab, template.tied,
+                     template.norms, template.qk_norm)
 
-    smallest = make(1)
+    smallest = replace(make(1), ffn=multiple)  # the FFN absorbs the remainder, down to `multiple` channels
     if smallest.params()["non_embedding"] > budget:
         raise DraftwiseError(
             f"budget {budget:,} is smaller than {layers} layer(s) of the narrowest shape "
@@ -244,7 +251,7 @@ def shape_for_budget(template: Shape, layers: int, budget: int, multiple: int = 
     d = shape.hidden
     fixed = shape.params()["non_embedding"] - layers * 3 * d * shape.ffn  # everything but the FFN weights
     ffn = max(multiple, int(round((budget - fixed) / (layers * 3 * d) / multiple)) * multiple)
-    return Shape(layers, d, shape.heads, shape.kv_heads, shape.head_dim, ffn, shape.vocab, shape.tied)
+    return Shape(layers, d, shape.heads, shape.kv_heads, shape.head_dim, ffn, shape.vocab, shape.tied, shape.norms, shape.qk_norm)
 
 
 def parse_count(text: str) -> int:

@@ -7,12 +7,12 @@ from conftest import save_checkpoint, tiny_config, tiny_model, tiny_tokenizer
 from draftwise.errors import DraftwiseError
 from draftwise.models import ModelOptions, load, load_drafter
 from draftwise.models.hf import HFCausalLM
-from draftwise.models.llama import LeanLlama
+from draftwise.models.lean import LeanLM
 
 
 def test_load_hf_directory(tiny_dir):
     model = load(tiny_dir)
-    assert isinstance(model.lm, LeanLlama) and model.backend == "lean"
+    assert isinstance(model.lm, LeanLM) and model.backend == "lean"
     assert model.vocab_size == 64 and model.eos_ids == frozenset({2})
     assert model.encode("w1 w2") == [1, 4, 5]  # through the chat template: "<s> w1 w2 "
 
@@ -112,3 +112,19 @@ def test_unknown_options(tiny_dir):
     if not torch.cuda.is_available():
         with pytest.raises(DraftwiseError, match="no CUDA GPU"):
             load(tiny_dir, ModelOptions(device="cuda"))
+
+
+def test_gguf_of_an_architecture_transformers_cannot_read_is_named(tmp_path, monkeypatch):
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+
+    monkeypatch.setenv("DRAFTWISE_CACHE", str(tmp_path / "cache"))
+    writer = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "rwkv99")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(DraftwiseError, match="architecture rwkv99"):
+        load(str(tmp_path / "m.gguf"))

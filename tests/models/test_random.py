@@ -44,3 +44,27 @@ def test_bad_random_specs(spec, message):
 def test_random_models_have_no_transformers_twin():
     with pytest.raises(DraftwiseError, match="lean engine only"):
         load(TINY).hf_model()
+
+
+@pytest.mark.parametrize("kind", ["qwen3", "phi3", "gemma2", "gemma3_text"])
+def test_random_shapes_of_a_family_target_are_that_family(kind):
+    """The sweep measures shapes of the target's family: its norms, q/k norms and local/global layers."""
+    from conftest import tiny_config
+
+    from draftwise import cost
+    from draftwise.models.random import llama_config, random_lm
+
+    target = tiny_config(kind, layers=3, **({"layer_types": ["sliding_attention", "full_attention", "full_attention"]}
+                                            if kind.startswith("gemma") else {}))
+    config = llama_config({"layers": 5, "hidden": 64, "heads": 8, "kv_heads": 2, "head_dim": 8, "ffn": 96,
+                           "vocab": 64, "tied": True}, target)
+    lm = random_lm(config, torch.float32, "cpu")
+    assert config.model_type == kind and len(lm.layers) == 5
+    if kind.startswith("gemma"):
+        assert config.layer_types == ["sliding_attention", "full_attention", "full_attention", "sliding_attention",
+                                      "full_attention"]
+        assert [layer.window for layer in lm.layers] == [config.sliding_window, None, None, config.sliding_window, None]
+    lm.reset(1, 8)
+    assert torch.isfinite(lm(torch.tensor([[1, 2, 3]]), 0)).all()
+    hf_params = sum(p.numel() for p in __import__("transformers").AutoModelForCausalLM.from_config(config).parameters())
+    assert cost.Shape.of(config).params()["total"] == hf_params  # the cost model counts this family's norms

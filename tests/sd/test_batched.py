@@ -4,7 +4,7 @@ from conftest import tiny_config, tiny_model
 
 from draftwise.models import kernels
 from draftwise.models.hf import HFCausalLM
-from draftwise.models.llama import LeanLlama
+from draftwise.models.lean import LeanLM
 from draftwise.sd.batched import generate_batch
 from draftwise.sd.engine import generate
 from draftwise.sd.sampling import SamplingParams
@@ -20,7 +20,7 @@ def lm(request, monkeypatch):
         monkeypatch.setattr(kernels, "_kernel", lambda: None)
     if request.param == "transformers":
         return HFCausalLM(model)
-    return LeanLlama(config, model.state_dict())
+    return LeanLM(config, model.state_dict())
 
 
 def test_left_padded_batch_equals_one_prompt_at_a_time(lm):
@@ -35,7 +35,7 @@ def test_left_padded_batch_equals_one_prompt_at_a_time(lm):
 
 def test_rows_stop_at_eos():
     config = tiny_config(layers=2)
-    lm = LeanLlama(config, tiny_model(config, seed=32).state_dict())
+    lm = LeanLM(config, tiny_model(config, seed=32).state_dict())
     free = generate_batch(lm, PROMPTS, SamplingParams(), 10, torch.Generator())
     eos = free[1].tokens[3]
     stopped = generate_batch(lm, PROMPTS, SamplingParams(), 10, torch.Generator(), eos=frozenset({eos}))

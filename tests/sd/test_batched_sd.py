@@ -62,3 +62,12 @@ def test_batched_sampling_follows_the_target_distribution_in_every_row():
             counts[b, o.tokens[0], o.tokens[1]] += 1
     for b in range(len(prompts)):
         assert chisquare_pvalue(counts[b], exact[b]) > 1e-3
+
+
+def test_batched_greedy_with_sliding_windows_equals_batch1_ar():
+    """Rows accept different numbers of tokens, so slots and positions differ: windows count positions, not slots."""
+    target = lean(tiny_config("gemma3_text", vocab=64, layers=3), seed=11)
+    drafter = lean(tiny_config("gemma3_text", vocab=64, layers=1), seed=12)
+    want = [generate(target, p, GREEDY, 16, torch.Generator()).tokens for p in PROMPTS]
+    outs, _ = generate_batch_sd(target, PROMPTS, GREEDY, 16, torch.Generator(), drafter=drafter, gamma=3)
+    assert [o.tokens for o in outs] == want

@@ -7,7 +7,7 @@ from conftest import tiny_config, tiny_model
 
 from draftwise.errors import DraftwiseError
 from draftwise.models.hf import HFCausalLM
-from draftwise.models.llama import LeanLlama
+from draftwise.models.lean import LeanLM
 from draftwise.models.vocab import ReducedHead, slice_head
 from draftwise.sd.engine import generate
 from draftwise.sd.sampling import SamplingParams, probs
@@ -16,7 +16,7 @@ GREEDY = SamplingParams()
 
 
 def lean(config, seed, std=0.3):
-    return LeanLlama(config, tiny_model(config, seed=seed, std=std).state_dict())
+    return LeanLM(config, tiny_model(config, seed=seed, std=std).state_dict())
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,7 @@ def test_greedy_identity_with_adaptive_lookahead(pair, gamma):
 
 def test_drafter_equal_to_target_is_always_accepted(pair):
     target, _ = pair
-    twin = LeanLlama(target.config, {"model.embed_tokens.weight": target.embed, "model.norm.weight": target.norm},
+    twin = LeanLM(target.config, {"model.embed_tokens.weight": target.embed, "model.norm.weight": target.norm_weight},
                      layers=list(target.layers))
     sd = generate(target, [1, 4, 7], GREEDY, 41, torch.Generator(), drafter=twin, gamma=4)
     assert [r.accepted for r in sd.rounds] == [4] * 8 + [0]  # the last round has no room to draft
@@ -143,9 +143,9 @@ def exact_first_three(target, prompt, params):
 
 def reduced_head(d, ids=(0, 2, 3, 5, 7)):
     """`d` with its LM head cut to some tokens (q = 0 on the rest, which the target can emit)."""
-    sd = {"model.embed_tokens.weight": d.embed, "model.norm.weight": d.norm}
+    sd = {"model.embed_tokens.weight": d.embed, "model.norm.weight": d.norm_weight}
     sub, sd = slice_head(d.config, sd, list(ids))
-    return ReducedHead(LeanLlama(sub, sd, layers=list(d.layers)), list(ids), d.vocab_size)
+    return ReducedHead(LeanLM(sub, sd, layers=list(d.layers)), list(ids), d.vocab_size)
 
 
 DRAFTERS = {  # (temperature, top_p, drafter, adaptive-lookahead threshold)
@@ -184,3 +184,17 @@ def test_sampled_sd_follows_the_target_distribution(case):
     assert any(r.accepted < r.drafted for r in rounds) and any(r.accepted > 0 for r in rounds)
     assert chisquare_pvalue(c12, joint12) > 1e-3
     assert chisquare_pvalue(c3, marg3) > 1e-3
+
+
+@pytest.mark.parametrize("kind", ["qwen3", "phi3", "gemma2", "gemma3_text"])
+def test_greedy_sd_is_identical_to_greedy_ar_in_every_family(kind):
+    """Prompts and outputs run past the sliding windows (4) of the Gemma configs."""
+    target = lean(tiny_config(kind, vocab=64, layers=3), seed=11)
+    drafter = lean(tiny_config(kind, vocab=64, layers=1), seed=12)
+    for prompt in PROMPTS:
+        ar = generate(target, prompt, GREEDY, 24, torch.Generator())
+        sd = generate(target, prompt, GREEDY, 24, torch.Generator(), drafter=drafter, gamma=3)
+        assert sd.tokens == ar.tokens
+        small = generate(target, prompt, GREEDY, 24, torch.Generator(), drafter=reduced_head(drafter, range(0, 64, 2)),
+                         gamma=3)  # a reduced draft head (with Gemma 2's final soft-cap on the kept rows)
+        assert small.tokens == ar.tokens

@@ -486,3 +486,20 @@ def test_lookup_settings_tie_goes_to_the_cheaper_settings():
     fast = row("suffix:x,factor=2,min_prob=0.1", 4, 0.6, seed=4)
     chosen, record = choose_setting([fast, b], docs, t_verify)
     assert not record["tie"] and chosen is fast  # 40 % faster on every prompt: beyond noise, γ 4 despite its cost
+
+
+def test_design_runs_on_a_gemma3_target(tiny_gemma_dir, tmp_path):
+    """Every stage on another family: the sweep's shapes, prune (narrow: rescaled, untied embeddings), gen-data,
+    distill, agree, profile, lookups, benches, the verdict and the export, on a local/global Gemma 3."""
+    config = DesignConfig(target=tiny_gemma_dir, minutes=0.2, wide_layers=(1,), narrow_factor=2, bench_limit=2,
+                          refine_limit=2, headline_limit=2, tune_prompts=4, max_new_tokens=6, accuracy_items=2,
+                          draft_vocabs=(32,), adaptive=False, memory="1", threads=1)
+    out = design.run(config, tmp_path / "d")
+    done = design.Pipeline(config, out).done
+    assert {"sweep", "prune-wide-L1", "distill-narrow-L2", "profile", "bench-headline", "verdict"} <= set(done)
+    from transformers import AutoModelForCausalLM
+
+    narrow = AutoModelForCausalLM.from_pretrained(out / "stages" / "distill-narrow-L2" / "checkpoint")
+    assert narrow.config.model_type == "gemma3_text" and narrow.config.hidden_size == 16
+    assert not narrow.config.tie_word_embeddings  # √d rescaled embeddings, the head kept as it was
+    assert (out / "report.md").read_text().startswith("# draftwise design")

@@ -3,14 +3,22 @@ import torch
 from conftest import tiny_config, tiny_model
 
 from draftwise.errors import DraftwiseError
-from draftwise.stages.prune.masks import Masks, MaskedLlama
+from draftwise.stages.prune.masks import Masks, MaskedLM
 from draftwise.stages.prune.slicing import PruneShape, masks_of, select, slice_checkpoint
 
 
-@pytest.mark.parametrize("tied", [True, False])
-def test_masked_model_equals_the_physically_sliced_one(tied):
+FAMILY_KW = {"llama-tied": dict(kind="llama", tie_word_embeddings=True, attention_bias=True),
+             "llama-untied": dict(kind="llama", tie_word_embeddings=False, attention_bias=True),
+             "qwen3": dict(kind="qwen3", tie_word_embeddings=False),
+             "phi3": dict(kind="phi3", tie_word_embeddings=False),
+             "gemma2": dict(kind="gemma2", layer_types=["sliding_attention", "full_attention"] * 2),
+             "gemma3": dict(kind="gemma3_text", layer_types=["sliding_attention"] * 3 + ["full_attention"])}
+
+
+@pytest.mark.parametrize("family", FAMILY_KW)
+def test_masked_model_equals_the_physically_sliced_one(family):
     config = tiny_config(layers=4, hidden_size=64, num_attention_heads=8, num_key_value_heads=2, head_dim=8,
-                         intermediate_size=48, tie_word_embeddings=tied, attention_bias=True)
+                         intermediate_size=48, **FAMILY_KW[family])
     hf = tiny_model(config, seed=41)
     sd = hf.state_dict()
     gen = torch.Generator().manual_seed(0)
@@ -18,22 +26,27 @@ def test_masked_model_equals_the_physically_sliced_one(tied):
     kept = select(shape, config, torch.rand(4, generator=gen), torch.rand(4, 8, generator=gen),
                   torch.rand(4, 48, generator=gen), torch.rand(64, generator=gen))
     ids = torch.randint(0, config.vocab_size, (2, 9), generator=gen)
-    masked = MaskedLlama(config, sd)(ids, masks_of(kept, config))
+    masked = MaskedLM(config, sd)(ids, masks_of(kept, config))
     new_config, new_sd = slice_checkpoint(config, sd, kept)
     sliced = tiny_model(new_config)
-    sliced.load_state_dict(new_sd, strict=not tied)
+    sliced.load_state_dict(new_sd, strict=not new_config.tie_word_embeddings)
+    if new_config.tie_word_embeddings:
+        sliced.tie_weights()
+    if getattr(config, "layer_types", None):  # the kept layers keep their local/global pattern
+        assert new_config.layer_types == [config.layer_types[l] for l in kept.layers]
     with torch.no_grad():
         torch.testing.assert_close(masked, sliced(ids).logits, atol=1e-4, rtol=1e-4)
     assert (new_config.num_hidden_layers, new_config.hidden_size, new_config.num_attention_heads,
             new_config.num_key_value_heads, new_config.intermediate_size) == (2, 40, 4, 2, 20)
 
 
-def test_unmasked_forward_equals_transformers():
-    config = tiny_config(layers=2)
+@pytest.mark.parametrize("family", FAMILY_KW)
+def test_unmasked_forward_equals_transformers(family):
+    config = tiny_config(layers=2, **{k: v for k, v in FAMILY_KW[family].items() if k != "layer_types"})
     hf = tiny_model(config, seed=42)
     ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        torch.testing.assert_close(MaskedLlama(config, hf.state_dict())(ids, Masks.ones(config)), hf(ids).logits,
+        torch.testing.assert_close(MaskedLM(config, hf.state_dict())(ids, Masks.ones(config)), hf(ids).logits,
                                    atol=1e-4, rtol=1e-4)
 
 
@@ -134,3 +147,43 @@ def test_elimination_resumes_from_its_last_step(tiny_dir, tmp_path):
     again = (out / "records.jsonl").read_text().splitlines()
     assert again[0] == records[0] and len(again) == len(records)
     assert json.loads((out / "prune.json").read_text())["kept"] == info["kept"]
+
+
+@pytest.mark.parametrize("kind", ["mistral", "qwen3", "phi3", "gemma2", "gemma3_text"])
+def test_prune_every_family_reloads_in_transformers_and_runs_in_the_engine(kind, tmp_path):
+    """Importance pruning of a tiny target of each family, hidden width cut too: the checkpoint is one transformers
+    loads, and a lossless drafter in the engine."""
+    import json
+
+    from conftest import tiny_tokenizer
+    from transformers import AutoModelForCausalLM
+
+    from draftwise.config import PruneConfig
+    from draftwise.models import load, load_drafter, save_checkpoint
+    from draftwise.sd.engine import generate
+    from draftwise.sd.sampling import SamplingParams
+    from draftwise.stages import prune
+
+    kw = dict(layer_types=["sliding_attention", "full_attention"] * 2) if kind.startswith("gemma") else {}
+    if kind == "mistral":
+        kw["sliding_window"] = 4
+    model = tiny_model(tiny_config(kind, layers=4, **kw), seed=1)
+    target_dir = save_checkpoint(tmp_path / "t", model.config, model.state_dict(), tiny_tokenizer())
+    config = PruneConfig(target=str(target_dir), shape="layers=2,hidden=24,heads=2,kv_heads=1,ffn=32", calib_tokens=48,
+                         max_new_tokens=8, elimination_tokens=16, batch_size=4)
+    out = prune.run(config, tmp_path / "p")
+    info = json.loads((out / "prune.json").read_text())
+    hf = AutoModelForCausalLM.from_pretrained(out / "checkpoint")
+    assert hf.config.model_type == kind and hf.config.num_hidden_layers == 2 and hf.config.hidden_size == 24
+    if kind.startswith("gemma"):
+        assert hf.config.layer_types == [["sliding_attention", "full_attention"][l % 2] for l in info["kept"]["layers"]]
+    target = load(str(target_dir))
+    drafter = load_drafter(str(out), target)
+    assert target.backend == drafter.backend == "lean"
+    ar = generate(target.lm, [1, 5, 9], SamplingParams(), 12, torch.Generator())
+    sd = generate(target.lm, [1, 5, 9], SamplingParams(), 12, torch.Generator(), drafter=drafter.lm, gamma=3)
+    assert sd.tokens == ar.tokens
+    with torch.no_grad():  # the engine's drafter computes what transformers' reload does
+        ids = torch.tensor([[1, 5, 9, 4, 7, 3, 2, 8, 6]])
+        drafter.lm.reset(1, 16)
+        torch.testing.assert_close(drafter.lm(ids, 0), hf(ids).logits, atol=2e-4, rtol=2e-4)

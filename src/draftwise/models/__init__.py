@@ -1,7 +1,7 @@
 """Loading targets and drafters.
 
-`load(spec, options)` gives a `Model`: its config, tokenizer and `lm`, the object the engine runs —
-`LeanLlama` for the Llama family, else `HFCausalLM` over transformers. `load_drafter(spec, target, options)` also
+`load(spec, options)` gives a `Model`: its config, tokenizer and `lm`, the object the engine runs — `LeanLM` for the
+families `family.FAMILIES` describes, else `HFCausalLM` over transformers. `load_drafter(spec, target, options)` also
 accepts `layers:i,j,...` (a fresh model made of some of the target's layers) and checks that the drafter speaks the
 target's vocabulary. Both are local only: nothing is fetched from a hub, and remote code runs only when asked.
 """
@@ -20,7 +20,7 @@ import torch
 
 from ..errors import DraftwiseError
 from . import hf, kernels, random, vocab
-from .llama import LeanLlama, unsupported_reason
+from .lean import LeanLM, unsupported_reason
 from .source import resolve
 
 BACKENDS = ("auto", "lean", "transformers")
@@ -42,7 +42,7 @@ class Model:
     name: str
     config: object
     tokenizer: object
-    lm: object  # LeanLlama | HFCausalLM
+    lm: object  # LeanLM | HFCausalLM
     backend: str
     path: Path | None = None
     load_seconds: float = 0.0
@@ -54,8 +54,10 @@ class Model:
         return self.lm.vocab_size
 
     def hf_model(self):
+        """A plain transformers model of the same weights (its own instance: the engine's fallback model runs on
+        draftwise's kernels, and a baseline must measure transformers as users run it)."""
         if self._hf is None:
-            self._hf = self.lm.model if isinstance(self.lm, hf.HFCausalLM) else self._hf_factory()
+            self._hf = self._hf_factory()
         return self._hf
 
     def encode(self, text: str) -> list[int]:
@@ -76,7 +78,8 @@ class Model:
 
     def parameter_count(self) -> int:
         """Total parameters, a tied head counted once (the convention used in every draftwise table)."""
-        return sum(p.numel() for p in self.hf_model().parameters())
+        model = self.lm.model if isinstance(self.lm, hf.HFCausalLM) else self.hf_model()
+        return sum(p.numel() for p in model.parameters())
 
 
 def _check_device(device: str) -> None:
@@ -115,7 +118,7 @@ def _engine_lm(config, state_dict, options: ModelOptions, hf_factory) -> tuple[o
         if options.backend == "auto":
             print(f"draftwise: using the transformers backend ({reason})", file=sys.stderr)
         return hf.HFCausalLM(hf_factory()), "transformers"
-    return LeanLlama(config, state_dict, compile=options.compile), "lean"
+    return LeanLM(config, state_dict, compile=options.compile), "lean"
 
 
 def _to(state_dict: dict[str, torch.Tensor], options: ModelOptions) -> dict[str, torch.Tensor]:
@@ -151,7 +154,7 @@ def _reduced_head_lm(path: Path, config, options: ModelOptions, ids: list[int], 
     state = _to(read_weights(path), options)
     if state["lm_head.weight"].shape[0] != len(ids):
         raise DraftwiseError(f"{path}: LM head has {state['lm_head.weight'].shape[0]} rows but {vocab.MAP_FILE} maps {len(ids)}")
-    return vocab.ReducedHead(LeanLlama(config, state, compile=options.compile), ids, vocab_size)
+    return vocab.ReducedHead(LeanLM(config, state, compile=options.compile), ids, vocab_size)
 
 
 def _no_hf_twin(path: Path):
@@ -209,7 +212,7 @@ def layer_subset(config, state_dict: dict[str, torch.Tensor], ids: list[int]):
 
 
 def _layers_drafter(spec: str, target: Model, options: ModelOptions) -> Model:
-    lean = isinstance(target.lm, LeanLlama) and options.backend != "transformers"
+    lean = isinstance(target.lm, LeanLM) and options.backend != "transformers"
     if target.path is None and not lean:
         raise DraftwiseError(f"{spec}: the target must be loaded from a checkpoint")
     ids = parse_layers(spec, target.config.num_hidden_layers)
@@ -284,9 +287,8 @@ def save_checkpoint(path: Path, config, state_dict: dict[str, torch.Tensor], tok
 def engine(model: Model, options: ModelOptions) -> str:
     """The code path a timing of `model` measures: backend, the CPU C kernels when they run, torch.compile."""
     name = model.backend
-    if name == "lean" and options.device == "cpu" and options.dtype == "fp32" and not options.compile \
-            and kernels.kernel_available():
-        name += "+c-kernels"
+    if options.device == "cpu" and options.dtype == "fp32" and not options.compile and kernels.kernel_available():
+        name += "+c-kernels"  # the transformers fallback's linear layers run on them too (`hf.route_linears`)
     return name + ("+compile" if options.compile else "")
 
 

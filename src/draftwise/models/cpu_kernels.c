@@ -1,4 +1,5 @@
-/* CPU kernels for batch-1 decoding: small-batch matrix product, RMSNorm, attention with RoPE, SwiGLU product.
+/* CPU kernels for batch-1 decoding: small-batch matrix product, RMSNorm, attention with RoPE (and the families'
+ * q/k norms, sliding windows and logit soft-capping), the SwiGLU and GeGLU products, soft-capping of logits.
  *
  * Small-batch fp32 matrix product: y[M, N] = x[M, K] @ w[N, K]^T with M small (1..16).
  *
@@ -123,15 +124,30 @@ static inline __m256 exp8(__m256 x) {
  * torch ops. qkv [T, (H + 2KV) * hd] is the fused projection output, q and k in the pair-adjacent layout; RoPE is
  * applied to it in place with rot [*, hd/2] complex (cos, sin pairs, the variant's scaling folded in); keys and values
  * go to the cache k_cache, v_cache [KV, S, hd]; out [T, H * hd]. Query t sees keys start..pos+t: `start` > 0 skips a
- * left padding (a padding query sees only itself, so it stays finite). Each (head, query) is computed the same way
- * whatever T is, so a verify pass reproduces decoding steps exactly. hd % 8 == 0. */
+ * left padding (a padding query sees only itself, so it stays finite); `window` > 0 keeps only the keys of the last
+ * `window` positions (query q sees k > q - window, as transformers' sliding-window layers). Before RoPE, q_norm and
+ * k_norm (NULL: none) RMS-normalise each q and k head (Qwen3, Gemma 3; weights in the pair-adjacent layout); scores
+ * are `scale` * q.k, soft-capped to softcap * tanh(s / softcap) when softcap > 0 (Gemma 2). Each (head, query) is
+ * computed the same way whatever T is, so a verify pass reproduces decoding steps exactly. hd % 8 == 0. */
+static void head_norm(float* x, const float* w, int64_t hd, float eps) {
+    float ss = 0.0f;
+    for (int64_t i = 0; i < hd; i++) ss += x[i] * x[i];
+    const float inv = 1.0f / sqrtf(ss / (float)hd + eps);
+    for (int64_t i = 0; i < hd; i++) x[i] = (x[i] * inv) * w[i];
+}
+
 void draftwise_attention(float* qkv, const float* rot, float* k_cache, float* v_cache, float* out, int64_t T,
                          int64_t pos, int64_t start, int64_t H, int64_t KV, int64_t hd, int64_t S, float scale,
-                         int nthreads) {
+                         int nthreads, const float* q_norm, const float* k_norm, float norm_eps, int64_t window,
+                         float softcap) {
     const int64_t row = (H + 2 * KV) * hd, G = H / KV, half = hd / 2;
     for (int64_t t = 0; t < T; t++) {
         float* x = qkv + t * row;
         const float* r = rot + 2 * (pos + t) * half;
+        if (q_norm)
+            for (int64_t h = 0; h < H; h++) head_norm(x + h * hd, q_norm, hd, norm_eps);
+        if (k_norm)
+            for (int64_t h = H; h < H + KV; h++) head_norm(x + h * hd, k_norm, hd, norm_eps);
         for (int64_t h = 0; h < H + KV; h++)  /* rotate q and k heads: (x0, x1) *= (cos + i sin) */
             for (int64_t i = 0; i < half; i++) {
                 float x0 = x[h * hd + 2 * i], x1 = x[h * hd + 2 * i + 1], c = r[2 * i], s = r[2 * i + 1];
@@ -145,7 +161,10 @@ void draftwise_attention(float* qkv, const float* rot, float* k_cache, float* v_
     }
 #pragma omp parallel for schedule(static) num_threads(nthreads)
     for (int64_t task = 0; task < H * T; task++) {
-        const int64_t t = task / H, h = task % H, first = pos + t < start ? pos + t : start, n = pos + t + 1 - first;
+        const int64_t t = task / H, h = task % H, q_pos = pos + t;
+        int64_t first = q_pos < start ? q_pos : start;
+        if (window > 0 && q_pos - window + 1 > first) first = q_pos - window + 1;
+        const int64_t n = q_pos + 1 - first;
         const float* q = qkv + t * row + h * hd;
         const float* K = k_cache + ((h / G) * S + first) * hd;
         const float* Vv = v_cache + ((h / G) * S + first) * hd;
@@ -170,6 +189,8 @@ void draftwise_attention(float* qkv, const float* rot, float* k_cache, float* v_
             for (int64_t k = 0; k < hd; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + k), _mm256_loadu_ps(K + s * hd + k), a0);
             sc[s] = hsum(a0) * scale;
         }
+        if (softcap > 0.0f)
+            for (s = 0; s < n; s++) sc[s] = softcap * tanhf(sc[s] / softcap);
         float m = -INFINITY;
         for (s = 0; s < n; s++) m = sc[s] > m ? sc[s] : m;
         for (s = n; s % 8; s++) sc[s] = -INFINITY;  /* pad to whole vectors: exp(-inf) = 0 */
@@ -210,4 +231,36 @@ void draftwise_silu_mul(const float* gu, float* out, int64_t rows, int64_t F) {
         }
         for (; j < F; j++) out[j] = gu[j] / (1.0f + expf(-gu[j])) * gu[F + j];
     }
+}
+
+/* tanh for 8 lanes from exp8: tanh(y) = 1 - 2 / (exp(2y) + 1), saturating to +-1 where exp8 clamps. */
+static inline __m256 tanh8(__m256 y) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    __m256 e = exp8(_mm256_add_ps(y, y));
+    return _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
+}
+
+/* GeGLU's product (Gemma): out[r, j] = gelu_tanh(gu[r, j]) * gu[r, F + j], with
+ * gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), transformers' gelu_pytorch_tanh. */
+void draftwise_gelu_tanh_mul(const float* gu, float* out, int64_t rows, int64_t F) {
+    const float c = 0.7978845608028654f, a = 0.044715f;
+    for (int64_t r = 0; r < rows; r++, gu += 2 * F, out += F) {
+        int64_t j = 0;
+        for (; j + 8 <= F; j += 8) {
+            __m256 g = _mm256_loadu_ps(gu + j);
+            __m256 inner = _mm256_mul_ps(_mm256_set1_ps(c), _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(a), g), _mm256_mul_ps(g, g), g));
+            __m256 gelu = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), g), _mm256_add_ps(_mm256_set1_ps(1.0f), tanh8(inner)));
+            _mm256_storeu_ps(out + j, _mm256_mul_ps(gelu, _mm256_loadu_ps(gu + F + j)));
+        }
+        for (; j < F; j++) {
+            const float g = gu[j];
+            out[j] = 0.5f * g * (1.0f + tanhf(c * (g + a * g * g * g))) * gu[F + j];
+        }
+    }
+}
+
+/* Soft-capping of logits in place, row by row (Gemma 2's final_logit_softcapping): x = cap * tanh(x / cap). */
+void draftwise_softcap(float* x, int64_t rows, int64_t V, float cap) {
+    for (int64_t r = 0; r < rows; r++, x += V)
+        for (int64_t j = 0; j < V; j++) x[j] = cap * tanhf(x[j] / cap);
 }

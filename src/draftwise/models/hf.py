@@ -1,17 +1,19 @@
 """transformers models: building them from our checkpoints, and running any of them behind the engine's interface.
 
 `HFCausalLM` is the fallback for architectures the lean path does not cover: it keeps a `DynamicCache` and crops it
-when the engine rolls back, so the engine sees the same `reset` / `forward(ids, pos, n_logits)` as with `LeanLlama`.
+when the engine rolls back, so the engine sees the same `reset` / `forward(ids, pos, n_logits)` as with `LeanLM`.
 The same builders give the baselines (`generate()`, assisted generation) their transformers models.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
 
 from ..errors import DraftwiseError
+from . import kernels
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -53,12 +55,28 @@ def from_state_dict(config, state_dict: dict[str, torch.Tensor], dtype: torch.dt
     return model.to(device).eval()
 
 
+def _kernel_linear(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return kernels.linear(x, module.weight, module.bias)
+
+
+def route_linears(model) -> None:
+    """Send every nn.Linear of `model` through `kernels.linear`: on a CPU in fp32 the C small-row kernel for a step or
+    a verify pass (BLAS packs the whole weight matrix for a few rows: a 262k-row LM head read at a third of the
+    memory speed), torch everywhere else (GPU, bf16, long prefill, autograd) — the same results, rows bitwise
+    identical between a step and a verify pass."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.forward = functools.partial(_kernel_linear, module)
+
+
 class HFCausalLM:
-    """The engine interface over a transformers causal LM (see `LeanLlama` for the contract)."""
+    """The engine interface over a transformers causal LM (see `LeanLM` for the contract). Its linear layers run
+    on draftwise's kernels (`route_linears`), so the model is the engine's own: baselines build their own twin."""
 
     def __init__(self, model):
         from transformers import DynamicCache
 
+        route_linears(model)
         self.model = model
         self.config = model.config
         self.vocab_size = model.get_output_embeddings().weight.shape[0]

@@ -1,4 +1,5 @@
-"""The lean forward's kernels with a CPU fast path for decoding: `linear`, `rms_norm`, `attention`, `silu_mul`.
+"""The lean forward's kernels with a CPU fast path for decoding: `linear`, `rms_norm`, `attention`, `silu_mul`,
+`gelu_tanh_mul`, `softcap`.
 
 On CPU in fp32 with a few rows (a decoding step, or a (γ+1)-token verify pass) they call `cpu_kernels.c`, compiled
 once with the system C compiler into the draftwise cache and loaded with ctypes: at batch 1 a torch op costs
@@ -55,8 +56,11 @@ def _kernel():
     dll = ctypes.CDLL(str(lib))
     dll.draftwise_small_gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int]
     dll.draftwise_rms_norm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_float]
-    dll.draftwise_attention.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 7 + [ctypes.c_float, ctypes.c_int]
+    dll.draftwise_attention.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 7 + [ctypes.c_float, ctypes.c_int] \
+        + [ctypes.c_void_p] * 2 + [ctypes.c_float, ctypes.c_int64, ctypes.c_float]
     dll.draftwise_silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
+    dll.draftwise_gelu_tanh_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
+    dll.draftwise_softcap.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 2 + [ctypes.c_float]
     return dll
 
 
@@ -105,19 +109,25 @@ def fast_path(x: torch.Tensor) -> bool:
     )
 
 
-def attention(qkv, rot, k_cache, v_cache, pos: int, n_heads: int, head_dim: int, start: list[int] | None = None) -> torch.Tensor:
-    """Fast path of `llama.Layer`'s attention (see `draftwise_attention` in cpu_kernels.c).
+def attention(qkv, rot, k_cache, v_cache, pos: int, n_heads: int, head_dim: int, start: list[int] | None = None, *,
+              scale: float, q_norm: torch.Tensor | None = None, k_norm: torch.Tensor | None = None, norm_eps: float = 0.0,
+              window: int | None = None, softcap: float | None = None) -> torch.Tensor:
+    """Fast path of `lean.Layer`'s attention (see `draftwise_attention` in cpu_kernels.c).
 
-    qkv [B, T, (H+2KV)*hd] (rotated in place), rot [S, hd/2] complex, k_cache/v_cache [B, KV, S, hd] -> [B, T, H*hd];
-    start[b]: first real position of row b (left padding before it).
+    qkv [B, T, (H+2KV)*hd] (normed and rotated in place), rot [S, hd/2] complex, k_cache/v_cache [B, KV, S, hd]
+    -> [B, T, H*hd]; start[b]: first real position of row b (left padding before it); q_norm/k_norm [hd]: per-head
+    RMSNorm weights applied before RoPE; window: keys of the last `window` positions only; softcap: score capping.
     """
     B, T, _ = qkv.shape
     kv, S = k_cache.shape[1], k_cache.shape[2]
     out = torch.empty(B, T, n_heads * head_dim)
     fn = _kernel().draftwise_attention
+    qn = None if q_norm is None else q_norm.data_ptr()
+    kn = None if k_norm is None else k_norm.data_ptr()
     for b in range(B):
         fn(qkv[b].data_ptr(), rot.data_ptr(), k_cache[b].data_ptr(), v_cache[b].data_ptr(), out[b].data_ptr(),
-           T, pos, start[b] if start else 0, n_heads, kv, head_dim, S, head_dim ** -0.5, torch.get_num_threads())
+           T, pos, start[b] if start else 0, n_heads, kv, head_dim, S, scale, torch.get_num_threads(),
+           qn, kn, norm_eps, window or 0, softcap or 0.0)
     return out
 
 
@@ -131,3 +141,24 @@ def silu_mul(gu: torch.Tensor) -> torch.Tensor:
     out = torch.empty(*gu.shape[:-1], f)
     _kernel().draftwise_silu_mul(gu.data_ptr(), out.data_ptr(), gu.numel() // (2 * f), f)
     return out
+
+
+def gelu_tanh_mul(gu: torch.Tensor) -> torch.Tensor:
+    """[..., 2F] (gate, up) -> [..., F] gelu_tanh(gate) * up (GeGLU, transformers' gelu_pytorch_tanh)."""
+    f = gu.shape[-1] // 2
+    if not fast_path(gu):
+        gate, up = gu.chunk(2, dim=-1)
+        return F.gelu(gate, approximate="tanh") * up
+    gu = gu.contiguous()
+    out = torch.empty(*gu.shape[:-1], f)
+    _kernel().draftwise_gelu_tanh_mul(gu.data_ptr(), out.data_ptr(), gu.numel() // (2 * f), f)
+    return out
+
+
+def softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
+    """cap * tanh(x / cap), elementwise (Gemma 2's logit soft-capping)."""
+    if not fast_path(x):
+        return torch.tanh(x / cap) * cap
+    x = x.contiguous().clone()
+    _kernel().draftwise_softcap(x.data_ptr(), x.numel() // x.shape[-1], x.shape[-1], cap)
+    return x

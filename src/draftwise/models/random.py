@@ -1,4 +1,4 @@
-"""Random-weight Llama models: shapes whose trained weights are not at hand (a LLaMA-7B-shaped target on a GPU
+"""Random-weight models (Llama by default, or a target's family): shapes whose trained weights are not at hand (a LLaMA-7B-shaped target on a GPU
 machine with no model files), for what depends on the shape alone — step latency, and SD's system cost under
 `bench --synthetic-alpha`.
 
@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 
 from ..errors import DraftwiseError
-from .llama import LeanLlama
+from .family import FAMILIES
+from .lean import LeanLM
 
 PREFIX = "random:"
 LLAMA_7B = {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 32, "ffn": 11008, "vocab": 32000, "tied": False}
@@ -62,38 +63,50 @@ def shape_of(config) -> dict:
 
 
 def llama_config(shape: dict, template=None):
-    """A transformers LlamaConfig of `shape` (from `template`'s other settings when given)."""
+    """A transformers config of `shape`: a LlamaConfig, or `template`'s class and other settings when given (so a
+    shape swept for a Gemma target is a Gemma model; its local/global layer pattern repeats over the new depth)."""
     from transformers import LlamaConfig
 
     config = template.__class__.from_dict(template.to_dict()) if template is not None else LlamaConfig()
     config.update(dict(num_hidden_layers=shape["layers"], hidden_size=shape["hidden"], num_attention_heads=shape["heads"],
                        num_key_value_heads=shape["kv_heads"], head_dim=shape["head_dim"], intermediate_size=shape["ffn"],
                        vocab_size=shape["vocab"], tie_word_embeddings=shape.get("tied", False)))
+    if getattr(template, "layer_types", None):
+        config.layer_types = [template.layer_types[i % len(template.layer_types)] for i in range(shape["layers"])]
     if template is None:
         config.eos_token_id = None  # random weights: a generation runs to its length
     return config
 
 
-def random_lm(config, dtype: torch.dtype, device: str, seed: int = 0, compile: bool = False) -> LeanLlama:
-    """A LeanLlama of `config`'s shape with N(0, 0.02²) weights and unit norms, drawn on `device` itself (a 7B
+def random_lm(config, dtype: torch.dtype, device: str, seed: int = 0, compile: bool = False) -> LeanLM:
+    """A LeanLM of `config`'s shape and family with N(0, 0.02²) weights and unit norms, drawn on `device` itself (a 7B
     model is never materialised on the host)."""
     gen = torch.Generator(device=device).manual_seed(seed)
+    family = FAMILIES[config.model_type]
     d, hd, f, v = config.hidden_size, config.head_dim, config.intermediate_size, config.vocab_size
     heads, kv = config.num_attention_heads, config.num_key_value_heads
 
     def w(*size):
         return 0.02 * torch.randn(*size, generator=gen, device=device, dtype=dtype)
 
-    def ones(n):
-        return torch.ones(n, device=device, dtype=dtype)
+    def norm(n):  # a unit scale, stored as the family stores it (Gemma: scale - 1)
+        return torch.full((n,), 1.0 - family.norm_offset, device=device, dtype=dtype)
 
-    sd = {"model.embed_tokens.weight": w(v, d), "model.norm.weight": ones(d)}
+    sd = {"model.embed_tokens.weight": w(v, d), "model.norm.weight": norm(d)}
     if not config.tie_word_embeddings:
         sd["lm_head.weight"] = w(v, d)
     for i in range(config.num_hidden_layers):
         p = f"model.layers.{i}."
-        sd.update({p + "self_attn.q_proj.weight": w(heads * hd, d), p + "self_attn.k_proj.weight": w(kv * hd, d),
-                   p + "self_attn.v_proj.weight": w(kv * hd, d), p + "self_attn.o_proj.weight": w(d, heads * hd),
-                   p + "mlp.gate_proj.weight": w(f, d), p + "mlp.up_proj.weight": w(f, d), p + "mlp.down_proj.weight": w(d, f),
-                   p + "input_layernorm.weight": ones(d), p + "post_attention_layernorm.weight": ones(d)})
-    return LeanLlama(config, sd, compile=compile)
+        if family.fused_weights:
+            sd.update({p + "self_attn.qkv_proj.weight": w((heads + 2 * kv) * hd, d), p + "mlp.gate_up_proj.weight": w(2 * f, d)})
+        else:
+            sd.update({p + "self_attn.q_proj.weight": w(heads * hd, d), p + "self_attn.k_proj.weight": w(kv * hd, d),
+                       p + "self_attn.v_proj.weight": w(kv * hd, d), p + "mlp.gate_proj.weight": w(f, d),
+                       p + "mlp.up_proj.weight": w(f, d)})
+        sd.update({p + "self_attn.o_proj.weight": w(d, heads * hd), p + "mlp.down_proj.weight": w(d, f),
+                   p + "input_layernorm.weight": norm(d), p + "post_attention_layernorm.weight": norm(d)})
+        if family.sandwich_norms:
+            sd.update({p + "pre_feedforward_layernorm.weight": norm(d), p + "post_feedforward_layernorm.weight": norm(d)})
+        if family.qk_norm:
+            sd.update({p + "self_attn.q_norm.weight": norm(hd), p + "self_attn.k_norm.weight": norm(hd)})
+    return LeanLM(config, sd, compile=compile)

@@ -2,7 +2,7 @@
 as the same loop with no drafter (γ = 0: every round is one target step that emits its bonus token).
 
 Models are anything with `reset(batch, max_len)`, `forward(ids [1, T], pos, n_logits) -> [1, n, V]` and
-`vocab_size` (see `models.LeanLlama`). A `Context` tracks how many leading tokens of the sequence a model's cache
+`vocab_size` (see `models.LeanLM`). A `Context` tracks how many leading tokens of the sequence a model's cache
 holds; it feeds a model whatever it has not seen yet, so prefill, catch-up after a fully accepted round and the
 verify pass are the same call, and rollback is a smaller length. Drafters (a model, a lookup, a hybrid: see
 `sd.drafters`) sit behind one session interface: each round they propose up to γ tokens, then keep what is final.

@@ -27,7 +27,7 @@ from ..errors import DraftwiseError
 from ..executors import Executor, InProcess, exclusive
 from ..models import ModelOptions, engine, layer_subset, load
 from ..models.hf import bytes_per_value, torch_dtype
-from ..models.llama import LeanLlama
+from ..models.lean import LeanLM
 from ..models.random import llama_config, random_lm
 from ..rundir import RunDir
 from ..timing import check_machine, machine, measure_interleaved, median
@@ -66,14 +66,14 @@ def points(config: SweepConfig, target: cost.Shape) -> list[dict]:
 
 
 def shape_of(point: dict) -> cost.Shape:
-    return cost.Shape(**{k: point[k] for k in cost.Shape.__dataclass_fields__})
+    return cost.Shape(**{k: point[k] for k in cost.Shape.__dataclass_fields__ if k in point})
 
 
 def key(point: dict) -> tuple:
     return tuple(sorted((k, v) for k, v in point.items() if k not in ("ms", "ref_ms", "machine")))
 
 
-def random_model(template_config, shape: cost.Shape, dtype: torch.dtype, device: str, seed: int) -> LeanLlama:
+def random_model(template_config, shape: cost.Shape, dtype: torch.dtype, device: str, seed: int) -> LeanLM:
     return random_lm(llama_config(shape.__dict__, template_config), dtype, device, seed)
 
 

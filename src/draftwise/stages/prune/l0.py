@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 from tqdm import tqdm
 
-from .masks import Masks, MaskedLlama
+from .masks import Masks, MaskedLM
 from .scores import kl
 from .slicing import PruneShape
 
@@ -51,7 +51,7 @@ def train(config, state_dict, shape: PruneShape, calib, steps: int, log: Callabl
 
     Gates start open with P(z > 0) ≈ 0.9 (log α = 1) and move at most `lr` per step (Adam), so a gate can close in
     ~15 steps: a CPU budget of tens of steps, where Sheared-LLaMA runs thousands with trainable weights."""
-    model = MaskedLlama(config, state_dict)
+    model = MaskedLM(config, state_dict)
     full = Masks.ones(config)
     gates = {name: HardConcrete(tuple(t.shape)) for name, t in full.items()}
     targets = {"layer": shape.layers, "head": shape.heads, "intermediate": shape.ffn, "hidden": shape.hidden}

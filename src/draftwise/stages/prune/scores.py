@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from ...continuations import Sequence, batches
 from ...models import layer_subset
-from .masks import Masks, MaskedLlama
+from .masks import Masks, MaskedLM
 
 Batch = tuple[torch.Tensor, list[int], torch.Tensor, int]
 
@@ -60,8 +60,12 @@ def _mask(T: int, start: list[int]) -> torch.Tensor:
 def _layer(lean, index: int, x: torch.Tensor, mask: torch.Tensor, start: list[int]) -> torch.Tensor:
     """One lean layer over a whole left-padded batch from position 0, with a scratch KV cache."""
     B, T, _ = x.shape
+    layer = lean.layers[index]
+    if layer.window is not None:  # a sliding-window layer also hides keys older than its window
+        keys = torch.arange(T)
+        mask = mask & ((keys > keys[:, None] - layer.window) | (keys == keys[:, None]))
     k = torch.zeros(B, lean.shape.num_kv_heads, T, lean.shape.head_dim, dtype=x.dtype)
-    return lean.layers[index](x, lean.rotations(T), k, torch.zeros_like(k), 0, mask, start)
+    return layer(x, lean.rotations(T)[layer.rope_key], k, torch.zeros_like(k), 0, mask, start)
 
 
 def _stack_loss(lean, layers: list[int], calib, criterion, skip: int | None = None, cache: dict | None = None) -> float:
@@ -71,7 +75,7 @@ def _stack_loss(lean, layers: list[int], calib, criterion, skip: int | None = No
     for b, ((ids, start, scored, n), log_p) in enumerate(calib):
         mask = _mask(ids.shape[1], start)
         resume = cache is not None and skip is not None
-        x = cache[b][skip] if resume else F.embedding(ids, lean.embed)
+        x = cache[b][skip] if resume else lean.embed_tokens(ids)
         for idx in range(skip if resume else 0, len(layers)):
             if idx == skip:
                 continue
@@ -114,7 +118,7 @@ def block_influence(lean, calib) -> list[float]:
     with torch.inference_mode():
         for (ids, start, scored, n), _ in calib:
             mask = _mask(ids.shape[1], start)
-            x = F.embedding(ids, lean.embed)
+            x = lean.embed_tokens(ids)
             for i in range(len(lean.layers)):
                 y = _layer(lean, i, x, mask, start)
                 out[i] += F.cosine_similarity(x[:, -n:][scored], y[:, -n:][scored], dim=-1).sum()
@@ -127,11 +131,11 @@ def taylor_scores(config, state_dict: dict[str, torch.Tensor], layers: list[int]
     """|∂KL/∂z| summed over calibration batches for head, intermediate and hidden masks of the kept-layer model,
     returned in the target's numbering (rows of dropped layers are 0)."""
     sub_config, sub_sd = layer_subset(config, state_dict, layers)
-    model = MaskedLlama(sub_config, sub_sd)
+    model = MaskedLM(sub_config, sub_sd)
     masks = Masks.ones(sub_config, requires_grad=True)
     grads = {name: torch.zeros_like(t) for name, t in masks.items()}
     for (ids, start, scored, n), log_p in tqdm(calib, desc="taylor scores", unit="batch", file=sys.stderr, dynamic_ncols=True):
-        # MaskedLlama is causal without a padding mask, so each row runs unpadded; logit j of the batch's last n
+        # MaskedLM is causal without a padding mask, so each row runs unpadded; logit j of the batch's last n
         # sits at row position T - n + j - start[b]
         T = ids.shape[1]
         for b in range(ids.shape[0]):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ...errors import DraftwiseError
-from ...models.llama import Shape
+from ...models.family import FAMILIES, Shape
 
 DIMENSIONS = ("layers", "hidden", "heads", "kv_heads", "ffn")
 
@@ -52,7 +52,9 @@ class PruneShape:
             value = getattr(self, name)
             if not 1 <= value <= limit:
                 raise DraftwiseError(f"shape {name}={value} is impossible: the target has {limit} (need 1..{limit})")
-        if self.hidden % s.head_dim:
+        # where the width is heads × head_dim (Llama, Qwen2, Mistral), keep it a whole number of heads: some configs
+        # derive head_dim from it; a family whose width differs from its attention width (Gemma) sets head_dim itself
+        if s.hidden_size == s.num_heads * s.head_dim and self.hidden % s.head_dim:
             raise DraftwiseError(f"shape hidden={self.hidden} is not a multiple of head_dim {s.head_dim}")
         if self.heads % self.kv_heads:
             raise DraftwiseError(f"shape kv_heads={self.kv_heads} does not divide heads={self.heads}")
@@ -114,13 +116,20 @@ def masks_of(kept: Kept, config):
 
 
 def slice_checkpoint(config, state_dict: dict[str, torch.Tensor], kept: Kept):
-    """(config, weights) of the sliced model: a standard Llama-family checkpoint of the kept units."""
+    """(config, weights) of the sliced model: a standard checkpoint of the target's family with the kept units.
+
+    Families that scale embeddings by √d (Gemma) would scale a narrower model's by √d' instead: its embedding
+    rows are rescaled by √(d/d') to stay exact, which unties them from the LM head (the head keeps the plain rows)."""
     s = Shape.of(config)
-    hd = s.head_dim
+    hd, H, KV, F = s.head_dim, s.num_heads, s.num_kv_heads, config.intermediate_size
     hid = torch.tensor(kept.hidden)
-    out = {"model.embed_tokens.weight": state_dict["model.embed_tokens.weight"][:, hid].clone(),
-           "model.norm.weight": state_dict["model.norm.weight"][hid].clone()}
-    if not config.tie_word_embeddings:
+    embed = state_dict["model.embed_tokens.weight"][:, hid]
+    out = {"model.embed_tokens.weight": embed.clone(), "model.norm.weight": state_dict["model.norm.weight"][hid].clone()}
+    untie = FAMILIES[config.model_type].embed_scale and len(kept.hidden) < s.hidden_size and config.tie_word_embeddings
+    if untie:
+        out["lm_head.weight"] = embed.clone()
+        out["model.embed_tokens.weight"] = embed * (s.hidden_size / len(kept.hidden)) ** 0.5
+    elif not config.tie_word_embeddings:
         out["lm_head.weight"] = state_dict["lm_head.weight"][:, hid].clone()
 
     def rows(heads: list[int]) -> torch.Tensor:
@@ -138,6 +147,11 @@ def slice_checkpoint(config, state_dict: dict[str, torch.Tensor], kept: Kept):
             "mlp.up_proj.weight": lambda w: w[ff][:, hid], "mlp.up_proj.bias": lambda b: b[ff],
             "mlp.down_proj.weight": lambda w: w[hid][:, ff], "mlp.down_proj.bias": lambda b: b[hid],
             "input_layernorm.weight": lambda w: w[hid], "post_attention_layernorm.weight": lambda w: w[hid],
+            "pre_feedforward_layernorm.weight": lambda w: w[hid], "post_feedforward_layernorm.weight": lambda w: w[hid],
+            "self_attn.q_norm.weight": lambda w: w, "self_attn.k_norm.weight": lambda w: w,  # per head_dim: shared by heads
+            # Phi-3's fused matrices: q, k, v rows stacked; gate then up rows
+            "self_attn.qkv_proj.weight": lambda w: w[torch.cat([qr, H * hd + kvr, (H + KV) * hd + kvr])][:, hid],
+            "mlp.gate_up_proj.weight": lambda w: w[torch.cat([ff, F + ff])][:, hid],
         }
         for name, fn in cut.items():
             if p + name in state_dict:
@@ -146,6 +160,8 @@ def slice_checkpoint(config, state_dict: dict[str, torch.Tensor], kept: Kept):
     new_config.update(dict(num_hidden_layers=len(kept.layers), hidden_size=len(kept.hidden),
                            num_attention_heads=len(kept.heads[0]), num_key_value_heads=len(kept.kv_heads[0]),
                            intermediate_size=len(kept.ffn[0]), head_dim=hd))
-    if getattr(new_config, "layer_types", None):
+    if untie:
+        new_config.tie_word_embeddings = False
+    if getattr(new_config, "layer_types", None):  # kept layers keep their local/global attention
         new_config.layer_types = [config.layer_types[l] for l in kept.layers]
     return new_config, out
