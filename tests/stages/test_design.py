@@ -475,7 +475,9 @@ def test_lookup_settings_tie_goes_to_the_cheaper_settings():
 
     def row(spec, gamma, factor, seed=0):  # per-prompt seconds with ±20 % noise of the option's own
         noise = torch.empty(12).uniform_(0.8, 1.2, generator=torch.Generator().manual_seed(seed)).tolist()
-        return {"spec": spec, "gamma": gamma, "per_prompt": {f"p{i}": (10, 0.08 * n * factor) for i, n in enumerate(noise)}}
+        settings = {"factor": 2.0, "min_prob": float(spec.rsplit("=", 1)[1])}
+        return {"spec": spec, "gamma": gamma, "settings": settings,
+                "per_prompt": {f"p{i}": (10, 0.08 * n * factor) for i, n in enumerate(noise)}}
 
     a, b = row("suffix:x,factor=2,min_prob=0.1", 3, 1.0, seed=1), row("suffix:x,factor=2,min_prob=0.3", 2, 1.01, seed=2)
     chosen, record = choose_setting([a, b], docs, t_verify)

@@ -38,6 +38,14 @@ class Family:
     activation: str = "silu"  # silu (SwiGLU) | gelu_tanh (GeGLU)
     fused_weights: bool = False  # qkv_proj and gate_up_proj stored as one matrix each
 
+    def norm_scale(self, w: torch.Tensor) -> torch.Tensor:
+        """A stored RMSNorm weight as the forward multiplies by it: offset + w (computed in fp32 as transformers does)."""
+        return w + self.norm_offset if self.norm_offset else w
+
+    def embedding_scale(self, hidden_size: int, dtype: torch.dtype) -> torch.Tensor | None:
+        """What embeddings are multiplied by: √d rounded to the weights' dtype as transformers does, or None."""
+        return torch.tensor(hidden_size ** 0.5, dtype=dtype) if self.embed_scale else None
+
 
 FAMILIES = {
     "llama": Family(),
@@ -173,7 +181,7 @@ def layer_tensors(sd: dict[str, torch.Tensor], prefix: str, family: Family, shap
 
     def norm(name):
         w = get(name)
-        return None if w is None else w + family.norm_offset if family.norm_offset else w
+        return None if w is None else family.norm_scale(w)
 
     if family.fused_weights:
         q, k, v = get("self_attn.qkv_proj.weight").split([H * hd, KV * hd, KV * hd])

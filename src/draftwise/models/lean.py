@@ -117,7 +117,7 @@ class LeanLM(nn.Module):
         sd = state_dict
         self.register_buffer("embed", sd["model.embed_tokens.weight"], persistent=False)
         self.norm_weight = norm = sd["model.norm.weight"]  # as checkpoints store it (`norm` has the offset folded in)
-        self.register_buffer("norm", norm + self.family.norm_offset if self.family.norm_offset else norm, persistent=False)
+        self.register_buffer("norm", self.family.norm_scale(norm), persistent=False)
         head = sd["model.embed_tokens.weight"] if config.tie_word_embeddings else sd["lm_head.weight"]
         self.register_buffer("head", head.contiguous(), persistent=False)
         if layers is None:
@@ -125,8 +125,7 @@ class LeanLM(nn.Module):
                       for i, (window, key) in enumerate(zip(windows(config), rope_keys(config)))]
         self.layers = nn.ModuleList(layers)
         self.vocab_size = self.head.shape[0]
-        # Gemma scales embeddings by √d, rounded to the weights' dtype as transformers does
-        self.embed_scale = torch.tensor(self.shape.hidden_size ** 0.5, dtype=self.dtype) if self.family.embed_scale else None
+        self.embed_scale = self.family.embedding_scale(self.shape.hidden_size, self.dtype)
         if compile:  # fuses each layer's elementwise ops (a win where op launches dominate, e.g. a GPU at batch 1)
             for layer in self.layers:
                 layer.compile(dynamic=True)

@@ -70,14 +70,14 @@ def per_prompt(rounds: list[dict], t_verify, t_model_step=None) -> dict[str, tup
 def choose_setting(rows: list[dict], docs: list[dict], t_verify) -> tuple[dict, dict]:
     """The best settings of one method: paired over prompts (bootstrap intervals of predicted speedup, as measured
     decisions are), a tie within noise going to the cheaper settings — smaller γ (a shorter verify pass), then fewer
-    speculated tokens (higher min_prob; a shorter n-gram match length to look up). Returns (row, decision record)."""
+    speculated tokens (higher min_prob; a shorter n-gram match length to look up; a smaller suffix factor). Each row
+    carries its `settings`. Returns (row, decision record)."""
     ar = {d["prompt_id"]: (len(d["continuation"]), len(d["continuation"]) * t_verify(0)) for d in docs}
     options = {r["spec"] + f"@{r['gamma']}": r for r in rows}
 
     def cheapness(key):
-        r = options[key]
-        opts = dict(kv.partition("=")[::2] for kv in r["spec"].rsplit(":", 1)[-1].split(",") if "=" in kv)
-        return (r["gamma"], -float(opts.get("min_prob", 0)), float(opts.get("max", 0)), float(opts.get("factor", 0)))
+        r, settings = options[key], options[key]["settings"]
+        return (r["gamma"], -settings.get("min_prob", 0), settings.get("max", 0), settings.get("factor", 0))
 
     record = decide.choose(decide.compare({k: r["per_prompt"] for k, r in options.items()}, ar), cheapness)
     return options[record["chosen"]], record
@@ -88,7 +88,8 @@ def row(spec: str, method: str, gamma: int, rounds: list[dict], t_verify, t_mode
     for r in rounds:
         by_suite.setdefault(r["suite"], []).append(r)
     tps = cost.predict_rounds(rounds, t_verify, t_model_step)
-    return {"spec": spec, "method": method, "gamma": gamma, "per_prompt": per_prompt(rounds, t_verify, t_model_step), "tar": metrics.tar(rounds), "alpha": metrics.alpha(rounds),
+    return {"spec": spec, "method": method, "gamma": gamma, "per_prompt": per_prompt(rounds, t_verify, t_model_step),
+            "tar": metrics.tar(rounds), "alpha": metrics.alpha(rounds),
             "proposed_fraction": metrics.proposals(rounds)["proposed_fraction"], "predicted_tokens_per_s": tps,
             "predicted_speedup": tps * t_verify(0),
             "tar_by_suite": {s: metrics.tar(rs) for s, rs in sorted(by_suite.items())},
@@ -161,12 +162,14 @@ def tune(p, target, model: tuple[str, str, int] | None) -> dict:
         for lo, hi in NGRAMS:
             for g in GAMMAS:
                 spec = f"ngram:min={lo},max={hi}"
-                rows.append(row(spec, "ngram", g, replay(docs, NgramDrafter(lo, hi), g), t_verify))
+                rows.append({**row(spec, "ngram", g, replay(docs, NgramDrafter(lo, hi), g), t_verify),
+                             "settings": {"min": lo, "max": hi}})
         trie = specs.parse_suffix(f"suffix:{p.folder('suffix-index')}", target).trie
         for factor, min_prob in SUFFIXES:
             for g in GAMMAS:
                 rounds = replay(docs, SuffixDrafter(trie, factor, min_prob), g)
-                rows.append(row(suffix_spec(p, factor, min_prob), "suffix", g, rounds, t_verify))
+                rows.append({**row(suffix_spec(p, factor, min_prob), "suffix", g, rounds, t_verify),
+                             "settings": {"factor": factor, "min_prob": min_prob}})
         best, decisions = {}, {}
         for m in ("ngram", "suffix"):
             best[m], decisions[m] = choose_setting([r for r in rows if r["method"] == m], docs, t_verify)

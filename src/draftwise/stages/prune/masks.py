@@ -57,7 +57,8 @@ class MaskedLM(nn.Module):
         self.layers = [layer_tensors(sd, f"model.layers.{i}.", self.family, self.shape) for i in range(self.shape.num_layers)]
         self.windows, self.rope_keys = windows(config), rope_keys(config)
         self.embed = sd["model.embed_tokens.weight"]
-        self.norm = sd["model.norm.weight"] + self.family.norm_offset
+        self.norm = self.family.norm_scale(sd["model.norm.weight"])
+        self.embed_scale = self.family.embedding_scale(self.shape.hidden_size, self.embed.dtype)
         self.head = self.embed if config.tie_word_embeddings else sd["lm_head.weight"]
         self._rot: dict[str | None, torch.Tensor] = {}
 
@@ -73,8 +74,8 @@ class MaskedLM(nn.Module):
         H, KV, hd, eps = s.num_heads, s.num_kv_heads, s.head_dim, s.rms_eps
         z = masks.hidden if masks is not None else torch.ones(s.hidden_size)
         x = F.embedding(ids, self.embed)  # [B, T, D]
-        if self.family.embed_scale:
-            x = x * torch.tensor(s.hidden_size ** 0.5, dtype=x.dtype)
+        if self.embed_scale is not None:
+            x = x * self.embed_scale
         x = x * z
         keys = torch.arange(T)
         causal = keys <= keys[:, None]  # [T, T]
