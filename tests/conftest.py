@@ -106,5 +106,22 @@ def tiny_drafter_dir(tmp_path_factory):
     return save_checkpoint(path, tiny_model(tiny_config(layers=1), seed=2), tiny_tokenizer())
 
 
+@pytest.fixture(scope="session")
+def tiny_gguf(tiny_dir, tmp_path_factory):
+    """`tiny_dir` (the 4-layer tiny Llama) exported as GGUF at f32, tokenizer built from its own: the .gguf path."""
+    from draftwise.models.gguf_export import export
+
+    return str(export(tiny_dir, tmp_path_factory.mktemp("tiny-gguf") / "tiny.gguf", "f32", target=tiny_dir))
+
+
+@pytest.fixture(scope="session")
+def tiny_drafter_gguf(tiny_dir, tiny_drafter_dir, tmp_path_factory):
+    """`tiny_drafter_dir` exported as GGUF at f32 with `tiny_gguf`'s tokenizer metadata: the .gguf path."""
+    from draftwise.models.gguf_export import export
+
+    return str(export(tiny_drafter_dir, tmp_path_factory.mktemp("tiny-drafter-gguf") / "tiny-drafter.gguf", "f32",
+                      target=tiny_dir))
+
+
 def write_json(path, obj) -> None:
     path.write_text(json.dumps(obj))

@@ -8,16 +8,39 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import DraftwiseError
 
-BASELINES = ("ar", "hf-generate", "hf-assisted", "hf-prompt-lookup")
+BASELINES = ("ar", "hf-generate", "hf-assisted", "hf-prompt-lookup", "llama-cpp", "llama-cpp-prompt-lookup",
+             "llama-cpp-lookup")
+LLAMA_SERVER = "llama-server"  # a baseline of its own, or llama-server:ARGS (the server's own options, shell-quoted)
+# baselines that run one sequence at a time and do not use the point's drafter or γ (once per temperature in a grid)
+PLAIN_BATCH1 = ("hf-generate", "llama-cpp")
+
+
+def llama_server_args(baseline: str) -> list[str] | None:
+    """The extra llama-server arguments of a `llama-server[:ARGS]` baseline (shlex-split), None for other baselines."""
+    if baseline != LLAMA_SERVER and not baseline.startswith(LLAMA_SERVER + ":"):
+        return None
+    try:
+        return shlex.split(baseline.partition(":")[2])
+    except ValueError as e:
+        raise DraftwiseError(f"baseline {baseline!r}: cannot split its llama-server arguments ({e})") from None
 
 
 LOOKUP_DRAFTERS = ("ngram", "suffix")
+
+GGUF_QUANTS = ("f32", "f16", "q8_0")
+
+
+def _check_gguf_quant(quant: str) -> None:
+    if quant not in GGUF_QUANTS:
+        raise DraftwiseError(f"unknown GGUF quantization {quant!r}: choose one of {', '.join(GGUF_QUANTS)}")
+
 
 
 def drafter_kind(spec: str) -> str:
@@ -49,15 +72,22 @@ class BenchConfig:
     warmup: int = 1  # untimed runs of each method before measuring
     dtype: str = "fp32"
     device: str = "cpu"
-    backend: str = "auto"
+    backend: str = "auto"  # auto | lean | transformers | llama.cpp
     compile: bool = False  # torch.compile the lean forward's layers
+    gguf_quant: str = "f32"  # llama.cpp: precision of the GGUF files draftwise writes (drafters, HF-dir targets)
     threads: int | None = None  # torch intra-op threads; None = torch's default
+    llama_server: str | None = None  # the llama-server binary of llama-server baselines; None = on PATH, else .venv/bin
 
     def __post_init__(self):
+        _check_gguf_quant(self.gguf_quant)
         object.__setattr__(self, "baselines", tuple(self.baselines))
-        unknown = [b for b in self.baselines if b not in BASELINES]
+        unknown = [b for b in self.baselines if b not in BASELINES and llama_server_args(b) is None]
         if unknown:
-            raise DraftwiseError(f"unknown baseline {unknown[0]!r}: choose from {', '.join(BASELINES)}")
+            raise DraftwiseError(f"unknown baseline {unknown[0]!r}: choose from {', '.join(BASELINES)}, "
+                                 f"{LLAMA_SERVER} or {LLAMA_SERVER}:ARGS")
+        twice = [b for i, b in enumerate(self.baselines) if b in self.baselines[:i]]
+        if twice:
+            raise DraftwiseError(f"baseline {twice[0]!r} is given twice")
         if self.gamma < 1:
             raise DraftwiseError(f"gamma (lookahead) must be >= 1, got {self.gamma}")
         if not 0 <= self.draft_stop < 1:
@@ -65,8 +95,8 @@ class BenchConfig:
         if self.batch_size < 1:
             raise DraftwiseError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.batch_size > 1 and (set(self.baselines) - {"ar"} or self.draft_stop):
-            raise DraftwiseError("batch_size > 1 runs SD and AR only (transformers' assisted generation and prompt lookup "
-                                 "refuse batches; adaptive lookahead is batch-1)")
+            raise DraftwiseError("batch_size > 1 runs SD and AR only (transformers' and llama.cpp's baselines decode one "
+                                 "sequence at a time; adaptive lookahead is batch-1)")
         if self.synthetic_alpha is not None:
             if not 0 <= self.synthetic_alpha <= 1:
                 raise DraftwiseError(f"synthetic_alpha must be in [0, 1], got {self.synthetic_alpha}")
@@ -75,6 +105,9 @@ class BenchConfig:
                                      "(not to hf-assisted)")
         if self.drafter is None and "hf-assisted" in self.baselines:
             raise DraftwiseError("baseline hf-assisted needs a drafter (--drafter)")
+        if "llama-cpp-lookup" in self.baselines and (self.drafter is None or drafter_kind(self.drafter) != "lookup"):
+            raise DraftwiseError("baseline llama-cpp-lookup runs the point's lookup drafter inside llama-cpp-python: "
+                                 "give an ngram or suffix --drafter")
         if self.drafter is not None:
             kind = drafter_kind(self.drafter)
             if kind != "model" and "hf-assisted" in self.baselines:
@@ -97,9 +130,9 @@ class BenchConfig:
 @dataclass(frozen=True)
 class BenchGridConfig:
     """`draftwise bench` over a grid: drafters × γ × temperatures × batch sizes, each other setting from `bench`.
-    An empty axis keeps `bench`'s value. Baselines run once per (temperature, batch size); hf-assisted (model drafters)
-    and hf-prompt-lookup per point, as they use the point's drafter and γ; the transformers baselines at batch size 1
-    only (they refuse batches)."""
+    An empty axis keeps `bench`'s value. Baselines run once per (temperature, batch size); hf-assisted (model drafters),
+    hf-prompt-lookup and llama-cpp-prompt-lookup per point, as they use the point's drafter and γ; the transformers
+    and llama.cpp baselines at batch size 1 only (they decode one sequence at a time)."""
 
     bench: BenchConfig = BenchConfig(drafter="layers:0")
     drafters: tuple[str, ...] = ()
@@ -129,7 +162,8 @@ class BenchGridConfig:
         drafters, gammas = self.drafters or (b.drafter,), self.gammas or (b.gamma,)
         temps, sizes = self.temperatures or (b.temperature,), self.batch_sizes or (b.batch_size,)
         def per_point(drafter: str, n: int) -> tuple[str, ...]:
-            own = {"hf-assisted": drafter_kind(drafter) == "model", "hf-prompt-lookup": True}
+            own = {"hf-assisted": drafter_kind(drafter) == "model", "hf-prompt-lookup": True,
+                   "llama-cpp-prompt-lookup": True, "llama-cpp-lookup": drafter_kind(drafter) == "lookup"}
             return tuple(x for x in b.baselines if own.get(x) and n == 1)
 
         pairs = list(zip(drafters, self.drafter_gammas)) if self.drafter_gammas else \
@@ -138,8 +172,9 @@ class BenchGridConfig:
               for t in temps for n in sizes for d, g in pairs]
         base = []
         for t in temps:
-            for n in sizes:  # transformers' baselines are batch-1: at B > 1 only AR runs beside SD
-                names = tuple(x for x in b.baselines if x == "ar" or (x == "hf-generate" and n == 1))
+            for n in sizes:  # transformers' and llama.cpp's baselines are batch-1: at B > 1 only AR runs beside SD
+                names = tuple(x for x in b.baselines if x == "ar" or n == 1 and (x in PLAIN_BATCH1 or
+                                                                                llama_server_args(x) is not None))
                 if names:
                     base.append(dataclasses.replace(b, drafter=None, gamma=1, synthetic_alpha=None, temperature=t,
                                                     batch_size=n, baselines=names))
@@ -167,11 +202,13 @@ class ProfileConfig:
     seed: int = 0
     dtype: str = "fp32"
     device: str = "cpu"
-    backend: str = "auto"
+    backend: str = "auto"  # auto | lean | transformers | llama.cpp
     compile: bool = False  # torch.compile the lean forward's layers (launch-bound GPUs at batch 1)
+    gguf_quant: str = "f32"  # llama.cpp: precision of the GGUF files draftwise writes (drafters, HF-dir targets)
     threads: int | None = None
 
     def __post_init__(self):
+        _check_gguf_quant(self.gguf_quant)
         for name in ("drafters", "depths", "gammas", "batches"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         for name in ("depths", "gammas", "batches"):
@@ -199,9 +236,14 @@ class SweepConfig:
     seed: int = 0
     dtype: str = "fp32"
     device: str = "cpu"
+    backend: str = "lean"  # lean | llama.cpp (shapes written as GGUF files at gguf_quant)
+    gguf_quant: str = "f32"
     threads: int | None = None
 
     def __post_init__(self):
+        _check_gguf_quant(self.gguf_quant)
+        if self.backend not in ("lean", "llama.cpp"):
+            raise DraftwiseError(f"sweep runs on the lean or llama.cpp engine, not {self.backend!r}")
         for name in ("layers", "widths", "truncations", "vocabs", "batches"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         for name in ("layers", "truncations", "batches"):
@@ -260,9 +302,12 @@ class AgreeConfig:
     batch_size: int = 8
     dtype: str = "fp32"
     device: str = "cpu"
+    backend: str = "auto"  # the engine both models run on (llama.cpp: GGUF files, see models.llamacpp_load)
+    gguf_quant: str = "f32"
     threads: int | None = None
 
     def __post_init__(self):
+        _check_gguf_quant(self.gguf_quant)
         object.__setattr__(self, "gammas", tuple(self.gammas))
         _positive("gammas", self.gammas)
         if not self.drafter:
@@ -377,6 +422,9 @@ class DesignConfig:
     memory: str = "1GiB"  # budget for target + drafter weights and both KV caches: the largest batch that fits with SD on
     context: int = 1024  # KV positions per sequence in that footprint
     batch_cap: int = 8  # the largest batch benchmarked here (the feasible batch is capped to it, and the report says so)
+    engines: tuple[str, ...] = ("lean", "llama.cpp")  # where verdicts are measured (llama.cpp: the target's own GGUF)
+    gguf_quants: tuple[str, ...] = ()  # further llama.cpp rows: the target written at these precisions (lossy choices)
+    llama_server: str | None = None  # the llama-server binary of the llama.cpp rows' built-ins (None: PATH, .venv/bin)
     seed: int = 0
     dtype: str = "fp32"
     device: str = "cpu"
@@ -384,6 +432,16 @@ class DesignConfig:
 
     def __post_init__(self):
         from .cost import parse_count
+
+        for name in ("engines", "gguf_quants"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        for q in self.gguf_quants:
+            _check_gguf_quant(q)
+        if "lean" not in self.engines or set(self.engines) - {"lean", "llama.cpp"}:
+            raise DraftwiseError(f"engines must include lean (where candidates are built) and may add llama.cpp, got "
+                                 f"{','.join(self.engines)}")
+        if self.gguf_quants and "llama.cpp" not in self.engines:
+            raise DraftwiseError("gguf_quants are llama.cpp rows: add llama.cpp to engines")
 
         object.__setattr__(self, "wide_layers", tuple(self.wide_layers))
         object.__setattr__(self, "draft_vocabs", tuple(self.draft_vocabs))

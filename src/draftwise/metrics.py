@@ -8,7 +8,12 @@ folders keep raw records, and these functions recompute summaries from them.
                            ≥ k tokens / rounds that drafted ≥ k tokens and accepted ≥ k−1 (k = 1..γ; None where
                            no round got that far). These are the rates of E[N] = 1 + Σ_k Π_{i≤k} a_i (`cost`).
   tokens/s                 new tokens / wall seconds, summed over prompts (prefill included, as in generate()).
-  decode tokens/s          new tokens / (wall − prefill) seconds: the steady state a cost model predicts (engine only).
+                           llama-server's seconds are its own timings (prompt + predicted ms, no HTTP).
+  decode tokens/s          new tokens / (wall − prefill) seconds: the steady state a cost model predicts (the draftwise
+                           engine; llama-server: new tokens / its predicted ms).
+  wall tokens/s            llama-server only: new tokens / the client's wall seconds (HTTP and JSON included).
+  drafted / accepted       for engines that report totals only (llama-server's draft_n / draft_n_accepted, llama-cpp's
+                           prompt lookup): draft tokens proposed and accepted over all prompts; α = accepted / drafted.
   speedup vs AR            tokens/s of a method / tokens/s of AR through the same engine, same prompts, same process.
   verify ms (by γ)         median time of the target's pass over γ+1 positions (with the acceptance test), per γ;
                            γ = 0 is one plain AR step. verify_over_ar_step = verify ms at γ / AR step ms.
@@ -62,6 +67,11 @@ def summarize_method(generations: Sequence[dict]) -> dict:
            "seconds": sum(g["seconds"] for g in generations), "tokens_per_s": tokens_per_s(generations)}
     if all("prefill_s" in g for g in generations):
         out["decode_tokens_per_s"] = tokens_per_s({**g, "seconds": g["seconds"] - g["prefill_s"]} for g in generations)
+    if generations and all("wall_s" in g for g in generations):
+        out["wall_tokens_per_s"] = tokens_per_s({**g, "seconds": g["wall_s"]} for g in generations)
+    if generations and not rounds and all("drafted" in g for g in generations):
+        drafted, accepted = sum(g["drafted"] for g in generations), sum(g["accepted"] for g in generations)
+        out.update(drafted=drafted, accepted=accepted, alpha=accepted / drafted if drafted else None)
     if rounds:
         out.update(
             rounds=len(rounds),
@@ -123,3 +133,20 @@ def identical_fraction(a: Sequence[dict], b: Sequence[dict]) -> float | None:
     tokens_b = {g["prompt_id"]: g["tokens"] for g in b}
     pairs = [(g["tokens"], tokens_b[g["prompt_id"]]) for g in a if g["prompt_id"] in tokens_b]
     return sum(x == y for x, y in pairs) / len(pairs) if pairs else None
+
+
+def divergence(a: Sequence[dict], b: Sequence[dict]) -> dict:
+    """Where two methods' outputs part (matched by prompt id): for each prompt whose tokens differ, the number of
+    identical leading tokens before the first difference (`first`), with its min, median and max."""
+    tokens_b = {g["prompt_id"]: g["tokens"] for g in b}
+    first = []
+    for g in a:
+        other = tokens_b.get(g["prompt_id"])
+        if other is None or other == g["tokens"]:
+            continue
+        first.append(next((i for i, (x, y) in enumerate(zip(g["tokens"], other)) if x != y),
+                          min(len(g["tokens"]), len(other))))
+    if not first:
+        return {"prompts_differing": 0, "first": []}
+    return {"prompts_differing": len(first), "first": sorted(first), "first_min": min(first),
+            "first_median": statistics.median(first), "first_max": max(first)}

@@ -54,3 +54,22 @@ def test_a_lookup_drafters_replay_is_a_real_greedy_sd_run(tiny_dir, tmp_path):
                 assert sd.tokens == r["continuation"]
                 assert [[x.drafted, x.accepted] for x in sd.rounds] == r["rounds"][str(gamma)]
         assert summary["predicted_greedy_tar"]["5"] >= 1 and 0 < summary["proposed_fraction"]["5"] <= 1
+
+
+def test_agreement_on_llama_cpp_predicts_its_greedy_sd_run(tiny_dir, tiny_drafter_dir, tmp_path):
+    """Both models in llama.cpp (GGUF at f32): the replayed TAR is what greedy SD on that engine measures."""
+    from draftwise.models import ModelOptions
+
+    out = agree.run(AgreeConfig(target=tiny_dir, drafter=tiny_drafter_dir, suites="spec_bench", limit=4,
+                                max_new_tokens=16, gammas=(3,), batch_size=4, backend="llama.cpp"), tmp_path / "a")
+    summary = json.loads((out / "agree.json").read_text())
+    options = ModelOptions(backend="llama.cpp")
+    target = load(tiny_dir, options)
+    drafter = load_drafter(tiny_drafter_dir, target, options)
+    rounds = tokens = 0
+    for r in (json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()):
+        sd = generate(target.lm, r["prompt"], SamplingParams(), len(r["continuation"]), torch.Generator(),
+                      drafter=drafter.lm, gamma=3, eos=target.eos_ids)
+        assert sd.tokens == r["continuation"]
+        rounds, tokens = rounds + len(sd.rounds), tokens + len(sd.tokens)
+    assert summary["predicted_greedy_tar"]["3"] == tokens / rounds

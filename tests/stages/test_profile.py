@@ -52,3 +52,18 @@ def test_a_lookup_drafter_is_timed_by_its_proposal(tiny_dir, tmp_path):
     assert d["kind"] == "lookup" and 0 < d["step_ms"] and 0 < d["c"] < 1
     text = profile.real_text(profile.load_models(cfg(tiny_dir))["target"], 64)
     assert len(text) == 64 and len(set(text)) > 1
+
+
+def test_profile_on_llama_cpp(tiny_dir, tiny_drafter_dir, tmp_path):
+    """The verify curve and drafter steps in llama.cpp (drafters written as GGUF); it has no LM-head-alone point."""
+    config = cfg(tiny_dir, backend="llama.cpp", drafters=(tiny_drafter_dir, "layers:0,3", "ngram"), batches=(1, 2))
+    out = profile.run(config, tmp_path / "p")
+    summary = json.loads((out / "profile.json").read_text())
+    for b in ("1", "2"):
+        entry = summary["batches"][b]
+        assert set(entry["verify_ms"]) == {"1", "2", "4"} and entry["head_ms"] is None
+        assert {"layers:0", "layers:0,1", "layers:0,3", tiny_drafter_dir, "ngram"} == set(entry["drafters"])
+        assert all(d["step_ms"] > 0 for d in entry["drafters"].values())
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert {r["kind"] for r in records} == {"step", "verify", "propose"}
+    assert all(r["machine"]["engine"] == "llama.cpp" and r["machine"]["quant"] == "F32" for r in records)

@@ -69,3 +69,12 @@ def test_in_process_sweep_loads_the_target_once(tiny_dir, tmp_path, monkeypatch)
     monkeypatch.setattr(sweep, "load", lambda *a, **k: (calls.append(a[0]), real(*a, **k))[1])
     sweep.run(cfg(tiny_dir, vocabs=(0,), layers=(1,), widths=(16,), truncations=(1,)), tmp_path / "s")
     assert calls == [tiny_dir]  # the driver's Timer is the one that times: no second copy of the target
+
+
+def test_sweep_on_llama_cpp_writes_each_shape_as_gguf(tiny_dir, tmp_path):
+    """Random-weight shapes run in llama.cpp (written as GGUF files); the target's truncations share its weights."""
+    out = sweep.run(cfg(tiny_dir, vocabs=(0,), backend="llama.cpp"), tmp_path / "s")
+    summary = json.loads((out / "sweep.json").read_text())
+    assert len(summary["rows"]) == 3 + 2 + 2 and all(r["step_ms"] > 0 for r in summary["rows"])
+    assert summary["machine"]["engine"] == "llama.cpp" and summary["machine"]["quant"] == "F32"
+    assert summary["bytes_per_value"] == 4 and summary["fits"]["1"]

@@ -19,11 +19,12 @@ from typing import Callable
 import torch
 
 from ..errors import DraftwiseError
-from . import hf, kernels, random, vocab
+from . import hf, kernels, llamacpp_load, random, vocab
 from .lean import LeanLM, unsupported_reason
+from .llamacpp_load import LLAMA_CPP
 from .source import resolve
 
-BACKENDS = ("auto", "lean", "transformers")
+BACKENDS = ("auto", "lean", "transformers", "llama.cpp")
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class ModelOptions:
     backend: str = "auto"  # auto: lean when the architecture allows, else transformers
     compile: bool = False  # torch.compile each layer of the lean forward (it then bypasses the CPU C kernels)
     trust_remote_code: bool = False
+    gguf_quant: str = "f32"  # llama.cpp: the precision draftwise writes a GGUF at when it must write one (an HF dir,
+    # a trained, layers: or random: drafter); a .gguf file or 'default' runs at its own quantization
 
 
 @dataclass
@@ -48,6 +51,7 @@ class Model:
     load_seconds: float = 0.0
     _hf_factory: Callable[[], object] | None = field(default=None, repr=False)
     _hf: object | None = field(default=None, repr=False)
+    gguf: Path | None = None  # the GGUF file llama.cpp runs (backend llama.cpp)
 
     @property
     def vocab_size(self) -> int:
@@ -131,6 +135,10 @@ def load(spec: str, options: ModelOptions = ModelOptions()) -> Model:
     if options.backend not in BACKENDS:
         raise DraftwiseError(f"unknown backend {options.backend!r}: choose one of {', '.join(BACKENDS)}")
     _check_device(options.device)
+    if options.backend == LLAMA_CPP:
+        if options.device != "cpu":
+            raise DraftwiseError("the llama.cpp backend runs on the CPU here (device cpu)")
+        return llamacpp_load.load(spec, options)
     start = time.perf_counter()
     if spec.startswith(random.PREFIX):
         return _random_model(spec, None, options)
@@ -234,7 +242,12 @@ def _layers_drafter(spec: str, target: Model, options: ModelOptions) -> Model:
 
 def load_drafter(spec: str, target: Model, options: ModelOptions = ModelOptions()) -> Model:
     """A drafter for `target`: a checkpoint (as `load`), `layers:i,j,...` of the target itself, or `random:...`."""
-    if spec.startswith("layers:"):
+    if (target.backend == LLAMA_CPP) != (options.backend == LLAMA_CPP):
+        raise DraftwiseError(f"drafter {spec}: target and drafter run on one engine (target: {target.backend}, "
+                             f"drafter: {options.backend})")
+    if options.backend == LLAMA_CPP:
+        drafter = llamacpp_load.load_drafter(spec, target, options)
+    elif spec.startswith("layers:"):
         drafter = _layers_drafter(spec, target, options)
     elif spec.startswith(random.PREFIX):
         drafter = _random_model(spec, target, options)
@@ -287,9 +300,31 @@ def save_checkpoint(path: Path, config, state_dict: dict[str, torch.Tensor], tok
 def engine(model: Model, options: ModelOptions) -> str:
     """The code path a timing of `model` measures: backend, the CPU C kernels when they run, torch.compile."""
     name = model.backend
+    if name == LLAMA_CPP:
+        return name
     if options.device == "cpu" and options.dtype == "fp32" and not options.compile and kernels.kernel_available():
         name += "+c-kernels"  # the transformers fallback's linear layers run on them too (`hf.route_linears`)
     return name + ("+compile" if options.compile else "")
+
+
+def fill_cache(lm, batch: int, context: int, room: int, generator: torch.Generator) -> None:
+    """Make `lm`'s cache hold `context` positions of `batch` rows, with `room` more to time passes at `context`. The
+    lean forward's preallocated cache costs the same whatever it holds; a DynamicCache or llama.cpp's cache must
+    really hold them (random tokens)."""
+    lm.reset(batch, context + room)
+    if not isinstance(lm, (LeanLM, vocab.ReducedHead)):
+        lm.forward(torch.randint(0, lm.vocab_size, (batch, context), generator=generator).to(lm.device), 0, 0)
+
+
+def stamp(model: Model, options: ModelOptions) -> dict:
+    """What a timing of `model` is taken on (`timing.machine`); on llama.cpp also its build, the file's quantization
+    (as the dtype) and llama.cpp's threads."""
+    from ..timing import machine
+
+    if model.backend == LLAMA_CPP:
+        extra = llamacpp_load.stamp(model)
+        return {**machine(options.device, extra["quant"], LLAMA_CPP), **extra}
+    return machine(options.device, options.dtype, engine(model, options))
 
 
 def describe(model: Model) -> dict:
@@ -303,8 +338,9 @@ def describe(model: Model) -> dict:
         "hidden_size": model.config.hidden_size,
         "vocab_size": model.vocab_size,
         "load_seconds": round(model.load_seconds, 3),
+        **({"gguf": str(model.gguf), "quant": llamacpp_load.quant_name(model.gguf)} if model.gguf else {}),
     }
 
 
-__all__ = ["ModelOptions", "Model", "engine", "load", "load_drafter", "check_compatible", "layer_subset", "parse_layers", "describe",
+__all__ = ["ModelOptions", "Model", "engine", "stamp", "fill_cache", "load", "load_drafter", "check_compatible", "layer_subset", "parse_layers", "describe",
            "read_weights", "save_checkpoint", "fingerprint", "write_fingerprint", "FINGERPRINT_FILE"]

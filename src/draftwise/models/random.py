@@ -57,9 +57,10 @@ def parse(spec: str, base: dict | None = None) -> dict:
 
 
 def shape_of(config) -> dict:
-    return {"layers": config.num_hidden_layers, "hidden": config.hidden_size, "heads": config.num_attention_heads,
-            "kv_heads": config.num_key_value_heads, "head_dim": config.head_dim, "ffn": config.intermediate_size,
-            "vocab": config.vocab_size, "tied": bool(config.tie_word_embeddings)}
+    heads = config.num_attention_heads
+    return {"layers": config.num_hidden_layers, "hidden": config.hidden_size, "heads": heads,
+            "kv_heads": config.num_key_value_heads, "head_dim": getattr(config, "head_dim", None) or config.hidden_size // heads,
+            "ffn": config.intermediate_size, "vocab": config.vocab_size, "tied": bool(config.tie_word_embeddings)}
 
 
 def llama_config(shape: dict, template=None):
@@ -78,9 +79,9 @@ def llama_config(shape: dict, template=None):
     return config
 
 
-def random_lm(config, dtype: torch.dtype, device: str, seed: int = 0, compile: bool = False) -> LeanLM:
-    """A LeanLM of `config`'s shape and family with N(0, 0.02²) weights and unit norms, drawn on `device` itself (a 7B
-    model is never materialised on the host)."""
+def random_state_dict(config, dtype: torch.dtype, device: str, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Hugging Face-named weights of `config`'s shape and family: N(0, 0.02²) matrices and unit norms, drawn on
+    `device` itself (a 7B model is never materialised on the host). A tied head is left out, as checkpoints leave it."""
     gen = torch.Generator(device=device).manual_seed(seed)
     family = FAMILIES[config.model_type]
     d, hd, f, v = config.hidden_size, config.head_dim, config.intermediate_size, config.vocab_size
@@ -109,4 +110,9 @@ def random_lm(config, dtype: torch.dtype, device: str, seed: int = 0, compile: b
             sd.update({p + "pre_feedforward_layernorm.weight": norm(d), p + "post_feedforward_layernorm.weight": norm(d)})
         if family.qk_norm:
             sd.update({p + "self_attn.q_norm.weight": norm(hd), p + "self_attn.k_norm.weight": norm(hd)})
-    return LeanLM(config, sd, compile=compile)
+    return sd
+
+
+def random_lm(config, dtype: torch.dtype, device: str, seed: int = 0, compile: bool = False) -> LeanLM:
+    """A LeanLM of `config`'s shape and family with the weights of `random_state_dict`."""
+    return LeanLM(config, random_state_dict(config, dtype, device, seed), compile=compile)

@@ -12,7 +12,9 @@ import shlex
 from pathlib import Path
 
 from .. import cost, metrics
-from . import design_lookup, design_plots
+from . import design_engines, design_lookup, design_plots
+from .fmt import interval as _interval
+from .fmt import num as _f
 from .plots import plot_profile, plot_sweep
 
 DEFINITIONS = ("Definitions: TAR = tokens emitted per SD round (accepted + the recovered or bonus token; AR = 1); "
@@ -29,10 +31,6 @@ def _json(path: Path) -> dict:
 def _records(folder: Path) -> list[dict]:
     path = folder / "records.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-
-
-def _f(v, spec=".2f", suffix="") -> str:
-    return "-" if v is None else format(v, spec) + suffix
 
 
 class Doc:
@@ -116,6 +114,7 @@ def write(p, cands, specs: dict[str, str]) -> Path:
     doc = Doc()
     doc.h(f"draftwise design: {c.target}", 1)
     _verdict(doc, p)
+    design_engines.section(doc, p, plots, footer)
     doc.p(f"Reproduce: `{command}`. Every stage's raw records are in `stages/`. {DEFINITIONS}")
     _headline(doc, p, chosen, gamma, specs)
     tasks = design_lookup.tasks_section(doc, p, plots, footer)
@@ -407,10 +406,6 @@ def _pair(p, decision, a: str, b: str) -> dict:
                         lambda r: name_of.get(r["drafter"]))
     ar = by.pop(None)
     return decide.compare(by, ar, p.config.seed)
-
-
-def _interval(s) -> str:
-    return "-" if not s else f"{s[0]:.2f}× [{s[1]:.2f}–{s[2]:.2f}]"
 
 
 def _lead(d: dict) -> str:

@@ -8,10 +8,7 @@ from pathlib import Path
 
 from .. import metrics
 from . import design_plots
-
-
-def _f(v, spec=".2f", suffix="") -> str:
-    return "-" if v is None else format(v, spec) + suffix
+from .fmt import num as _f
 
 
 def _records(folder: Path) -> list[dict]:

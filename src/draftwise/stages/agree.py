@@ -71,7 +71,7 @@ def run(config: AgreeConfig, out: str | Path) -> Path:
     if config.threads:
         torch.set_num_threads(config.threads)
     run_dir = RunDir(out, config)
-    options = ModelOptions(config.dtype, config.device)
+    options = ModelOptions(config.dtype, config.device, config.backend, gguf_quant=config.gguf_quant)
     target = load(config.target, options)
     drafter = specs.load(config.drafter, target, options)
     done = {r["prompt_id"] for r in run_dir.records()}

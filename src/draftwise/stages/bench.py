@@ -7,6 +7,8 @@ Methods (each a function `(prompt ids, seed) -> record`):
   hf-assisted       transformers assisted generation with the same (model) drafter and a constant γ
   hf-prompt-lookup  transformers prompt lookup, `generate(prompt_lookup_num_tokens=γ)` (n-gram size: the drafter's
                     `max` when it is an n-gram drafter, else transformers' default)
+  llama-cpp, llama-cpp-prompt-lookup, llama-server[:ARGS]
+                    llama.cpp's own decoding on the target's GGUF (see `peers`)
 Methods are interleaved prompt by prompt (machine drift hits all alike) after untimed warm-up runs. Each finished
 (method, prompt) is appended to records.jsonl at once; a rerun on the same folder skips what is there.
 
@@ -35,6 +37,7 @@ from ..sd.batched_sd import generate_batch_sd
 from ..sd.engine import generate
 from ..sd.sampling import SamplingParams
 from ..timing import sync
+from . import peers
 
 
 def select_prompts(config: BenchConfig) -> list[data.Prompt]:
@@ -118,7 +121,10 @@ def method_names(config: BenchConfig) -> list[str]:
     return (["sd"] if config.drafter else []) + list(config.baselines)
 
 
-def methods(config: BenchConfig, target: Model, drafter: specs.Drafter | None) -> dict:
+def methods(config: BenchConfig, target: Model, drafter: specs.Drafter | None, context: int = 0,
+            log_dir: Path | None = None) -> dict:
+    """Each method of `config` by name. `context`: the longest prompt (llama.cpp's baselines size their KV cache by
+    it); `log_dir`: where llama-server writes its log (a temporary file when None)."""
     engine = engine_method if config.batch_size == 1 else batched_method
     out = {"sd": engine(target, drafter, config)} if drafter else {}
     ngram = getattr(drafter.lookup, "max_n", None) if drafter and drafter.kind == "lookup" else None
@@ -128,7 +134,10 @@ def methods(config: BenchConfig, target: Model, drafter: specs.Drafter | None) -
         "hf-assisted": lambda: hf_method(target, drafter.model, config),
         "hf-prompt-lookup": lambda: hf_method(target, None, config, ngram or HF_PROMPT_LOOKUP_NGRAM),
     }
-    out.update({name: builders[name]() for name in config.baselines})
+    n_ctx = peers.context_size(context, config)
+    lookup = drafter.lookup if drafter and drafter.kind == "lookup" else None
+    out.update({name: builders[name]() if name in builders else
+                peers.build(name, config, target, ngram, n_ctx, log_dir, lookup) for name in config.baselines})
     return out
 
 
@@ -151,10 +160,13 @@ def encode_prompts(config: BenchConfig, target: Model) -> tuple[list[data.Prompt
 class Runner:
     """Runs one (unit, method) of a bench config and returns its record; warms each method up before its first."""
 
-    def __init__(self, config: BenchConfig, target: Model, drafter: specs.Drafter | None, done: list[dict] = ()):
+    def __init__(self, config: BenchConfig, target: Model, drafter: specs.Drafter | None, done: list[dict] = (),
+                 log_dir: str | Path | None = None):
         self.config, self.target, self.drafter = config, target, drafter
-        self.fns, self.warm = methods(config, target, drafter), set()
         self.prompts, self.encoded = encode_prompts(config, target)
+        longest = max(map(len, self.encoded), default=0)
+        self.fns = methods(config, target, drafter, longest, Path(log_dir) if log_dir else None)
+        self.warm: set[str] = set()
         for rec in done:  # a resumed run: a learning corpus gets back what finished requests added
             if rec["method"] == "sd":
                 self.observe(rec)
@@ -187,11 +199,16 @@ class Runner:
             self.observe(rec)
         return rec
 
+    def close(self) -> None:
+        """Stop the servers and free the llama.cpp models that baselines started (the rest has nothing to free)."""
+        for fn in self.fns.values():
+            getattr(fn, "close", lambda: None)()
+
 
 def load_models(config: BenchConfig, loaded: dict | None = None) -> tuple[Model, specs.Drafter | None]:
     """Target and drafter of `config`; `loaded` (spec -> model or drafter) lets several configs share one process's."""
     loaded = {} if loaded is None else loaded
-    options = ModelOptions(config.dtype, config.device, config.backend, config.compile)
+    options = ModelOptions(config.dtype, config.device, config.backend, config.compile, gguf_quant=config.gguf_quant)
     key = (config.target, options)
     if key not in loaded:
         loaded[key] = load(config.target, options)
@@ -208,18 +225,19 @@ class BenchWork:
     config: BenchConfig
 
     done: tuple = ()  # records already in the run folder (a learning suffix corpus is rebuilt from them)
+    log_dir: str | None = None  # the run folder: llama-server baselines write their logs there
 
     def __call__(self) -> Runner:
         if self.config.threads:
             torch.set_num_threads(self.config.threads)
-        return Runner(self.config, *load_models(self.config), self.done)
+        return Runner(self.config, *load_models(self.config), self.done, self.log_dir)
 
 
 def run(config: BenchConfig, out: str | Path, executor: Executor | None = None) -> Path:
     if config.threads:
         torch.set_num_threads(config.threads)
     run_dir = RunDir(out, config)
-    work = BenchWork(config, tuple(run_dir.records()))
+    work = BenchWork(config, tuple(run_dir.records()), str(run_dir.path))
     runner = work()  # the models here too (prompts, the summary); in-process, this Runner does the runs
     target, drafter, prompts, encoded = runner.target, runner.drafter, runner.prompts, runner.encoded
     names = method_names(config)
@@ -227,11 +245,14 @@ def run(config: BenchConfig, out: str | Path, executor: Executor | None = None) 
     done = {(r["method"], r["prompt_id"]) for r in run_dir.records()}
     todo = [(u, name) for u in units(config, encoded) for name in names if (name, unit_id(u)) not in done]
     bar = tqdm(total=len(todo), desc="bench", unit="gen", file=sys.stderr, dynamic_ncols=True, disable=not todo)
-    for _, rec in (executor or InProcess()).map(work, todo, exclusive(config.device, config.threads), runner):
-        run_dir.append(rec)
-        bar.update()
-        bar.set_postfix_str(f"{rec['method']} {rec['new_tokens'] / rec['seconds']:.1f} tok/s")
-    bar.close()
+    try:
+        for _, rec in (executor or InProcess()).map(work, todo, exclusive(config.device, config.threads), runner):
+            run_dir.append(rec)
+            bar.update()
+            bar.set_postfix_str(f"{rec['method']} {rec['new_tokens'] / rec['seconds']:.1f} tok/s")
+    finally:  # a crashed or interrupted bench leaves no llama-server behind
+        runner.close()
+        bar.close()
     summary = summarize(run_dir.records(), config)
     summary["target"] = describe(target)
     summary["drafter"] = drafter.describe() if drafter else None
@@ -269,7 +290,9 @@ def summarize(records: list[dict], config: BenchConfig) -> dict:
         "verify_ms": verify,
         "verify_over_ar_step": verify / ar_step if verify and ar_step else None,
         "draft_step_ms": per.get("sd", {}).get("draft_step_ms"),
-        "baselines": {name: {"tokens_per_s": s["tokens_per_s"], "identical_to_ar": s["identical_to_ar"]}
+        "baselines": {name: {"tokens_per_s": s["tokens_per_s"], "identical_to_ar": s["identical_to_ar"],
+                             **({k: s[k] for k in ("drafted", "accepted", "alpha")} if "drafted" in s else {}),
+                             **({"wall_tokens_per_s": s["wall_tokens_per_s"]} if "wall_tokens_per_s" in s else {})}
                       for name, s in per.items() if name != "sd"},
         "methods": per,
         "by_suite": metrics.per_suite(by_method.get("sd", []), by_method.get("ar", [])),
@@ -280,7 +303,8 @@ def format_table(summary: dict) -> str:
     def fmt(v, spec, scale=1.0, unit=""):
         return "-" if v is None else format(v * scale, spec) + unit
 
-    lines = [f"{'method':<17}{'tokens/s':>9}{'vs AR':>8}{'TAR':>7}{'alpha':>7}{'same as AR':>12}"]
+    w = max([17] + [len(name) + 2 for name in summary["methods"]])  # llama-server:ARGS names can be long
+    lines = [f"{'method':<{w}}{'tokens/s':>9}{'vs AR':>8}{'TAR':>7}{'alpha':>7}{'same as AR':>12}"]
     notes = []
     if summary.get("verify_over_ar_step"):
         notes.append(f"verify pass over γ+1={summary['gamma'] + 1} tokens: {summary['verify_ms']:.1f} ms = "
@@ -288,9 +312,13 @@ def format_table(summary: dict) -> str:
                      f"draft step {summary['draft_step_ms']:.1f} ms")
     for name, s in summary["methods"].items():
         lines.append(
-            f"{name:<17}{s['tokens_per_s']:>9.2f}{fmt(s['speedup_vs_ar'], '.2f', unit='x'):>8}{fmt(s.get('tar'), '.2f'):>7}"
+            f"{name:<{w}}{s['tokens_per_s']:>9.2f}{fmt(s['speedup_vs_ar'], '.2f', unit='x'):>8}{fmt(s.get('tar'), '.2f'):>7}"
             f"{fmt(s.get('alpha'), '.3f'):>7}{fmt(s['identical_to_ar'], '.0f', 100, '%'):>12}"
         )
+    for name, s in summary["methods"].items():
+        if "drafted" in s and (s["drafted"] or name != "llama-server"):  # engines that report totals only
+            notes.append(f"{name}: drafted {s['drafted']}, accepted {s['accepted']}"
+                         + (f" ({s['alpha']:.1%})" if s["alpha"] is not None else ""))
     if len(summary.get("by_suite", {})) > 1:
         notes.append("SD per suite (TAR, SD / AR): " + ", ".join(
             f"{suite} {fmt(v['tar'], '.2f')} {fmt(v['speedup_vs_ar'], '.2f', unit='x')}" for suite, v in summary["by_suite"].items()))

@@ -45,6 +45,10 @@ class GridRunner:
             self.runners[index] = bench.Runner(config, *bench.load_models(config, self.loaded), mine)
         return {**point_of(self.points[index]), **self.runners[index]((unit, method))}
 
+    def close(self) -> None:
+        for runner in self.runners.values():
+            runner.close()
+
 
 @dataclass(frozen=True)
 class GridWork:
@@ -78,12 +82,15 @@ def run(grid: BenchGridConfig, out: str | Path, executor: Executor | None = None
                     items.append(((config.temperature, config.batch_size, order, index), (index, unit, method)))
     todo = [item for _, item in sorted(items, key=lambda x: x[0])]
     bar = tqdm(total=len(todo), desc="bench grid", unit="gen", file=sys.stderr, dynamic_ncols=True, disable=not todo)
-    for _, rec in (executor or InProcess()).map(work, todo, exclusive(grid.bench.device, grid.bench.threads), runner):
-        run_dir.append(rec)
-        bar.update()
-        bar.set_postfix_str(f"{rec['method']} {label(rec['drafter'])} γ={rec['gamma']} B={rec['batch_size']}: "
-                            f"{rec['new_tokens'] / rec['seconds']:.1f} tok/s")
-    bar.close()
+    try:
+        for _, rec in (executor or InProcess()).map(work, todo, exclusive(grid.bench.device, grid.bench.threads), runner):
+            run_dir.append(rec)
+            bar.update()
+            bar.set_postfix_str(f"{rec['method']} {label(rec['drafter'])} γ={rec['gamma']} B={rec['batch_size']}: "
+                                f"{rec['new_tokens'] / rec['seconds']:.1f} tok/s")
+    finally:  # servers and llama.cpp models the baselines started are stopped, finished or not
+        runner.close()
+        bar.close()
     summary = summarize(run_dir.records(), points)
     run_dir.write_json("grid.json", summary)
     print(format_grid(summary))

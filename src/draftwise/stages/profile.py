@@ -24,10 +24,10 @@ from .. import cost, data, specs
 from ..config import ProfileConfig, drafter_kind
 from ..errors import DraftwiseError
 from ..executors import Executor, InProcess, exclusive
-from ..models import Model, ModelOptions, engine, load, load_drafter
-from ..models.hf import HFCausalLM
+from ..models import Model, ModelOptions, fill_cache, load, load_drafter, stamp
+from ..models.llamacpp_load import LLAMA_CPP
 from ..rundir import RunDir
-from ..timing import check_machine, machine, measure_interleaved, median
+from ..timing import check_machine, measure_interleaved, median
 
 DEFINITIONS = """\
 ar_step_ms: the target's forward over 1 new token (batch b, `context` positions cached), median of repeats.
@@ -45,16 +45,19 @@ def depth_spec(k: int) -> str:
 
 
 def points(config: ProfileConfig, n_layers: int) -> list[dict]:
-    """Every timing point of a run, in the order they are taken (a point is also its record's key)."""
+    """Every timing point of a run, in the order they are taken (a point is also its record's key). llama.cpp runs a
+    whole forward or nothing, so its runs have no LM-head points."""
     drafters = [depth_spec(k) for k in config.depths if k < n_layers] + list(config.drafters)
+    heads = config.backend != LLAMA_CPP
     out = []
     for b in config.batches:
         out.append({"kind": "step", "model": "target", "batch": b, "tokens": 1})
         out += [{"kind": "verify", "model": "target", "batch": b, "tokens": g + 1, "gamma": g} for g in config.gammas]
-        out.append({"kind": "head", "model": "target", "batch": b, "tokens": 1})
+        out += [{"kind": "head", "model": "target", "batch": b, "tokens": 1}] if heads else []
         out += [{"kind": "propose" if drafter_kind(d) == "lookup" else "step", "model": d, "batch": b, "tokens": 1}
                 for d in drafters]
-        out += [{"kind": "head", "model": d, "batch": b, "tokens": 1} for d in config.drafters if drafter_kind(d) == "model"]
+        out += [{"kind": "head", "model": d, "batch": b, "tokens": 1} for d in config.drafters
+                if drafter_kind(d) == "model" and heads]
     return out
 
 
@@ -73,11 +76,11 @@ class ProfileWork:
         if c.threads:
             torch.set_num_threads(c.threads)
         models = load_models(c)
-        return Timer(models, c, machine(c.device, c.dtype, engine(models["target"], _options(c))))
+        return Timer(models, c, stamp(models["target"], _options(c)))
 
 
 def _options(config: ProfileConfig) -> ModelOptions:
-    return ModelOptions(config.dtype, config.device, config.backend, config.compile)
+    return ModelOptions(config.dtype, config.device, config.backend, config.compile, gguf_quant=config.gguf_quant)
 
 
 def load_models(config: ProfileConfig) -> dict[str, Model]:
@@ -136,9 +139,7 @@ class Timer:
         if point["kind"] == "head":
             x = torch.randn(b, 1, lm.config.hidden_size, generator=self.gen).to(dev, lm.dtype)
             return lambda: lm.logits(x)
-        lm.reset(b, ctx + max(self.config.gammas) + 1)  # a lean cache is reused when it fits
-        if isinstance(lm, HFCausalLM):  # a DynamicCache must really hold `context` positions
-            lm.forward(torch.randint(0, lm.vocab_size, (b, ctx), generator=self.gen).to(dev), 0, 0)
+        fill_cache(lm, b, ctx, max(self.config.gammas) + 1, self.gen)
         ids = torch.randint(0, lm.vocab_size, (b, t), generator=self.gen).to(dev)
         return lambda: lm.forward(ids, ctx, t)  # a lean cache is preallocated: garbage in it costs what real keys do
 
@@ -240,7 +241,8 @@ def _depth_fit(entry: dict, target_layers: int) -> dict | None:
 def format_profile(summary: dict) -> str:
     lines = []
     for b, e in summary["batches"].items():
-        lines.append(f"batch {b}: AR step {e['ar_step_ms']:.2f} ms, LM head {e['head_ms']:.2f} ms")
+        head = f", LM head {e['head_ms']:.2f} ms" if e.get("head_ms") else ""
+        lines.append(f"batch {b}: AR step {e['ar_step_ms']:.2f} ms{head}")
         lines.append("  verify/AR-step by γ: " + ", ".join(f"{g}: {r:.2f}" for g, r in e["verify_over_ar_step"].items()))
         fit = e.get("depth_fit")
         if fit:

@@ -25,18 +25,22 @@ from .. import cost
 from ..config import SweepConfig
 from ..errors import DraftwiseError
 from ..executors import Executor, InProcess, exclusive
-from ..models import ModelOptions, engine, layer_subset, load
+from ..models import ModelOptions, fill_cache, layer_subset, load, load_drafter, stamp
+from ..models.llamacpp_load import LLAMA_CPP
 from ..models.hf import bytes_per_value, torch_dtype
 from ..models.lean import LeanLM
 from ..models.random import llama_config, random_lm
 from ..rundir import RunDir
-from ..timing import check_machine, machine, measure_interleaved, median
+from ..timing import check_machine, measure_interleaved, median
 
 DEFINITIONS = """\
 step_ms: one drafter step (1 token per sequence, `context` positions cached), median of repeats. c = step / target AR step,
 timed interleaved. params: the draftwise convention (see draftwise.cost). kv_bytes_per_seq: keys + values of `context`
 positions at the run's dtype. max_batch: the largest batch whose target + drafter KV caches fit in `memory` beside both models' weights.
 fit: least squares step_ms = fixed + layers·(layer_overhead + layer_MB·ms_per_layer_MB) + head_MB·ms_per_head_MB."""
+
+
+GGUF_BYTES = {"f32": 4, "f16": 2, "q8_0": 34 / 32}  # bytes per weight of the GGUF types (Q8_0: 32 int8 + an f16 scale)
 
 
 def points(config: SweepConfig, target: cost.Shape) -> list[dict]:
@@ -77,6 +81,16 @@ def random_model(template_config, shape: cost.Shape, dtype: torch.dtype, device:
     return random_lm(llama_config(shape.__dict__, template_config), dtype, device, seed)
 
 
+def options_of(config: SweepConfig) -> ModelOptions:
+    return ModelOptions(config.dtype, config.device, config.backend, gguf_quant=config.gguf_quant)
+
+
+def random_spec(shape: cost.Shape, seed: int) -> str:
+    """The `random:` drafter spec of a shape (left-out settings, such as a tied head, are the target's)."""
+    keys = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab")
+    return "random:" + ",".join(f"{k}={getattr(shape, k)}" for k in keys) + f",seed={seed}"
+
+
 @dataclass(frozen=True)
 class SweepWork:
     """The executor's recipe: load the target (once per process), then time points with it."""
@@ -86,9 +100,9 @@ class SweepWork:
     def __call__(self) -> "Timer":
         if self.config.threads:
             torch.set_num_threads(self.config.threads)
-        options = ModelOptions(self.config.dtype, self.config.device, "lean")
+        options = options_of(self.config)
         target = load(self.config.target, options)
-        return Timer(target, self.config, machine(self.config.device, self.config.dtype, engine(target, options)))
+        return Timer(target, self.config, stamp(target, options))
 
 
 class Timer:
@@ -96,15 +110,24 @@ class Timer:
         self.target, self.config, self.machine = target, config, machine
         self.target_shape = cost.Shape.of(target.config)
 
+    def drafter_lm(self, point: dict, shape: cost.Shape):
+        """The shape as a model of the run's engine: a truncation shares the target's weights; other shapes get random
+        ones (on llama.cpp, written as GGUF files at `gguf_quant` first)."""
+        ids = list(range(shape.layers))
+        truncation = point["family"] == "truncation" and shape.vocab == self.target_shape.vocab
+        if self.config.backend == LLAMA_CPP:
+            spec = "layers:" + ",".join(map(str, ids)) if truncation else random_spec(shape, self.config.seed)
+            return load_drafter(spec, self.target, options_of(self.config)).lm
+        if truncation:
+            return self.target.lm.subset(ids, layer_subset(self.target.config, {}, ids)[0])
+        return random_model(self.target.config, shape, self.target.lm.dtype, self.config.device, self.config.seed)
+
     def __call__(self, point: dict) -> dict:
         shape, b, ctx = shape_of(point), point["batch"], self.config.context
-        if point["family"] == "truncation" and shape.vocab == self.target_shape.vocab:
-            lm = self.target.lm.subset(list(range(shape.layers)), layer_subset(self.target.config, {}, list(range(shape.layers)))[0])
-        else:
-            lm = random_model(self.target.config, shape, self.target.lm.dtype, self.config.device, self.config.seed)
+        lm = self.drafter_lm(point, shape)
         gen = torch.Generator().manual_seed(self.config.seed)
         for m in (lm, self.target.lm):
-            m.reset(b, ctx + 1)
+            fill_cache(m, b, ctx, 1, gen)
         ids = torch.randint(0, shape.vocab, (b, 1), generator=gen).to(self.config.device)
         ref_ids = ids.clamp_max(self.target_shape.vocab - 1)
         ms, ref_ms = measure_interleaved([lambda: lm.forward(ids, ctx, 1), lambda: self.target.lm.forward(ref_ids, ctx, 1)],
@@ -144,7 +167,7 @@ def run(config: SweepConfig, out: str | Path, executor: Executor | None = None) 
 
 def summarize(records: list[dict], target: cost.Shape, config: SweepConfig) -> dict:
     memory = cost.parse_count(config.memory)
-    bpv = bytes_per_value(config.dtype)
+    bpv = bytes_per_value(config.dtype) if config.backend != LLAMA_CPP else GGUF_BYTES[config.gguf_quant]
     rows = []
     for r in records:
         shape = shape_of(r)

@@ -5,7 +5,8 @@ which settings, and how fast.
   profile → lookup candidates (texts, corpus gain,
   gen-data-more, suffix index, tuned n-gram / suffix / hybrid settings; see `lookup`) → bench (one interleaved grid of
   every candidate beside AR, then γ*, temperatures, the batch dividend and the headline against transformers; see
-  `measure`) → accuracy → export → reduced heads (model drafters) → report
+  `measure`) → per engine (llama.cpp rows: profile, lookup tuning, one grid beside llama-server's built-ins, a verdict
+  each; see `engines`) → accuracy → export → reduced heads (model drafters) → report
 
 Every stage writes its own run folder under `stages/` and, when finished, one `done` record in this folder's
 records.jsonl; a rerun skips finished stages and resumes the unfinished one from its own folder, so a kill at any
@@ -30,7 +31,7 @@ from ...models import ModelOptions, hf, load, load_drafter
 from ...rundir import RunDir
 from ...specs import split_hybrid
 from .. import accuracy, agree, bench, distill, gen_data, profile, prune, sweep  # noqa: F401  (the stages a run calls)
-from . import lookup, measure, verdict
+from . import engines, export_engines, lookup, measure, verdict
 from .candidates import Candidate, budget_shapes, candidates, choose_shapes
 from .measure import batch_dividend, feasible_batch  # noqa: F401  (the design's API)
 
@@ -193,10 +194,11 @@ def measure_costs(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str], 
         repeats=7, seed=c.seed, **opts), f, p.executor))
 
 
-def predicted(p: Pipeline, spec: str, name: str, batch: int = 1) -> dict[int, float]:
+def predicted(p: Pipeline, spec: str, name: str, batch: int = 1, profile: str = "profile") -> dict[int, float]:
     """Predicted greedy tokens/s per γ (per sequence, at `batch`): the exact greedy TAR replayed from `agree` over
-    step and verify times measured at that batch. Empty when the profile has no such batch."""
-    prof = json.loads((p.folder("profile") / "profile.json").read_text())["batches"].get(str(batch))
+    step and verify times measured at that batch by `profile` (a profile stage: each engine has its own). Empty when
+    the profile has no such batch."""
+    prof = json.loads((p.folder(profile) / "profile.json").read_text())["batches"].get(str(batch))
     if prof is None:
         return {}
     tar = json.loads((p.folder(f"agree-{name}") / "agree.json").read_text())["predicted_greedy_tar"]
@@ -205,9 +207,9 @@ def predicted(p: Pipeline, spec: str, name: str, batch: int = 1) -> dict[int, fl
     return {g: 1e3 * cost.throughput(tar[str(g)], g, step, verify[g]) for g in GAMMAS if tar.get(str(g))}
 
 
-def best_gamma(p: Pipeline, spec: str, name: str) -> tuple[int, float]:
+def best_gamma(p: Pipeline, spec: str, name: str, profile: str = "profile") -> tuple[int, float]:
     """(γ*, its predicted tokens/s) of a model candidate at batch 1."""
-    pred = predicted(p, spec, name)
+    pred = predicted(p, spec, name, profile=profile)
     return max(pred.items(), key=lambda kv: kv[1]) if pred else (1, 0.0)
 
 
@@ -269,12 +271,15 @@ def run(config: DesignConfig, out: str | Path, executor: Executor | None = None)
     measure.batch_dividend(p, target_shape, specs, cands, predicted)
     measure.headline(p, specs[chosen], gamma)
     outcome = p.stage("verdict", lambda f: verdict.decide(p, gamma))
+    lean_models = {x.name: specs[x.name] for x in benched if x.role not in ("lookup", "hybrid")}
+    rows = [engines.run_row(p, e, target, lean_models, config.lookups, predicted) for e in engines.rows(config)]
     models = {x.name: specs[x.name] for x in cands if x.role not in ("lookup", "hybrid")}
     p.stage("accuracy", lambda f: measure_accuracy(config, target, models, f, options))
     from ...report import design as report
     from .export import export, export_reduced
 
     full = export(p, target, outcome)
+    export_engines.export_rows(p.dir.path / "export", rows, config)
     if drafter_kind(specs[chosen]) == "model" and (config.draft_vocabs or config.adaptive):
         spec, n = measure.tune_head(p, full, target_shape.vocab, gamma)
         if n:

@@ -23,14 +23,18 @@ import numpy as np
 
 RESAMPLES = 2000
 LEVEL = 0.95
+IGNORE = object()  # what a `timings` key function returns for records that are no option of the decision
 
 
 def timings(records: Sequence[dict], key: Callable[[dict], object]) -> dict[object, dict[str, tuple[float, float]]]:
-    """{option: {prompt id: (new tokens, seconds)}} from bench records (AR's option key is whatever `key` gives it);
-    repeated passes over a prompt are pooled (their tokens and seconds summed)."""
+    """{option: {prompt id: (new tokens, seconds)}} from bench records (AR's option key is whatever `key` gives it;
+    records keyed `IGNORE` are left out); repeated passes over a prompt are pooled (their tokens and seconds summed)."""
     out: dict[object, dict[str, tuple[float, float]]] = {}
     for r in records:
-        per = out.setdefault(key(r), {})
+        k = key(r)
+        if k is IGNORE:
+            continue
+        per = out.setdefault(k, {})
         tokens, seconds = per.get(r["prompt_id"], (0.0, 0.0))
         per[r["prompt_id"]] = (tokens + r["new_tokens"], seconds + r["seconds"])
     return out

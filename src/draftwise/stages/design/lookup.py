@@ -32,9 +32,9 @@ GAMMAS = (2, 3, 4, 6, 8)
 CURVE_GAMMA = 4
 
 
-def verify_seconds(p, batch: int = 1):
-    """t_verify(g) in seconds from the profile (g = 0: one AR step), interpolated between profiled γ."""
-    entry = json.loads((p.folder("profile") / "profile.json").read_text())["batches"][str(batch)]
+def verify_seconds(p, batch: int = 1, profile: str = "profile"):
+    """t_verify(g) in seconds from a profile stage (g = 0: one AR step), interpolated between profiled γ."""
+    entry = json.loads((p.folder(profile) / "profile.json").read_text())["batches"][str(batch)]
     points = [(0, entry["ar_step_ms"])] + sorted((int(g), ms) for g, ms in entry["verify_ms"].items())
     return lambda g: cost.interpolate([x for x, _ in points], [y for _, y in points], g) / 1e3
 
@@ -153,9 +153,10 @@ def suffix_spec(p, factor: float, min_prob: float) -> str:
     return f"suffix:{p.folder('suffix-index')},factor={factor:g},min_prob={min_prob:g}"
 
 
-def tune(p, target, model: tuple[str, str, int] | None) -> dict:
-    """The settings grid replayed and priced; returns the decision: the best n-gram, suffix and hybrid (spec, γ)."""
-    t_verify = verify_seconds(p)
+def tune(p, target, model: tuple[str, str, int] | None, profile: str = "profile", stage: str = "tune-lookup") -> dict:
+    """The settings grid replayed and priced with the verify times of `profile` (a profile stage: each engine has its
+    own); returns the decision: the best n-gram, suffix and hybrid (spec, γ)."""
+    t_verify = verify_seconds(p, profile=profile)
 
     def decide(folder: Path) -> dict:
         docs, rows = texts(p), []
@@ -179,7 +180,7 @@ def tune(p, target, model: tuple[str, str, int] | None) -> dict:
             drafter = specs.load(spec, target)
             seqs = [continuations.Sequence(d["prompt_id"], d["prompt"] + d["continuation"], len(d["prompt"])) for d in docs]
             matches = continuations.top1_matches(drafter.model.lm, seqs)
-            step = json.loads((p.folder("profile") / "profile.json").read_text())["batches"]["1"]["drafters"][spec]["step_ms"]
+            step = json.loads((p.folder(profile) / "profile.json").read_text())["batches"]["1"]["drafters"][spec]["step_ms"]
             rounds = replay(docs, specs.parse_lookup(lookup["spec"], target), lookup["gamma"], matches, g_model)
             hybrid = f"hybrid:{spec}+{lookup['spec']},model_gamma={g_model}"
             rows.append(row(hybrid, "hybrid", lookup["gamma"], rounds, t_verify, step / 1e3))
@@ -192,4 +193,4 @@ def tune(p, target, model: tuple[str, str, int] | None) -> dict:
                     **({"why": decisions[m]["why"], "tie": decisions[m]["tie"]} if m in decisions else {})}
                 for m, r in best.items()}
 
-    return p.stage("tune-lookup", decide)
+    return p.stage(stage, decide)

@@ -1,0 +1,101 @@
+"""The `design` report's per-engine part: one verdict row per engine, beside llama-server's best built-in, and the
+verify curves of every engine on one chart (see `stages/design/engines.py` for how each row is measured)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..stages.bench_grid import label
+from ..stages.design import engines
+from .fmt import interval as _interval
+from .fmt import num as _f
+from .plots import _save, plt
+
+
+def verify_curves(curves: dict[str, dict[int, float]], folder: Path, footer: str) -> Path:
+    """t_verify(γ) / t_step of each engine: what a round of γ drafted tokens costs the target, in AR steps."""
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name, curve in curves.items():
+        gammas = sorted(curve)
+        ax.plot(gammas, [curve[g] for g in gammas], "o-", label=name)
+    ax.axhline(1.0, color="0.6", lw=1)
+    ax.set(xlabel="γ (verify pass over γ+1 tokens)", ylabel="verify pass ÷ one AR step",
+           title="Verify cost per engine (batch 1, same machine)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
+    return _save(fig, folder / "verify_per_engine.png", footer)
+
+
+def _curve(profile_json: Path) -> dict[int, float]:
+    entry = json.loads(profile_json.read_text())["batches"]["1"]
+    return {0: 1.0, **{int(g): r for g, r in entry["verify_over_ar_step"].items()}}
+
+
+def rows_of(p) -> list[dict]:
+    return [r for name, r in sorted(p.done.items()) if name.startswith("verdict@")]
+
+
+def section(doc, p, plots: Path, footer: str) -> None:
+    """The engines table and chart (nothing when the design ran on the lean engine alone)."""
+    rows = rows_of(p)
+    if not rows:
+        return
+    lean = p.done["verdict"]
+    lean_pt = next(iter(json.loads((p.folder("bench-select") / "grid.json").read_text())["points"]))
+    doc.h("Per engine: where the verdict is deployed")
+    table = [["draftwise lean (fp32)", _f(lean_pt["methods"]["ar"]["tokens_per_s"], ".1f"),
+              _what(lean), _interval(lean["speedup"]), "-", "-", "-", "-", "-"]]
+    for v in rows:
+        b = v["builtins"].get(v["best_builtin"]) if v["best_builtin"] else None
+        plain = v["builtins"].get("llama-server")
+        table.append([f"{v['engine']}" + ("" if v["shipped"] else " (requantized: a lossy choice)"),
+                      _f(v["ar_tokens_per_s"], ".1f"), _what(v), _interval(v["speedup"]),
+                      f"`{engines.short_args(v['best_builtin'])}`" if b else "-",
+                      _f(b and b["tokens_per_s"], ".1f"), _interval(b and b["speedup"]),
+                      _interval(v["verdict_over_best_builtin"]), _f(plain and plain["tokens_per_s"], ".1f")])
+    doc.table(["engine", "plain decoding tok/s (draftwise AR)", "verdict", "speedup over plain [95 %]",
+               "best llama-server built-in", "its tok/s", "its speedup over draftwise AR [95 %]",
+               "verdict ÷ best built-in [95 %]", "llama-server plain tok/s"], table)
+    doc.p("Each row: one interleaved grid on that engine, the same eval prompts and token ids for every method, T = 0, "
+          "prefill included; intervals are paired bootstraps over prompts. llama-server built-ins run with their own "
+          "defaults and, for each draftwise candidate, its nearest built-in with its settings; their tokens/s come from "
+          "the server's own timings (prompt + generation).")
+    for v in rows:
+        doc.p(engines.sentence(v))
+        doc.p(_fidelity(v))
+        doc.table(["method", "SD / AR [95 %]", "TAR", "α"], [[f"{n} ({label(c['spec'], 48)}, γ={c['gamma']})",
+                   _interval(c["speedup"]), _f(c["tar"]), _f(c["alpha"], ".3f")] for n, c in v["candidates"].items()])
+        doc.table(["llama-server built-in", "tok/s", "over draftwise AR [95 %]", "over llama-server plain [95 %]",
+                   "drafted", "accepted"],
+                  [[f"`{engines.short_args(m)}`", _f(b["tokens_per_s"], ".1f"), _interval(b["speedup"]),
+                    _interval(b.get("over_server_plain")), _f(b.get("drafted"), "d"), _f(b.get("accepted"), "d")]
+                   for m, b in v["builtins"].items()])
+    curves = {"draftwise lean (fp32)": _curve(p.folder("profile") / "profile.json")}
+    curves.update({v["engine"]: _curve(p.folder(f"profile@{v['engine']}") / "profile.json") for v in rows})
+    doc.img(verify_curves(curves, plots, footer), "Verify pass over γ+1 tokens in AR steps, per engine")
+    doc.p("Verify cost per engine (γ: AR steps): " + "; ".join(
+        f"{name}: " + ", ".join(f"{g} {r:.2f}" for g, r in sorted(c.items()) if g) for name, c in curves.items()) + ".")
+
+
+def _what(v: dict) -> str:
+    if not v["recommend"]:
+        return f"plain decoding (best: {v['drafter']}, γ={v['gamma']})"
+    return f"{v['drafter']} ({label(v['spec'], 40)}), γ={v['gamma']}"
+
+
+def _fidelity(v: dict) -> str:
+    """What the greedy identical fraction means on this engine."""
+    same, div = v.get("identical"), v.get("divergence") or {}
+    if same is None:
+        return ""
+    text = f"Greedy SD gave AR's tokens on {100 * same:.0f} % of prompts with {v['drafter']} on {v['engine']}"
+    if same < 1 and div.get("first"):
+        text += (f"; where they differ, the first difference came after {div['first_min']}–{div['first_max']} "
+                 f"identical tokens (median {div['first_median']})")
+    if v["quant"] in ("F32",):
+        return text + ". At F32 the two should agree: a difference means llama.cpp's multi-token pass rounds " \
+                      "differently from its one-token step here."
+    return text + (". At quantized precision llama.cpp's multi-token pass may round differently from its one-token "
+                   "step, so a near-tie between two tokens can go the other way: each output is still the target's "
+                   "greedy text under one of the two roundings, not a sample from another model.")

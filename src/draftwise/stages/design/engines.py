@@ -1,0 +1,243 @@
+"""`design` on the engines users deploy on: one verdict per engine, beside what llama-server already has.
+
+The pipeline (candidates, training, lookup tuning, the lean engine's verdict) runs once; each llama.cpp row then
+measures the candidates where a user would run them. Costs — the verify curve above all — belong to (engine,
+precision, machine), so a γ, a drafter or a verdict chosen on one engine does not transfer to another:
+
+  rows             llama.cpp running the target's own GGUF (for `default`, the Q4_1 file it ships as), and one row per
+                   `--gguf-quants` precision: the target written at that precision from the weights draftwise loads
+                   (a lossy choice the user makes; F32 of a dequantised Q4_1 file computes that file's own function)
+  profile@E        E's verify curve, and each model candidate's step (drafters written as GGUF at E's precision)
+  tune-lookup@E    the lookup settings replayed over the target's text, priced with E's verify times
+  bench-select@E   one interleaved grid on E at T = 0: the tuned lookups, the hybrid, and the model candidates the cost
+                   model cannot rule out on E, at their γ for E; draftwise AR on E; llama-cpp-python's generate; and
+                   llama-server on the same token ids: plain, --spec-default, each --spec-type with its defaults, and
+                   the nearest built-in of each draftwise candidate with its settings (`nearest_builtin`)
+  verdict@E        the fastest draftwise method beyond noise (paired bootstrap over prompts, a tie to the cheaper), to
+                   deploy when its interval over E's AR lies above 1, else plain decoding; beside it the best llama-server
+                   built-in with its interval, and how often greedy SD reproduced AR's tokens on E (a quantized
+                   multi-token pass may round differently from a one-token step)
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from ... import metrics, specs as spec_lib
+from ...config import BenchConfig, BenchGridConfig, ProfileConfig, drafter_kind
+from ...models.llamacpp_load import LLAMA_CPP, gguf_file, quant_name, written
+from .. import profile
+from ..bench_grid import label
+from . import decide, lookup, measure
+
+GAMMAS = (1, 2, 3, 4, 6, 8)
+SCREEN = 0.9  # a model candidate predicted below this share of the best draftwise method on E is not benchmarked
+SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache")  # llama-server's draft-free built-ins
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One verdict row: llama.cpp running `target` (a GGUF file)."""
+
+    name: str  # e.g. llama.cpp-Q4_1: stage names and the report's rows
+    target: str  # the GGUF file it runs
+    quant: str  # its file type (F32, F16, Q8_0, Q4_1, ...)
+    drafter_quant: str  # what draftwise writes model drafters at for this row (f32 | f16 | q8_0)
+    shipped: bool  # the target's own file (False: a copy written at a precision the user chose)
+
+
+def rows(config) -> list[Engine]:
+    """The llama.cpp rows of a design: the target's own file, then each `gguf_quants` copy."""
+    if LLAMA_CPP not in config.engines:
+        return []
+    own = gguf_file(config.target)
+    out: list[Engine] = []
+    if own is not None:
+        q = quant_name(own)
+        out.append(Engine(f"{LLAMA_CPP}-{q}", str(own), q, _drafter_quant(q), True))
+    for quant in (() if own is not None else ("f32",)) + tuple(config.gguf_quants):
+        path = written(config.target, config.target, quant)
+        q = quant_name(path)
+        if all(e.quant != q for e in out):
+            out.append(Engine(f"{LLAMA_CPP}-{q}", str(path), q, quant, False))
+    return out
+
+
+def _drafter_quant(quant: str) -> str:
+    """A drafter's precision beside a target of this file type: its own where draftwise writes it, else Q8_0."""
+    return {"F32": "f32", "F16": "f16"}.get(quant, "q8_0")
+
+
+def target_name(v: dict) -> str:
+    """The target file as an export names it: the shipped file by its name, a written copy by what makes it."""
+    return v["target_file"] if v["shipped"] else f"target-{v['quant'].lower()}.gguf"
+
+
+def _options(config) -> dict:
+    return {"device": "cpu", "threads": config.threads}
+
+
+def bench_config(p, e: Engine, **kw) -> BenchConfig:
+    c = p.config
+    return BenchConfig(target=e.target, backend=LLAMA_CPP, gguf_quant=e.drafter_quant, suite=c.bench_suites,
+                       limit=c.bench_limit, max_new_tokens=c.max_new_tokens, seed=c.seed, llama_server=c.llama_server,
+                       **_options(c), **kw)
+
+
+def nearest_builtin(spec: str, gamma: int, target: str, quant: str) -> str:
+    """llama-server's built-in closest to a draftwise method, with its settings (the args after `llama-server:`):
+    n-gram lookup → ngram-simple (its longest n-gram as the lookup length, γ as the draft length); the suffix index →
+    ngram-cache (an n-gram cache that grows with what the server generates); a model drafter → draft-simple with the
+    same drafter as GGUF; a hybrid → both, llama-server trying them in turn."""
+    kind = drafter_kind(spec)
+    if kind == "model":
+        return f"--spec-type draft-simple -md {shlex.quote(str(written(spec, target, quant)))} --spec-draft-n-max {gamma}"
+    if kind == "hybrid":
+        model, lookup_spec, model_gamma = spec_lib.split_hybrid(spec)
+        types = _lookup_type(lookup_spec, gamma)
+        drafter = shlex.quote(str(written(model, target, quant)))
+        return f"--spec-type {types[0]},draft-simple {types[1]} -md {drafter} --spec-draft-n-max {model_gamma or gamma}"
+    kind_args = _lookup_type(spec, gamma)
+    return f"--spec-type {kind_args[0]} {kind_args[1]}".strip()
+
+
+def _lookup_type(spec: str, gamma: int) -> tuple[str, str]:
+    if spec.startswith("ngram"):
+        n = spec_lib.parse_ngram(spec).max_n
+        return "ngram-simple", f"--spec-ngram-simple-size-n {n} --spec-ngram-simple-size-m {gamma}"
+    return "ngram-cache", f"--spec-draft-n-max {gamma}"
+
+
+def builtins(nearest: dict[str, str]) -> list[str]:
+    """The llama-server baselines of a row: plain, --spec-default, each spec type's defaults, each candidate's nearest."""
+    names = ["llama-server", "llama-server:--spec-default"] + [f"llama-server:--spec-type {t}" for t in SPEC_TYPES]
+    return list(dict.fromkeys(names + list(nearest.values())))
+
+
+def run_row(p, e: Engine, target, models: dict[str, str], lookups: bool, predicted) -> dict:
+    """One engine row's stages (module docstring); returns its verdict record. `models`: the model candidates
+    benchmarked on the lean engine ({name: spec}); `predicted(p, spec, name, profile=...)`: design's prediction."""
+    c = p.config
+    prof = f"profile@{e.name}"
+    p.stage(prof, lambda f: profile.run(ProfileConfig(
+        target=e.target, drafters=tuple(models.values()), depths=(), gammas=GAMMAS, batches=(1,), warmup=2, repeats=7,
+        seed=c.seed, backend=LLAMA_CPP, gguf_quant=e.drafter_quant, **_options(c)), f, p.executor))
+    best = {n: max(predicted(p, s, n, profile=prof).items(), key=lambda kv: kv[1], default=(1, 0.0))
+            for n, s in models.items()}
+    cands: dict[str, tuple[str, int]] = {}
+    tuned: dict[str, dict] = {}
+    if lookups:
+        top = max(models, key=lambda n: best[n][1]) if models else None
+        tuned = lookup.tune(p, target, (top, models[top], best[top][0]) if top else None, profile=prof,
+                            stage=f"tune-lookup@{e.name}")
+        cands.update({m: (tuned[m]["spec"], tuned[m]["gamma"]) for m in ("ngram", "suffix", "hybrid") if m in tuned})
+    lead = max([tuned[m]["predicted_tokens_per_s"] for m in cands] + [b for _, b in best.values()], default=0.0)
+    cands.update({n: (models[n], best[n][0]) for n in models if best[n][1] >= SCREEN * lead})
+    names = list(cands)
+    nearest = {n: "llama-server:" + nearest_builtin(s, g, e.target, e.drafter_quant) for n, (s, g) in cands.items()}
+    grid = BenchGridConfig(bench=bench_config(p, e, drafter=cands[names[0]][0], gamma=1,
+                                              baselines=("ar", "llama-cpp", *builtins(nearest))),
+                           drafters=tuple(s for s, _ in cands.values()), drafter_gammas=tuple(g for _, g in cands.values()))
+    measure.run_grid(p, f"bench-select@{e.name}", grid, drafters={n: s for n, (s, _) in cands.items()},
+                     gammas={n: g for n, (_, g) in cands.items()})
+    v = p.stage(f"verdict@{e.name}", lambda f: verdict(p, e, cands, nearest))
+    if v["recommend"] and v["kind"] == "lookup":  # the export's llama-cpp-python snippet, measured as it runs
+        config = bench_config(p, e, drafter=v["spec"], gamma=v["gamma"], limit=c.headline_limit, suite="spec_bench",
+                              baselines=("llama-cpp", "llama-cpp-lookup"))
+        measure.run_grid(p, f"bench-python@{e.name}", BenchGridConfig(bench=config), drafter=v["spec"])
+        v = {**v, "python": python_figures(p, e)}
+    return v
+
+
+def python_figures(p, e: Engine) -> dict:
+    """llama-cpp-python with draftwise's lookup (its `LookupDraftModel`) over llama-cpp-python's plain generate."""
+    recs = measure.records(p, [f"bench-python@{e.name}"])
+    by = decide.timings(recs, lambda r: None if r["method"] == "llama-cpp" else r["method"] if r["method"] ==
+                        "llama-cpp-lookup" else decide.IGNORE)
+    plain = by.pop(None)
+    point = measure.grid_points(p, f"bench-python@{e.name}")[0]["methods"]
+    return {"llama-cpp-lookup": {"tokens_per_s": point["llama-cpp-lookup"]["tokens_per_s"],
+                                 "speedup": decide.compare(by, plain, p.config.seed)["speedup"]["llama-cpp-lookup"]}}
+
+
+def verdict(p, e: Engine, cands: dict[str, tuple[str, int]], nearest: dict[str, str]) -> dict:
+    """The row's verdict record (module docstring): draftwise's choice on E with its interval, the built-ins beside."""
+    stage = f"bench-select@{e.name}"
+    recs = measure.records(p, [stage])
+    name_of = {s: n for n, (s, _) in cands.items()}
+    points = {r["drafter"]: r for r in measure.grid_points(p, stage)}
+
+    def ours(r):
+        return name_of.get(r["drafter"]) if r["method"] == "sd" else None if r["method"] == "ar" else decide.IGNORE
+
+    def theirs(r):
+        return None if r["method"] == "ar" else r["method"] if r["method"] != "sd" else decide.IGNORE
+
+    mine, peers = decide.timings(recs, ours), decide.timings(recs, theirs)
+    ar, _ = mine.pop(None), peers.pop(None)
+    step = {n: round((points[s]["draft_step_ms"] or 0.0) / points[s]["ar_step_ms"], 2) for n, (s, _) in cands.items()}
+    decision = decide.choose(decide.compare(mine, ar, p.config.seed), lambda n: (step[n],))
+    base = decide.compare(peers, ar, p.config.seed)
+    builtin = {m: s for m, s in base["speedup"].items() if m.startswith("llama-server")}
+    server = peers.get("llama-server")  # each built-in over llama-server's own plain decoding, on the same prompts
+    over_plain = decide.compare({m: peers[m] for m in builtin if m != "llama-server"}, server, p.config.seed)["speedup"] \
+        if server and len(builtin) > 1 else {}
+    best_builtin = max((m for m in builtin if m != "llama-server"), key=lambda m: builtin[m][0], default=None)
+    chosen = decision["chosen"]
+    recommend = decision["speedup"][chosen][1] > 1.0
+    sd_recs = [r for r in recs if r["method"] == "sd" and r["drafter"] == cands[chosen][0]]
+    ar_recs = [r for r in recs if r["method"] == "ar"]
+    pick = mine[chosen] if recommend else ar  # what the verdict deploys: the method, or plain decoding
+    against = decide.compare({"verdict": pick}, peers[best_builtin], p.config.seed)["speedup"]["verdict"] \
+        if best_builtin else None
+    any_point = next(iter(points.values()))
+    methods = any_point["methods"]
+    return {"engine": e.name, "quant": e.quant, "shipped": e.shipped, "target_file": Path(e.target).name,
+            "target_path": e.target, "drafter_quant": e.drafter_quant,
+            "recommend": recommend, "drafter": chosen, "spec": cands[chosen][0], "kind": drafter_kind(cands[chosen][0]),
+            "gamma": cands[chosen][1], "speedup": decision["speedup"][chosen], "decision": decision,
+            "tokens_per_s": points[cands[chosen][0]]["tokens_per_s"], "ar_tokens_per_s": methods["ar"]["tokens_per_s"],
+            "ar_step_ms": any_point["ar_step_ms"], "builtins": {m: {
+                "speedup": s, "over_server_plain": over_plain.get(m), "tokens_per_s": methods[m]["tokens_per_s"],
+                **server_counts(methods[m])} for m, s in builtin.items()},
+            "best_builtin": best_builtin, "verdict_over_best_builtin": against,
+            "llama_cpp_generate_tokens_per_s": methods.get("llama-cpp", {}).get("tokens_per_s"),
+            "identical": metrics.identical_fraction(sd_recs, ar_recs), "divergence": metrics.divergence(sd_recs, ar_recs),
+            "candidates": {n: {"spec": s, "gamma": g, "speedup": decision["speedup"][n], "nearest": nearest[n],
+                               "tar": points[s]["tar"], "alpha": points[s]["alpha"]} for n, (s, g) in cands.items()},
+            "rule": "deploy when the chosen method's speedup over AR on this engine is above 1 beyond noise (95 % "
+                    "interval, paired bootstrap over prompts); otherwise plain decoding"}
+
+
+def server_counts(summary: dict) -> dict:
+    """A llama-server baseline's own drafted / accepted counts (None where it did not speculate)."""
+    return {k: summary.get(k) for k in ("drafted", "accepted", "acceptance")}
+
+
+def short_args(method: str) -> str:
+    """A llama-server baseline's arguments for a table: a drafter GGUF by its file name, not its cache path."""
+    parts = shlex.split(method.removeprefix("llama-server").removeprefix(":"))
+    return shlex.join(Path(x).name if i and parts[i - 1] == "-md" else x for i, x in enumerate(parts)) or "(plain)"
+
+
+def sentence(v: dict) -> str:
+    """The row's verdict in one sentence (report and export); specs by their short label."""
+    pt, lo, hi = v["speedup"]
+    builtin = ""
+    if v["best_builtin"]:
+        b = v["builtins"][v["best_builtin"]]
+        vs = v["verdict_over_best_builtin"]
+        plain = b.get("over_server_plain")
+        builtin = (f" The best llama-server built-in here, `{short_args(v['best_builtin'])}`, measured "
+                   f"{b['speedup'][0]:.2f}× draftwise AR [{b['speedup'][1]:.2f}–{b['speedup'][2]:.2f}]"
+                   + (f" and {plain[0]:.2f}× llama-server's plain decoding [{plain[1]:.2f}–{plain[2]:.2f}]" if plain else "")
+                   + f"; {'the verdict' if v['recommend'] else 'plain decoding on draftwise'} is {vs[0]:.2f}× it "
+                     f"[{vs[1]:.2f}–{vs[2]:.2f}].")
+    what = f"{v['quant']} ({'the file the target ships as' if v['shipped'] else 'a copy written at this precision'})"
+    if v["recommend"]:
+        return (f"On {LLAMA_CPP} {what}: deploy {v['drafter']} ({label(v['spec'], 60)}, γ = {v['gamma']}), "
+                f"{pt:.2f}× plain decoding [{lo:.2f}–{hi:.2f}].{builtin}")
+    return (f"On {LLAMA_CPP} {what}: use plain decoding; the best draftwise method, {v['drafter']} "
+            f"({label(v['spec'], 60)}, γ = {v['gamma']}), measured {pt:.2f}× [{lo:.2f}–{hi:.2f}].{builtin}")

@@ -1,0 +1,133 @@
+"""Export per engine: for each llama.cpp row, `export/engines/<engine>/README.md` with what its verdict says to run —
+the llama-server command line (the nearest built-in of the chosen method with its settings, or plain decoding), the
+llama-cpp-python call (draftwise's lookup drafter as a `LlamaDraftModel`), the model drafter as GGUF where one is
+chosen — each with the figure measured for that exact command on this machine, or "not measured here".
+
+Paths are relative to the folder the README is in; the target file is named, not located (it is the user's)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from pathlib import Path
+
+from ... import specs
+from ...models.llamacpp_load import written
+from . import engines
+
+SERVER = """llama-server (measured here: {measured}):
+```
+llama-server -m {target} -t {threads} --host 127.0.0.1 --port 8080 {args}
+```
+"""
+
+PYTHON_LOOKUP = """llama-cpp-python with draftwise's {method} drafter (pip install draftwise; measured here: {measured}):
+```python
+from llama_cpp import Llama
+from draftwise.sd.llama_draft import LookupDraftModel
+llm = Llama(model_path="{target}", n_threads={threads},
+            draft_model=LookupDraftModel.from_spec("{spec}", num_pred_tokens={gamma}))
+out = llm.create_completion("Hello", max_tokens=128, temperature=0)
+```
+"""
+
+PYTHON_PLAIN = """llama-cpp-python, plain decoding (measured here: {measured}):
+```python
+from llama_cpp import Llama
+llm = Llama(model_path="{target}", n_threads={threads})
+out = llm.create_completion("Hello", max_tokens=128, temperature=0)
+```
+"""
+
+
+def export_rows(top: Path, rows: list[dict], config) -> None:
+    """Every engine row's folder, and a pointer to each in the export's README (the lean engine's verdict)."""
+    if not rows:
+        return
+    spec = "default" if config.target == "default" else "<target>"
+    lines = ["\n## Per engine\n", "The verdict above is the draftwise engine's. Where you deploy on llama.cpp:\n"]
+    for v in rows:
+        folder = export_row(top, v, config.threads, engines.target_name(v), spec)
+        lines.append(f"- `{folder.relative_to(top)}/`: {engines.sentence(v)}")
+    with open(top / "README.md", "a") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def _measured(b: dict | None, what: str = "draftwise AR on this engine") -> str:
+    if not b:
+        return "not measured here"
+    pt, lo, hi = b["speedup"]
+    return f"{b['tokens_per_s']:.1f} tokens/s, {pt:.2f}× {what} [95 % {lo:.2f}–{hi:.2f}]"
+
+
+def _local_args(args: str, out: Path) -> str:
+    """The built-in's arguments with its drafter GGUF copied next to the README (`-md drafter.gguf`)."""
+    parts = shlex.split(args)
+    if "-md" in parts:
+        i = parts.index("-md") + 1
+        shutil.copy2(parts[i], out / "drafter.gguf")
+        parts[i] = "drafter.gguf"
+    return shlex.join(parts)
+
+
+def export_row(top: Path, v: dict, threads: int | None, target_name: str, target_spec: str) -> Path:
+    """One engine row's folder (`v`: its verdict; `v["python"]`: the llama-cpp-python snippet's measured figure, when a
+    lookup drafter was chosen)."""
+    out = top / "engines" / v["engine"]
+    out.mkdir(parents=True, exist_ok=True)
+    threads = threads or 2
+    spec, gamma, kind = v["spec"], v["gamma"], v["kind"]
+    parts = [f"# {v['engine']}: {'deploy ' + v['drafter'] if v['recommend'] else 'plain decoding'}\n",
+             f"**Verdict:** {engines.sentence(v)}\n"]
+    if not v["shipped"]:
+        parts.append(f"`{target_name}` is the target written at this precision: `draftwise export-gguf {target_spec} "
+                     f"--quant {v['quant'].lower()} --out {target_name}`.\n")
+    if v["recommend"]:
+        key = v["candidates"][v["drafter"]]["nearest"]
+        near = v["builtins"].get(key)
+        parts.append(f"llama-server has no draftwise drafter; the nearest built-in to `{v['drafter']}` is below"
+                     + (f": {near['tokens_per_s']:.1f} tokens/s against draftwise's own {v['tokens_per_s']:.1f} on this "
+                        "engine.\n" if near else ".\n"))
+        parts.append(SERVER.format(measured=_measured(near), target=target_name, threads=threads,
+                                   args=_local_args(key.removeprefix("llama-server:"), out)))
+    else:
+        best = v["best_builtin"]
+        b = v["builtins"].get(best) if best else None
+        beats = b is not None and (b.get("over_server_plain") or [0, 0, 0])[1] > 1.0  # beyond noise over its own plain
+        args = best.removeprefix("llama-server:") if beats else ""
+        parts.append(SERVER.format(measured=_measured(v["builtins"].get(best if beats else "llama-server")),
+                                   target=target_name, threads=threads, args=_local_args(args, out)))
+        if beats:
+            parts.append(f"(llama-server's `{args}` beat plain decoding beyond noise here; no draftwise method did.)\n")
+    if kind == "lookup" and v["recommend"]:
+        local = _local_spec(spec, out)
+        parts.append(PYTHON_LOOKUP.format(method=local.split(":")[0].split(",")[0], measured=_measured(
+            v.get("python", {}).get("llama-cpp-lookup"), "llama-cpp-python's plain generate"), target=target_name,
+            threads=threads, spec=local, gamma=gamma))
+    else:
+        parts.append(PYTHON_PLAIN.format(measured=f"{v['llama_cpp_generate_tokens_per_s']:.1f} tokens/s"
+                                         if v.get("llama_cpp_generate_tokens_per_s") else "not measured here",
+                                         target=target_name, threads=threads))
+    if kind == "model" and v["recommend"] and not (out / "drafter.gguf").exists():
+        shutil.copy2(written(spec, v["target_path"], v["drafter_quant"]), out / "drafter.gguf")
+    parts.append("vLLM: not measured here (no GPU on this machine).\n")
+    (out / "README.md").write_text("\n".join(parts))
+    (out / "verdict.json").write_text(json.dumps({k: v[k] for k in ("engine", "quant", "shipped", "recommend", "drafter",
+                                                                   "gamma", "speedup", "best_builtin")}, indent=1) + "\n")
+    return out
+
+
+def _local_spec(spec: str, out: Path) -> str:
+    """A lookup spec whose suffix corpus is copied next to the README (`suffix:suffix-corpus,...`)."""
+    if not spec.startswith("suffix"):
+        return spec
+    folder, _ = specs.split_suffix(spec)
+    if not folder:
+        return spec
+    dest = out / "suffix-corpus"
+    dest.mkdir(exist_ok=True)
+    for name in (specs.CORPUS_FILE, "tokenizer.json"):
+        if (Path(folder) / name).exists():
+            shutil.copy2(Path(folder) / name, dest / name)
+    return spec.replace(folder, "suffix-corpus", 1)
