@@ -75,6 +75,7 @@ class BenchConfig:
     backend: str = "auto"  # auto | lean | transformers | llama.cpp
     compile: bool = False  # torch.compile the lean forward's layers
     gguf_quant: str = "f32"  # llama.cpp: precision of the GGUF files draftwise writes (drafters, HF-dir targets)
+    llama_exact: bool = False  # llama.cpp: f32 KV cache, no flash attention (default: llama.cpp's own context)
     threads: int | None = None  # torch intra-op threads; None = torch's default
     llama_server: str | None = None  # the llama-server binary of llama-server baselines; None = on PATH, else .venv/bin
 

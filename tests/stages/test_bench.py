@@ -116,3 +116,14 @@ def test_configs_that_cannot_run_are_refused(tiny_dir):
         config(tiny_dir, drafter="ngram")
     with pytest.raises(DraftwiseError, match="hybrid drafters run at batch size 1"):
         config(tiny_dir, drafter="hybrid:layers:0+ngram", baselines=("ar",), batch_size=2)
+
+
+def test_the_summary_says_where_sd_parts_from_ar(tiny_dir):
+    def rec(method, pid, tokens):
+        return {"method": method, "prompt_id": pid, "tokens": tokens, "new_tokens": len(tokens), "seconds": 1.0,
+                "suite": "spec_bench"}
+    records = [rec("ar", 0, [1, 2, 3, 4]), rec("ar", 1, [5, 6, 7]), rec("sd", 0, [1, 2, 9, 9]), rec("sd", 1, [5, 6, 7])]
+    summary = bench.summarize(records, config(tiny_dir, baselines=("ar",)))
+    assert summary["greedy_identical_to_ar"] == 0.5
+    assert summary["methods"]["sd"]["divergence"]["first"] == [2]  # two identical tokens, then they part
+    assert "differs from AR on 1 prompt(s), first after 2–2" in bench.format_table(summary)

@@ -150,8 +150,23 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
         assert json.loads((bench_folder / "config.json").read_text())["batch_size"] == 2
         summary = json.loads((bench_folder / "summary.json").read_text())["methods"]
         assert summary["sd"]["tokens_per_s"] > 0 and summary["ar"]["tokens_per_s"] > 0
+    # one verdict per engine: the lean engine's, and llama.cpp's on an f32 GGUF of the (HF-dir) target
+    row = next(r for r in records if r["stage"] == "verdict@llama.cpp-F32")
+    assert [r["stage"] for r in records if r["stage"].startswith("verdict@")] == ["verdict@llama.cpp-F32"]
+    assert row["recommend"] == (row["speedup"][1] > 1.0) and row["quant"] == "F32" and not row["shipped"]
+    assert {"llama-server", "llama-server:--spec-default"} <= set(row["builtins"])
+    assert row["identical"] == 1.0  # greedy SD on llama.cpp at f32 reproduces its AR
+    grid = [json.loads(line) for line in (out / "stages" / "bench-select@llama.cpp-F32" / "records.jsonl").read_text()
+            .splitlines()]
+    prompts = {r["prompt_id"] for r in grid}
+    for method in ("ar", "llama-cpp", "llama-server", "llama-server:--spec-type ngram-mod"):  # all on the same prompts
+        assert {r["prompt_id"] for r in grid if r["method"] == method} == prompts
+    table = report.split("## Per engine")[1].split("\n\n")[1].splitlines()
+    assert [line.split("|")[1].strip() for line in table[2:]] == ["draftwise lean (fp32)", "llama.cpp-F32 (an F32 copy)"]
+    engine_readme = (out / "export" / "engines" / "llama.cpp-F32" / "README.md").read_text()
+    assert "llama-server -m target-f32.gguf" in engine_readme and "measured here" in engine_readme
     for png in ("tar_per_task", "speedup_per_task", "tokens_per_s", "predicted_vs_measured", "kv_footprint",
-                "accuracy_vs_tar", "verify_vs_gamma", "step_vs_layers", "latency_vs_width"):
+                "accuracy_vs_tar", "verify_vs_gamma", "step_vs_layers", "latency_vs_width", "verify_per_engine"):
         assert (out / "plots" / f"{png}.png").exists()
     assert "data:image/png;base64," in (out / "report.html").read_text()
     headline = json.loads((out / "stages" / "bench-headline" / "summary.json").read_text())

@@ -47,6 +47,9 @@ def _bench_parser(sub) -> None:
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     engine_args(p)
+    p.add_argument("--llama-exact", action="store_true",
+                   help="llama.cpp: an f32 KV cache and no flash attention instead of llama.cpp's defaults (f16 KV; "
+                        "flash attention, whose CPU kernel rounds q to f16): multi-token passes then round as steps do")
     p.add_argument("--compile", action="store_true", help="torch.compile the lean forward's layers (helps on GPUs)")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     executor_args(p)
@@ -81,7 +84,7 @@ def _bench(args) -> None:
         max_new_tokens=args.max_new_tokens, baselines=baselines(args.baseline), llama_server=args.llama_server,
         batch_size=args.batch_size[0], synthetic_alpha=args.synthetic_alpha,
         seed=args.seed, warmup=args.warmup, dtype=args.dtype, device=args.device, backend=args.backend,
-        compile=args.compile, gguf_quant=args.gguf_quant, threads=args.threads,
+        compile=args.compile, gguf_quant=args.gguf_quant, llama_exact=args.llama_exact, threads=args.threads,
     )
     axes = (args.drafter, args.gamma, args.temperature, args.batch_size)
     own = [_own_gamma(d) for d in args.drafter]  # SPEC@γ: that drafter at its own γ

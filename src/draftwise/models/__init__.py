@@ -36,6 +36,8 @@ class ModelOptions:
     trust_remote_code: bool = False
     gguf_quant: str = "f32"  # llama.cpp: the precision draftwise writes a GGUF at when it must write one (an HF dir,
     # a trained, layers: or random: drafter); a .gguf file or 'default' runs at its own quantization
+    llama_exact: bool = False  # llama.cpp: an f32 KV cache and no flash attention (its defaults: f16 KV, flash attention
+    # where llama.cpp picks it, which llama-server runs too); see `llamacpp.LlamaCppLM`
 
 
 @dataclass

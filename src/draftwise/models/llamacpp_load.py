@@ -137,7 +137,7 @@ def _model(spec: str, gguf: Path, config, tokenizer, options, hf_factory, path: 
     from .llamacpp import LlamaCppLM, LlamaCppModel
 
     start = time.perf_counter()
-    lm = LlamaCppLM(LlamaCppModel(gguf), config)
+    lm = LlamaCppLM(LlamaCppModel(gguf), config, exact=options.llama_exact)
     return Model(spec, config, tokenizer, lm, LLAMA_CPP, path, time.perf_counter() - start, hf_factory, gguf=gguf)
 
 

@@ -49,7 +49,7 @@ def section(doc, p, plots: Path, footer: str) -> None:
     for v in rows:
         b = v["builtins"].get(v["best_builtin"]) if v["best_builtin"] else None
         plain = v["builtins"].get("llama-server")
-        table.append([f"{v['engine']}" + ("" if v["shipped"] else " (requantized: a lossy choice)"),
+        table.append([v["engine"] + _written(v),
                       _f(v["ar_tokens_per_s"], ".1f"), _what(v), _interval(v["speedup"]),
                       f"`{engines.short_args(v['best_builtin'])}`" if b else "-",
                       _f(b and b["tokens_per_s"], ".1f"), _interval(b and b["speedup"]),
@@ -64,8 +64,14 @@ def section(doc, p, plots: Path, footer: str) -> None:
     for v in rows:
         doc.p(engines.sentence(v))
         doc.p(_fidelity(v))
-        doc.table(["method", "SD / AR [95 %]", "TAR", "α"], [[f"{n} ({label(c['spec'], 48)}, γ={c['gamma']})",
-                   _interval(c["speedup"]), _f(c["tar"]), _f(c["alpha"], ".3f")] for n, c in v["candidates"].items()])
+        tuned = p.done.get(f"tune-lookup@{v['engine']}", {})
+        decode = {r["drafter"]: r["methods"]["sd"].get("decode_tokens_per_s")
+                  for r in json.loads((p.folder(f"bench-select@{v['engine']}") / "grid.json").read_text())["points"]}
+        doc.table(["method", "SD / AR [95 %]", "TAR", "α", "predicted decode tok/s (replayed, this engine's verify curve)",
+                   "measured decode tok/s"],
+                  [[f"{n} ({label(c['spec'], 48)}, γ={c['gamma']})", _interval(c["speedup"]), _f(c["tar"]),
+                    _f(c["alpha"], ".3f"), _f((tuned.get(n) or {}).get("predicted_tokens_per_s"), ".1f"),
+                    _f(decode.get(c["spec"]), ".1f")] for n, c in v["candidates"].items()])
         doc.table(["llama-server built-in", "tok/s", "over draftwise AR [95 %]", "over llama-server plain [95 %]",
                    "drafted", "accepted"],
                   [[f"`{engines.short_args(m)}`", _f(b["tokens_per_s"], ".1f"), _interval(b["speedup"]),
@@ -76,6 +82,13 @@ def section(doc, p, plots: Path, footer: str) -> None:
     doc.img(verify_curves(curves, plots, footer), "Verify pass over γ+1 tokens in AR steps, per engine")
     doc.p("Verify cost per engine (γ: AR steps): " + "; ".join(
         f"{name}: " + ", ".join(f"{g} {r:.2f}" for g, r in sorted(c.items()) if g) for name, c in curves.items()) + ".")
+
+
+def _written(v: dict) -> str:
+    """How a row's file came to be: the target's own, an f32 copy (its weights as they are), or a requantization."""
+    if v["shipped"]:
+        return " (the file the target ships as)"
+    return " (an F32 copy)" if v["quant"] == "F32" else " (requantized: a lossy choice)"
 
 
 def _what(v: dict) -> str:

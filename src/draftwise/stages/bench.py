@@ -208,7 +208,8 @@ class Runner:
 def load_models(config: BenchConfig, loaded: dict | None = None) -> tuple[Model, specs.Drafter | None]:
     """Target and drafter of `config`; `loaded` (spec -> model or drafter) lets several configs share one process's."""
     loaded = {} if loaded is None else loaded
-    options = ModelOptions(config.dtype, config.device, config.backend, config.compile, gguf_quant=config.gguf_quant)
+    options = ModelOptions(config.dtype, config.device, config.backend, config.compile, gguf_quant=config.gguf_quant,
+                           llama_exact=config.llama_exact)
     key = (config.target, options)
     if key not in loaded:
         loaded[key] = load(config.target, options)
@@ -273,6 +274,8 @@ def summarize(records: list[dict], config: BenchConfig) -> dict:
         s["speedup_vs_ar"] = s["tokens_per_s"] / ar_speed if ar_speed else None
         greedy_pair = config.temperature == 0 and name != "ar" and "ar" in by_method and config.synthetic_alpha is None
         s["identical_to_ar"] = metrics.identical_fraction(by_method[name], by_method["ar"]) if greedy_pair else None
+        if greedy_pair and s["identical_to_ar"] < 1:  # where the outputs part, not only how often
+            s["divergence"] = metrics.divergence(by_method[name], by_method["ar"])
     head = per.get("sd") or per.get("ar") or next(iter(per.values()), {})
     ar_step = per.get("ar", {}).get("verify_ms", {}).get(0)
     verify = per.get("sd", {}).get("verify_ms", {}).get(config.gamma)
@@ -319,6 +322,11 @@ def format_table(summary: dict) -> str:
         if "drafted" in s and (s["drafted"] or name != "llama-server"):  # engines that report totals only
             notes.append(f"{name}: drafted {s['drafted']}, accepted {s['accepted']}"
                          + (f" ({s['alpha']:.1%})" if s["alpha"] is not None else ""))
+    for name, s in summary["methods"].items():
+        if s.get("divergence"):
+            d = s["divergence"]
+            notes.append(f"{name} differs from AR on {d['prompts_differing']} prompt(s), first after "
+                         f"{d['first_min']}–{d['first_max']} identical tokens (median {d['first_median']})")
     if len(summary.get("by_suite", {})) > 1:
         notes.append("SD per suite (TAR, SD / AR): " + ", ".join(
             f"{suite} {fmt(v['tar'], '.2f')} {fmt(v['speedup_vs_ar'], '.2f', unit='x')}" for suite, v in summary["by_suite"].items()))

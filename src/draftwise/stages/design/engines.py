@@ -80,10 +80,11 @@ def _options(config) -> dict:
 
 
 def bench_config(p, e: Engine, **kw) -> BenchConfig:
+    """A bench on row `e` (the selection grid's prompts unless `kw` says otherwise)."""
     c = p.config
-    return BenchConfig(target=e.target, backend=LLAMA_CPP, gguf_quant=e.drafter_quant, suite=c.bench_suites,
-                       limit=c.bench_limit, max_new_tokens=c.max_new_tokens, seed=c.seed, llama_server=c.llama_server,
-                       **_options(c), **kw)
+    kw = {"suite": c.bench_suites, "limit": c.bench_limit, **kw}
+    return BenchConfig(target=e.target, backend=LLAMA_CPP, gguf_quant=e.drafter_quant, max_new_tokens=c.max_new_tokens,
+                       seed=c.seed, llama_server=c.llama_server, **_options(c), **kw)
 
 
 def nearest_builtin(spec: str, gamma: int, target: str, quant: str) -> str:
@@ -233,6 +234,8 @@ def sentence(v: dict) -> str:
         builtin = (f" The best llama-server built-in here, `{short_args(v['best_builtin'])}`, measured "
                    f"{b['speedup'][0]:.2f}× draftwise AR [{b['speedup'][1]:.2f}–{b['speedup'][2]:.2f}]"
                    + (f" and {plain[0]:.2f}× llama-server's plain decoding [{plain[1]:.2f}–{plain[2]:.2f}]" if plain else "")
+                   + ("" if b.get("drafted") else " although it drafted nothing on these prompts (plain decoding in "
+                      "effect: llama-server processes differ by a few % among themselves)")
                    + f"; {'the verdict' if v['recommend'] else 'plain decoding on draftwise'} is {vs[0]:.2f}× it "
                      f"[{vs[1]:.2f}–{vs[2]:.2f}].")
     what = f"{v['quant']} ({'the file the target ships as' if v['shipped'] else 'a copy written at this precision'})"
