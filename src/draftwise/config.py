@@ -78,9 +78,13 @@ class BenchConfig:
     llama_exact: bool = False  # llama.cpp: f32 KV cache, no flash attention (default: llama.cpp's own context)
     threads: int | None = None  # torch intra-op threads; None = torch's default
     llama_server: str | None = None  # the llama-server binary of llama-server baselines; None = on PATH, else .venv/bin
+    schedule: str | None = None  # a profile run folder of this engine: adds SD with the round scheduler (sd.schedule),
+    # pricing each round by that profile's verify curve; γ is then the longest run it may verify
 
     def __post_init__(self):
         _check_gguf_quant(self.gguf_quant)
+        if self.schedule is not None and (not self.drafter or self.batch_size > 1 or self.synthetic_alpha is not None):
+            raise DraftwiseError("schedule needs a drafter, batch size 1 and real acceptance (no synthetic_alpha)")
         object.__setattr__(self, "baselines", tuple(self.baselines))
         unknown = [b for b in self.baselines if b not in BASELINES and llama_server_args(b) is None]
         if unknown:
@@ -177,7 +181,7 @@ class BenchGridConfig:
                 names = tuple(x for x in b.baselines if x == "ar" or n == 1 and (x in PLAIN_BATCH1 or
                                                                                 llama_server_args(x) is not None))
                 if names:
-                    base.append(dataclasses.replace(b, drafter=None, gamma=1, synthetic_alpha=None, temperature=t,
+                    base.append(dataclasses.replace(b, drafter=None, gamma=1, synthetic_alpha=None, schedule=None, temperature=t,
                                                     batch_size=n, baselines=names))
         return sd + base
 

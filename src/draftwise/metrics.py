@@ -26,6 +26,9 @@ folders keep raw records, and these functions recompute summaries from them.
   by source                the same counts per proposer ("model" | "lookup") for hybrids; TAR per source counts the
                            rounds that source drafted.
   per suite                a method's tokens/s and TAR on one suite's (task's) prompts, over AR's tokens/s on the same.
+  schedule (sd-scheduled)  k* = tokens a round verified of its proposal (`sd.schedule`): {k: rounds}, the fraction of
+                           proposed tokens verified, rounds paused by the bypass; calibration per bin of predicted â
+                           (width 0.1): positions observed, mean â, mean observed acceptance probability, their gap.
 """
 
 from __future__ import annotations
@@ -84,6 +87,8 @@ def summarize_method(generations: Sequence[dict]) -> dict:
             draft_step_ms=draft_step_ms(rounds),
             **proposals(rounds),
         )
+        if any(r.get("schedule") for r in rounds):
+            out["schedule"] = schedule(rounds)
     return out
 
 
@@ -102,6 +107,26 @@ def proposals(rounds: Sequence[dict]) -> dict:
             "by_source": {src: {"rounds": len(rs), "drafted": sum(r["drafted"] for r in rs),
                                 "accepted": sum(r["accepted"] for r in rs), "tar": tar(rs), "alpha": alpha(rs)}
                           for src, rs in sorted(by.items())}}
+
+
+def schedule(rounds: Sequence[dict]) -> dict | None:
+    """The scheduler's decisions and calibration over rounds that carry a `schedule` (see the definitions)."""
+    plans = [r["schedule"] for r in rounds if r.get("schedule")]
+    if not plans:
+        return None
+    ks: dict[int, int] = {}
+    bins: dict[int, list[tuple[float, float]]] = {}
+    for p in plans:
+        ks[p["k"]] = ks.get(p["k"], 0) + 1
+        for a_hat, seen in zip(p["a_hat"], p["observed"]):
+            bins.setdefault(min(9, int(a_hat * 10)), []).append((a_hat, seen))
+    calibration = [{"bin": f"{b / 10:.1f}-{(b + 1) / 10:.1f}", "positions": len(v),
+                    "predicted": statistics.fmean(a for a, _ in v), "observed": statistics.fmean(o for _, o in v),
+                    "gap": statistics.fmean(a for a, _ in v) - statistics.fmean(o for _, o in v)}
+                   for b, v in sorted(bins.items())]
+    proposed = sum(p["proposed"] for p in plans)
+    return {"k": dict(sorted(ks.items())), "verified_fraction": sum(p["k"] for p in plans) / proposed if proposed else None,
+            "paused_rounds": sum(p["paused"] for p in plans), "calibration": calibration}
 
 
 def per_suite(sd: Sequence[dict], ar: Sequence[dict]) -> dict[str, dict]:

@@ -127,3 +127,30 @@ def test_the_summary_says_where_sd_parts_from_ar(tiny_dir):
     assert summary["greedy_identical_to_ar"] == 0.5
     assert summary["methods"]["sd"]["divergence"]["first"] == [2]  # two identical tokens, then they part
     assert "differs from AR on 1 prompt(s), first after 2–2" in bench.format_table(summary)
+
+
+def test_scheduled_sd_beside_static_sd_and_a_resume_that_relearns_the_same_calibration(tiny_dir, tmp_path):
+    from draftwise.config import ProfileConfig
+    from draftwise.stages import profile
+
+    prof = profile.run(ProfileConfig(target=tiny_dir, depths=(1,), gammas=(1, 2, 4), batches=(1,), context=16, warmup=0,
+                                     repeats=2), tmp_path / "profile")
+    c = config(tiny_dir, drafter="ngram:min=1,max=3", gamma=4, baselines=("ar",), limit=3, schedule=str(prof))
+    out = bench.run(c, tmp_path / "run")
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    scheduled = [r for r in records if r["method"] == bench.SCHEDULED]
+    assert len(scheduled) == 3 and all("schedule" in rd for r in scheduled for rd in r["rounds"] if rd["drafted"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["methods"][bench.SCHEDULED]["identical_to_ar"] == 1.0
+    sched = summary["methods"][bench.SCHEDULED]["schedule"]
+    rounds = [rd for r in scheduled for rd in r["rounds"] if "schedule" in rd]
+    assert sum(sched["k"].values()) == len(rounds) and sum(c["positions"] for c in sched["calibration"]) == \
+        sum(len(rd["schedule"]["observed"]) for rd in rounds)
+    fresh = bench.Runner(c, *bench.load_models(c))  # the run again, in memory (warm-up runs teach nothing)
+    for unit in bench.units(c, fresh.encoded):
+        fresh((unit, bench.SCHEDULED))
+    resumed = bench.Runner(c, *bench.load_models(c), records)  # what a resumed run starts from
+    assert fresh.fns[bench.SCHEDULED].scheduler.calibration.counts == \
+        resumed.fns[bench.SCHEDULED].scheduler.calibration.counts != {}
+    with pytest.raises(DraftwiseError, match="schedule needs a drafter"):
+        config(tiny_dir, drafter=None, schedule=str(prof))

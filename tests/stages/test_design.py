@@ -323,6 +323,7 @@ def test_a_lookup_export_holds_no_machine_paths(tiny_dir, tmp_path):
     index = tmp_path / "d" / "stages" / "suffix-index"
     index.mkdir(parents=True)
     (index / "suffix_corpus.safetensors").write_bytes(b"x")
+    (index / "done.json").write_text(json.dumps({"event": "done", "stage": "suffix-index", "folder": str(index)}))
     p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
     spec = f"suffix:{index},factor=2,min_prob=0.3"
     assert export.export(p, None, verdict_record(spec, True)) is None
@@ -334,6 +335,7 @@ def test_a_lookup_export_holds_no_machine_paths(tiny_dir, tmp_path):
     assert readme.startswith("**Verdict:** Deploy suffix") and "1.20× plain decoding" in readme
     assert str(tmp_path) not in readme and "suffix:suffix-corpus,factor=2,min_prob=0.3" in readme
     assert (out / "suffix-corpus" / "suffix_corpus.safetensors").exists()
+    assert all(str(tmp_path) not in f.read_text(errors="ignore") for f in out.rglob("*") if f.is_file())
     assert export.vllm_lookup("ngram:min=2,max=5", 3) == {"method": "ngram", "num_speculative_tokens": 3,
                                                           "prompt_lookup_min": 2, "prompt_lookup_max": 5}
 

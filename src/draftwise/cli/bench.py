@@ -42,6 +42,10 @@ def _bench_parser(sub) -> None:
     p.add_argument("--synthetic-alpha", type=float,
                    help="accept each drafted token with this probability instead of testing it: measures system cost "
                         "for random-weight shapes (not lossless)")
+    p.add_argument("--schedule", metavar="PROFILE",
+                   help="also run SD with the round scheduler: each round verifies the prefix of the proposal that the "
+                        "verify curve of this profile run folder (same engine and precision) and the proposer's "
+                        "confidence, calibrated online from the run's own rounds, price best; γ is its longest run")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warmup", type=int, default=1, help="untimed runs of each method before measuring")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
@@ -82,7 +86,7 @@ def _bench(args) -> None:
         temperature=args.temperature[0], top_p=args.top_p,
         suite=args.suite, split=args.split, prompts=args.prompts, limit=args.limit or None,
         max_new_tokens=args.max_new_tokens, baselines=baselines(args.baseline), llama_server=args.llama_server,
-        batch_size=args.batch_size[0], synthetic_alpha=args.synthetic_alpha,
+        batch_size=args.batch_size[0], synthetic_alpha=args.synthetic_alpha, schedule=args.schedule,
         seed=args.seed, warmup=args.warmup, dtype=args.dtype, device=args.device, backend=args.backend,
         compile=args.compile, gguf_quant=args.gguf_quant, llama_exact=args.llama_exact, threads=args.threads,
     )

@@ -33,6 +33,17 @@ class Draft:
     tokens: list[int] = field(default_factory=list)
     qs: list[torch.Tensor] | None = None  # [V] per token under sampling; None = one-hot on each token (lookup)
     source: str = ""  # "model" | "lookup": who proposed (hybrid rounds say which)
+    features: list[str] | None = None  # per token, the proposer's own confidence signal (see `sd.schedule`, `signal`)
+
+
+def bucket(x: float, bins: int = 5) -> int:
+    """A confidence in [0, 1] as one of `bins` equal bins."""
+    return min(bins - 1, max(0, int(x * bins)))
+
+
+def length_bucket(n: int) -> int:
+    """A match length as 1, 2, 3, 4 (4–5), 6 (6–8) or 9 (9+): longer matches differ less."""
+    return n if n <= 3 else 4 if n <= 5 else 6 if n <= 8 else 9
 
 
 def match_vocab(logits: torch.Tensor, size: int) -> torch.Tensor:
@@ -136,7 +147,7 @@ class ModelSession:
                 stop_below: float = 0.0) -> dict[int, Draft]:
         """γ serial steps for every row; the first feeds each row whatever its cache has not seen. With `stop_below`
         a row stops early once q(its own token) < stop_below (adaptive lookahead: the drafter's side only)."""
-        drafts = {b: Draft([], None if params.greedy else [], "model") for b in seqs}
+        drafts = {b: Draft([], None if params.greedy else [], "model", []) for b in seqs}
         if gamma < 1:
             return drafts
         last = self.cache.last_logits({b: seq[self.cache.length(b):] for b, seq in seqs.items()})  # {row: [V]}
@@ -144,7 +155,9 @@ class ModelSession:
             for b in list(last):
                 d = drafts[b]
                 d.tokens.append(draw(last[b], params, generator, d.qs))
-                if i == gamma - 1 or (stop_below and own_prob(last[b], d.qs, d.tokens[-1]) < stop_below):
+                q = own_prob(last[b], d.qs, d.tokens[-1])
+                d.features.append(f"model|q{bucket(q)}")  # q(x): the drafter's confidence in its own token
+                if i == gamma - 1 or (stop_below and q < stop_below):
                     del last[b]
             if not last:
                 break

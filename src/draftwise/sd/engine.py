@@ -36,6 +36,7 @@ class Round:
     draft_s: float  # drafter forwards + drawing the drafts (a lookup: the proposal)
     verify_s: float  # target forward + the acceptance test + drawing the recovered/bonus token
     source: str = ""  # who proposed: "model" | "lookup" ("" when nothing was drafted)
+    schedule: dict | None = None  # with a round scheduler: its decision and observations (see `sd.schedule`)
 
 
 @dataclass
@@ -84,13 +85,16 @@ def generate(
     eos: frozenset[int] = frozenset(),
     stop_below: float = 0.0,
     synthetic_alpha: float | None = None,
+    scheduler=None,
 ) -> Generation:
     """Decode up to `max_new_tokens` after `prompt`: SD with `drafter` (a drafter of `sd.drafters`, or a bare LM)
     and lookahead `gamma` (a lookup drafter proposes up to γ), or AR without.
 
     Adaptive lookahead: with `stop_below` > 0 a round stops drafting early once the drafter gives its own token a
     probability below it (γ is then the most per round). The choice depends on the drafter's side only, so
-    verification stays exact. `synthetic_alpha` (cost measurement, not lossless): see `verify_synthetic`."""
+    verification stays exact. `synthetic_alpha` (cost measurement, not lossless): see `verify_synthetic`.
+    `scheduler` (an `sd.schedule.Scheduler`): each proposal is cut to the prefix its verify curve and calibrated
+    confidence price best (possibly none: a plain step), decided before the target's pass, so still lossless."""
     if not prompt:
         raise DraftwiseError("empty prompt: nothing to condition on")
     if drafter is not None and gamma < 1:
@@ -107,18 +111,21 @@ def generate(
     if len(prompt) > 1:
         p_ctx.feed(prompt[:-1], 0)
     session = drafter.start([prompt], max_len, target.vocab_size) if drafter is not None else None
+    plans = scheduler.start() if scheduler is not None and drafter is not None else None
     sync(dev)
     out.prefill_s = time.perf_counter() - start
     while len(out.tokens) < max_new_tokens and not (out.tokens and out.tokens[-1] in eos):
         t_round = time.perf_counter()
         g = min(gamma, max_new_tokens - len(out.tokens) - 1)  # never draft past max_new_tokens
         draft = session.propose({0: seq}, g, params, generator, stop_below)[0] if g > 0 else Draft()
+        draft, plan = plans.plan(draft) if plans is not None and draft.tokens else (draft, None)
         sync(dev)
         t_drafted = time.perf_counter()
         # verify: one target pass over the pending token and the drafts -> g+1 distributions
         g = len(draft.tokens)
         logits = p_ctx.feed(seq[p_ctx.length :] + draft.tokens, g + 1)  # [g+1, V]
         verdict, new = settle(draft, logits, params, generator, max_new_tokens - len(out.tokens), eos, synthetic_alpha)
+        decided = plans.observe(plan, logits, params, verdict.accepted, len(new)) if plan is not None else None
         seq += new
         out.tokens += new
         # the caches keep only what is now part of the sequence; its last token is fed next round
@@ -127,6 +134,6 @@ def generate(
             session.keep(0, len(seq) - 1)
         sync(dev)
         out.rounds.append(Round(g, verdict.accepted, len(new), t_drafted - t_round, time.perf_counter() - t_drafted,
-                                draft.source if g else ""))
+                                draft.source if g else "", decided))
     out.seconds = time.perf_counter() - start
     return out

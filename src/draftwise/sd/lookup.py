@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .drafters import Draft
+from .drafters import Draft, bucket, length_bucket
 from .ngram import NgramIndex
 from .suffix import SuffixTrie
 
@@ -37,8 +37,13 @@ class NgramDrafter:
     def start(self, prompts: list[list[int]], slots: int = 0, vocab_size: int = 0, batched: bool = False) -> "LookupSession":
         return LookupSession(self, prompts)
 
-    def propose(self, index: NgramIndex, gamma: int) -> list[int]:
-        return index.propose(gamma)
+    def propose(self, index: NgramIndex, gamma: int) -> tuple[list[int], list[str]]:
+        """Up to γ tokens and, per token, its confidence signal (`own_signals`)."""
+        m = index.match()
+        if not m or gamma < 1:
+            return [], []
+        tokens = index.continuation(m[1], gamma)
+        return tokens, own_signals(index, m[0], tokens)
 
     def settings(self) -> dict:
         return {"method": "ngram", "min": self.min_n, "max": self.max_n}
@@ -64,15 +69,20 @@ class SuffixDrafter:
     def limit(self, matched: int, gamma: int) -> int:
         return min(gamma, math.floor(self.factor * matched + 1e-9))
 
-    def propose(self, index: NgramIndex, gamma: int) -> list[int]:
+    def propose(self, index: NgramIndex, gamma: int) -> tuple[list[int], list[str]]:
+        """Up to γ tokens and, per token, its confidence signal: the request's own (`own_signals`), or the corpus
+        match length and the count share of each step's continuation among its siblings."""
         own = index.match()
         n = own[0] if own else 0
         m, node = self.trie.longest_match(index.tokens, self.trie.depth - gamma) if self.trie.root.count else (0, None)
         if own and n >= m:  # the request itself: its latest occurrence, copied
-            return index.continuation(own[1], self.limit(n, gamma))
+            tokens = index.continuation(own[1], self.limit(n, gamma))
+            return tokens, own_signals(index, n, tokens)
         if m:
-            return self.trie.continuation(node, m, self.limit(m, gamma), self.min_prob)[0]
-        return []
+            shares: list[float] = []
+            tokens = self.trie.continuation(node, m, self.limit(m, gamma), self.min_prob, shares)[0]
+            return tokens, [f"corpus|m{length_bucket(m)}|s{bucket(s)}" for s in shares]
+        return [], []
 
     def observe(self, prompt_id: str, output: list[int]) -> None:
         """A finished request's output joins the corpus (learn=1); a prompt decoded again replaces its old output."""
@@ -92,6 +102,13 @@ class SuffixDrafter:
                 "corpus_tokens": self.trie.tokens}
 
 
+def own_signals(index: NgramIndex, n: int, tokens: list[int]) -> list[str]:
+    """The request's own match: its length and how often the matched n-gram's earlier occurrences were followed by
+    the proposed first token (one signal for the whole run)."""
+    agree = index.agreement(n, tokens[0]) if tokens else 0.0
+    return [f"own|n{length_bucket(n)}|g{bucket(agree)}"] * len(tokens)
+
+
 class LookupSession:
     def __init__(self, drafter, prompts: list[list[int]]):
         self.drafter = drafter
@@ -107,7 +124,8 @@ class LookupSession:
         for b, seq in seqs.items():
             index = self.rows[b]
             index.extend(seq[len(index):])  # the tokens emitted since the last round
-            out[b] = Draft(self.drafter.propose(index, gamma) if gamma > 0 else [], None, "lookup")
+            tokens, signals = self.drafter.propose(index, gamma) if gamma > 0 else ([], [])
+            out[b] = Draft(tokens, None, "lookup", signals)
         return out
 
     def keep(self, row: int, length: int) -> None:

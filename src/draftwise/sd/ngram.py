@@ -56,6 +56,11 @@ class NgramIndex:
                 return n, positions[-2]
         return None
 
+    def agreement(self, n: int, token: int, recent: int = 16) -> float:
+        """Of the last `recent` earlier occurrences of the final n-gram, the fraction followed by `token`."""
+        ends = self.ends.get(tuple(self.tokens[len(self.tokens) - n :]), [])[:-1][-recent:]
+        return sum(self.tokens[e + 1] == token for e in ends) / len(ends) if ends else 0.0
+
     def continuation(self, end: int, k: int) -> list[int]:
         """k tokens after position `end`, continued periodically past the sequence's end."""
         L, out = len(self.tokens), []

@@ -116,8 +116,10 @@ class SuffixTrie:
                 hi = m - 1
         return best
 
-    def continuation(self, node: Node, matched: int, k: int, min_prob: float) -> tuple[list[int], float]:
-        """Up to k tokens after a matched node (at depth `matched`) and the path probability of the last one."""
+    def continuation(self, node: Node, matched: int, k: int, min_prob: float,
+                     shares: list[float] | None = None) -> tuple[list[int], float]:
+        """Up to k tokens after a matched node (at depth `matched`) and the path probability of the last one;
+        `shares` gets each step's count(child) / count(parent)."""
         out, prob = [], 1.0
         while len(out) < k and matched + len(out) < self.depth:
             if node.children is None:  # lazy: one occurrence continues, the others (if any) end here
@@ -135,6 +137,8 @@ class SuffixTrie:
                 p = prob * child.count / node.count
             if p < min_prob:
                 break
+            if shares is not None:
+                shares.append(p / prob)
             prob = p
             out.append(token)
             node = child

@@ -31,11 +31,12 @@ from ..config import BenchConfig
 from ..errors import DraftwiseError
 from ..executors import Executor, InProcess, exclusive
 from .. import specs
-from ..models import Model, ModelOptions, describe, load
+from ..models import Model, ModelOptions, describe, load, stamp
 from ..rundir import RunDir
 from ..sd.batched_sd import generate_batch_sd
 from ..sd.engine import generate
 from ..sd.sampling import SamplingParams
+from ..sd.schedule import Scheduler, VerifyCurve
 from ..timing import sync
 from . import peers
 
@@ -47,7 +48,7 @@ def select_prompts(config: BenchConfig) -> list[data.Prompt]:
     return data.load_prompts(config.suite, config.split, config.limit)
 
 
-def engine_method(target: Model, drafter: specs.Drafter | None, config: BenchConfig):
+def engine_method(target: Model, drafter: specs.Drafter | None, config: BenchConfig, scheduler: Scheduler | None = None):
     params = SamplingParams(config.temperature, config.top_p)
 
     def run(ids: list[int], seed: int, max_new_tokens: int = config.max_new_tokens) -> dict:
@@ -55,10 +56,12 @@ def engine_method(target: Model, drafter: specs.Drafter | None, config: BenchCon
             target.lm, ids, params, max_new_tokens, torch.Generator(device=target.lm.device).manual_seed(seed),
             drafter=drafter.engine if drafter else None, gamma=config.gamma, eos=target.eos_ids,
             stop_below=config.draft_stop if drafter else 0.0, synthetic_alpha=config.synthetic_alpha if drafter else None,
+            scheduler=scheduler,
         )
         return {"tokens": gen.tokens, "new_tokens": len(gen.tokens), "seconds": gen.seconds, "prefill_s": gen.prefill_s,
-                "rounds": [r.__dict__ for r in gen.rounds]}
+                "rounds": [{k: v for k, v in r.__dict__.items() if v is not None} for r in gen.rounds]}
 
+    run.scheduler = scheduler  # the Runner commits each finished request's observations to it
     return run
 
 
@@ -117,8 +120,12 @@ def hf_method(target: Model, assistant: Model | None, config: BenchConfig, promp
 HF_PROMPT_LOOKUP_NGRAM = 2  # transformers' default max_matching_ngram_size
 
 
+SCHEDULED = "sd-scheduled"  # SD with the round scheduler (`sd.schedule`), beside static SD when `schedule` is set
+
+
 def method_names(config: BenchConfig) -> list[str]:
-    return (["sd"] if config.drafter else []) + list(config.baselines)
+    return (["sd"] if config.drafter else []) + ([SCHEDULED] if config.drafter and config.schedule else []) + \
+        list(config.baselines)
 
 
 def methods(config: BenchConfig, target: Model, drafter: specs.Drafter | None, context: int = 0,
@@ -127,6 +134,11 @@ def methods(config: BenchConfig, target: Model, drafter: specs.Drafter | None, c
     it); `log_dir`: where llama-server writes its log (a temporary file when None)."""
     engine = engine_method if config.batch_size == 1 else batched_method
     out = {"sd": engine(target, drafter, config)} if drafter else {}
+    if drafter and config.schedule:
+        if getattr(drafter.lookup, "learn", False):
+            raise DraftwiseError("a learning suffix corpus (learn=1) cannot be shared by static and scheduled SD")
+        curve = VerifyCurve.from_profile(config.schedule, config.gamma, stamp(target, model_options(config)))
+        out[SCHEDULED] = engine_method(target, drafter, config, Scheduler(curve))
     ngram = getattr(drafter.lookup, "max_n", None) if drafter and drafter.kind == "lookup" else None
     builders = {
         "ar": lambda: engine(target, None, config),
@@ -167,12 +179,17 @@ class Runner:
         longest = max(map(len, self.encoded), default=0)
         self.fns = methods(config, target, drafter, longest, Path(log_dir) if log_dir else None)
         self.warm: set[str] = set()
-        for rec in done:  # a resumed run: a learning corpus gets back what finished requests added
-            if rec["method"] == "sd":
-                self.observe(rec)
+        for rec in done:  # a resumed run: a learning corpus, a scheduler's calibration get back what requests added
+            self.observe(rec)
 
     def observe(self, rec: dict) -> None:
-        """A finished SD record's outputs join a learning suffix corpus (a no-op for every other drafter)."""
+        """A finished SD record's outputs join a learning suffix corpus (a no-op for every other drafter); a
+        scheduled one's observations join its scheduler's calibration."""
+        scheduler = getattr(self.fns.get(rec["method"]), "scheduler", None)
+        if scheduler is not None:
+            scheduler.commit(rec["rounds"])
+        if rec["method"] != "sd":
+            return
         lookup = self.drafter.lookup if self.drafter else None
         if getattr(lookup, "learn", False):
             for prompt_id, tokens in zip(rec["prompt_id"].split("+"), rec["tokens"] if rec["batch"] > 1 else [rec["tokens"]]):
@@ -195,8 +212,7 @@ class Runner:
         rec = {"method": name, "prompt_id": "+".join(self.prompts[i].id for i in unit), "suite": prompt.suite,
                "category": prompt.category, "prompt_tokens": sum(len(self.encoded[i]) for i in unit), "batch": len(unit),
                **fn(self.input(unit), c.seed + unit[0])}
-        if name == "sd":
-            self.observe(rec)
+        self.observe(rec)
         return rec
 
     def close(self) -> None:
@@ -205,11 +221,15 @@ class Runner:
             getattr(fn, "close", lambda: None)()
 
 
+def model_options(config: BenchConfig) -> ModelOptions:
+    return ModelOptions(config.dtype, config.device, config.backend, config.compile, gguf_quant=config.gguf_quant,
+                        llama_exact=config.llama_exact)
+
+
 def load_models(config: BenchConfig, loaded: dict | None = None) -> tuple[Model, specs.Drafter | None]:
     """Target and drafter of `config`; `loaded` (spec -> model or drafter) lets several configs share one process's."""
     loaded = {} if loaded is None else loaded
-    options = ModelOptions(config.dtype, config.device, config.backend, config.compile, gguf_quant=config.gguf_quant,
-                           llama_exact=config.llama_exact)
+    options = model_options(config)
     key = (config.target, options)
     if key not in loaded:
         loaded[key] = load(config.target, options)
@@ -302,6 +322,16 @@ def summarize(records: list[dict], config: BenchConfig) -> dict:
     }
 
 
+def schedule_line(sched: dict, min_positions: int = 100) -> str:
+    """The scheduler's k* distribution, share of proposed tokens verified, and its calibration in one line."""
+    big = [c for c in sched["calibration"] if c["positions"] >= min_positions]
+    worst = max(big, key=lambda c: abs(c["gap"])) if big else None
+    return (f"rounds by k* {sched['k']}, {100 * (sched['verified_fraction'] or 0):.0f} % of proposed tokens verified, "
+            f"{sched['paused_rounds']} paused; calibration (predicted − observed acceptance) in bins of ≥ "
+            f"{min_positions} positions: " + (f"worst {worst['gap']:+.3f} in {worst['bin']} ({len(big)} bins)" if worst
+                                              else "no bin that large"))
+
+
 def format_table(summary: dict) -> str:
     def fmt(v, spec, scale=1.0, unit=""):
         return "-" if v is None else format(v * scale, spec) + unit
@@ -322,6 +352,9 @@ def format_table(summary: dict) -> str:
         if "drafted" in s and (s["drafted"] or name != "llama-server"):  # engines that report totals only
             notes.append(f"{name}: drafted {s['drafted']}, accepted {s['accepted']}"
                          + (f" ({s['alpha']:.1%})" if s["alpha"] is not None else ""))
+    for name, s in summary["methods"].items():
+        if s.get("schedule"):
+            notes.append(f"{name}: " + schedule_line(s["schedule"]))
     for name, s in summary["methods"].items():
         if s.get("divergence"):
             d = s["divergence"]

@@ -135,6 +135,12 @@ def format_grid(summary: dict) -> str:
         lines.append(f"{label(r['drafter'], 40):<40}{r['gamma']:>3}{r['temperature']:>5g}{r['batch_size']:>4}"
                      f"{r['tokens_per_s']:>10.2f}{ar if ar is not None else float('nan'):>10.2f}"
                      f"{r['speedup_vs_ar'] or float('nan'):>7.2f}{r['tar'] or float('nan'):>6.2f}{r['alpha'] or float('nan'):>7.3f}")
+        s = r["methods"].get(bench.SCHEDULED)
+        if s:  # the same drafter and γ with the round scheduler
+            lines.append(f"{'  scheduled':<40}{r['gamma']:>3}{r['temperature']:>5g}{r['batch_size']:>4}"
+                         f"{s['tokens_per_s']:>10.2f}{ar if ar is not None else float('nan'):>10.2f}"
+                         f"{s['speedup_vs_ar'] or float('nan'):>7.2f}{s.get('tar') or float('nan'):>6.2f}"
+                         f"{s.get('alpha') or float('nan'):>7.3f}")
     suites = sorted({s for r in summary["points"] for s in r.get("by_suite", {})})
     if len(suites) > 1:  # per task: TAR / SD over AR on that suite's prompts
         lines += ["", f"{'drafter (TAR / SD over AR per suite)':<40}{'γ':>3}{'T':>5}" + "".join(f"{s[:11]:>13}" for s in suites)]

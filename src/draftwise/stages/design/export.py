@@ -101,12 +101,20 @@ def vllm_lookup(spec: str, gamma: int) -> dict:
             "suffix_decoding_max_spec_factor": s["factor"], "suffix_decoding_min_token_prob": s["min_prob"]}
 
 
+def copy_corpus(folder: Path, dest: Path) -> None:
+    """A suffix corpus's own files only: the stage's done.json names the run folder, which the export must not."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in (specs.CORPUS_FILE, "tokenizer.json"):
+        if (folder / name).exists():
+            shutil.copy2(folder / name, dest / name)
+
+
 def export_lookup(out: Path, spec: str, name: str, gamma: int) -> dict:
     """README and vLLM config of a lookup spec; a suffix corpus is copied so the draftwise spec is relative."""
     folder, _ = specs.split_suffix(spec) if spec.startswith("suffix") else (None, {})
     local = spec
     if folder:
-        shutil.copytree(folder, out / "suffix-corpus", dirs_exist_ok=True)
+        copy_corpus(Path(folder), out / "suffix-corpus")
         local = spec.replace(folder, "suffix-corpus", 1)
     vllm = vllm_lookup(local, gamma)
     method = vllm["method"]

@@ -15,6 +15,7 @@ from pathlib import Path
 from ... import specs
 from ...models.llamacpp_load import written
 from . import engines
+from .export import copy_corpus
 
 SERVER = """llama-server (measured here: {measured}):
 ```
@@ -127,9 +128,5 @@ def _local_spec(spec: str, out: Path) -> str:
     folder, _ = specs.split_suffix(spec)
     if not folder:
         return spec
-    dest = out / "suffix-corpus"
-    dest.mkdir(exist_ok=True)
-    for name in (specs.CORPUS_FILE, "tokenizer.json"):
-        if (Path(folder) / name).exists():
-            shutil.copy2(Path(folder) / name, dest / name)
+    copy_corpus(Path(folder), out / "suffix-corpus")
     return spec.replace(folder, "suffix-corpus", 1)
