@@ -80,11 +80,15 @@ class BenchConfig:
     llama_server: str | None = None  # the llama-server binary of llama-server baselines; None = on PATH, else .venv/bin
     schedule: str | None = None  # a profile run folder of this engine: adds SD with the round scheduler (sd.schedule),
     # pricing each round by that profile's verify curve; γ is then the longest run it may verify
+    calibration: str | None = None  # a bench run folder whose scheduled rounds (same drafter and temperature) the
+    # scheduler's calibration starts from; None = it starts empty and learns from this run alone
 
     def __post_init__(self):
         _check_gguf_quant(self.gguf_quant)
         if self.schedule is not None and (not self.drafter or self.batch_size > 1 or self.synthetic_alpha is not None):
             raise DraftwiseError("schedule needs a drafter, batch size 1 and real acceptance (no synthetic_alpha)")
+        if self.calibration is not None and self.schedule is None:
+            raise DraftwiseError("calibration seeds the round scheduler: give --schedule too")
         object.__setattr__(self, "baselines", tuple(self.baselines))
         unknown = [b for b in self.baselines if b not in BASELINES and llama_server_args(b) is None]
         if unknown:
@@ -181,7 +185,8 @@ class BenchGridConfig:
                 names = tuple(x for x in b.baselines if x == "ar" or n == 1 and (x in PLAIN_BATCH1 or
                                                                                 llama_server_args(x) is not None))
                 if names:
-                    base.append(dataclasses.replace(b, drafter=None, gamma=1, synthetic_alpha=None, schedule=None, temperature=t,
+                    base.append(dataclasses.replace(b, drafter=None, gamma=1, synthetic_alpha=None, schedule=None,
+                                                    calibration=None, temperature=t,
                                                     batch_size=n, baselines=names))
         return sd + base
 

@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -152,5 +153,12 @@ def test_scheduled_sd_beside_static_sd_and_a_resume_that_relearns_the_same_calib
     resumed = bench.Runner(c, *bench.load_models(c), records)  # what a resumed run starts from
     assert fresh.fns[bench.SCHEDULED].scheduler.calibration.counts == \
         resumed.fns[bench.SCHEDULED].scheduler.calibration.counts != {}
+    seeded = bench.Runner(replace(c, calibration=str(out)), *bench.load_models(c))  # a new run seeded by this one
+    assert seeded.fns[bench.SCHEDULED].scheduler.calibration.counts == \
+        resumed.fns[bench.SCHEDULED].scheduler.calibration.counts
+    with pytest.raises(DraftwiseError, match="no scheduled rounds of ngram:min=1,max=2 at T=0"):
+        bench.Runner(replace(c, drafter="ngram:min=1,max=2", calibration=str(out)), *bench.load_models(c))
     with pytest.raises(DraftwiseError, match="schedule needs a drafter"):
         config(tiny_dir, drafter=None, schedule=str(prof))
+    with pytest.raises(DraftwiseError, match="give --schedule too"):
+        config(tiny_dir, calibration=str(out))

@@ -46,6 +46,9 @@ def _bench_parser(sub) -> None:
                    help="also run SD with the round scheduler: each round verifies the prefix of the proposal that the "
                         "verify curve of this profile run folder (same engine and precision) and the proposer's "
                         "confidence, calibrated online from the run's own rounds, price best; γ is its longest run")
+    p.add_argument("--calibration", metavar="RUN",
+                   help="start the scheduler's calibration from the scheduled rounds of this bench run folder (same "
+                        "drafter and temperature; e.g. a run on the train split) instead of from nothing")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warmup", type=int, default=1, help="untimed runs of each method before measuring")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
@@ -86,7 +89,7 @@ def _bench(args) -> None:
         temperature=args.temperature[0], top_p=args.top_p,
         suite=args.suite, split=args.split, prompts=args.prompts, limit=args.limit or None,
         max_new_tokens=args.max_new_tokens, baselines=baselines(args.baseline), llama_server=args.llama_server,
-        batch_size=args.batch_size[0], synthetic_alpha=args.synthetic_alpha, schedule=args.schedule,
+        batch_size=args.batch_size[0], synthetic_alpha=args.synthetic_alpha, schedule=args.schedule, calibration=args.calibration,
         seed=args.seed, warmup=args.warmup, dtype=args.dtype, device=args.device, backend=args.backend,
         compile=args.compile, gguf_quant=args.gguf_quant, llama_exact=args.llama_exact, threads=args.threads,
     )

@@ -18,6 +18,7 @@ output taken out first, warm-ups and baselines add nothing, and a resumed run re
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from dataclasses import dataclass
@@ -138,7 +139,10 @@ def methods(config: BenchConfig, target: Model, drafter: specs.Drafter | None, c
         if getattr(drafter.lookup, "learn", False):
             raise DraftwiseError("a learning suffix corpus (learn=1) cannot be shared by static and scheduled SD")
         curve = VerifyCurve.from_profile(config.schedule, config.gamma, stamp(target, model_options(config)))
-        out[SCHEDULED] = engine_method(target, drafter, config, Scheduler(curve))
+        scheduler = Scheduler(curve)
+        if config.calibration:
+            scheduler.commit(calibration_rounds(config))
+        out[SCHEDULED] = engine_method(target, drafter, config, scheduler)
     ngram = getattr(drafter.lookup, "max_n", None) if drafter and drafter.kind == "lookup" else None
     builders = {
         "ar": lambda: engine(target, None, config),
@@ -151,6 +155,25 @@ def methods(config: BenchConfig, target: Model, drafter: specs.Drafter | None, c
     out.update({name: builders[name]() if name in builders else
                 peers.build(name, config, target, ngram, n_ctx, log_dir, lookup) for name in config.baselines})
     return out
+
+
+def calibration_rounds(config: BenchConfig) -> list[dict]:
+    """The scheduled rounds of `config.calibration` (a bench or bench-grid run folder) with this drafter and
+    temperature, in the order they ran: what the scheduler's calibration starts from."""
+    folder = Path(config.calibration)
+    if not (folder / "records.jsonl").is_file():
+        raise DraftwiseError(f"calibration {folder}: not a bench run folder (no records.jsonl)")
+    own = json.loads((folder / "config.json").read_text())
+    own = own.get("bench", own)  # a grid's records carry their point; a single bench's point is its config
+    rounds = []
+    for line in (folder / "records.jsonl").read_text().splitlines():
+        r = json.loads(line) if line.strip() else {}
+        if r.get("method") == SCHEDULED and r.get("drafter", own.get("drafter")) == config.drafter and \
+                r.get("temperature", own.get("temperature")) == config.temperature:
+            rounds += r["rounds"]
+    if not rounds:
+        raise DraftwiseError(f"calibration {folder}: no scheduled rounds of {config.drafter} at T={config.temperature}")
+    return rounds
 
 
 def units(config: BenchConfig, encoded: list[list[int]]) -> list[tuple[int, ...]]:
