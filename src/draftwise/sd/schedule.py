@@ -67,8 +67,9 @@ class VerifyCurve:
     ms: tuple[float, ...]
 
     def __call__(self, k: int) -> float:
-        return self.ms[min(k, len(self.ms) - 1)] if k < len(self.ms) else \
-            cost.interpolate(range(len(self.ms)), self.ms, k)
+        if k < len(self.ms):
+            return self.ms[k]
+        return cost.interpolate(list(range(len(self.ms))), list(self.ms), k)  # past the curve: extended linearly
 
     def steps(self, k: int) -> float:
         """The same in AR steps."""
