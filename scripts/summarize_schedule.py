@@ -2,26 +2,18 @@
 static and scheduled SD over AR (tokens/s, prefill included) with 95 % paired-bootstrap intervals over prompts, the
 scheduled run over the best static γ, the worst suite, the k* distribution and the calibration per bin of â."""
 import json
-import random
 import sys
 from pathlib import Path
 
 from draftwise import metrics
+from draftwise.stages.design import decide
 
 
-def ratio_ci(a: dict, b: dict, n: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """tokens/s of a over b (per prompt: (tokens, seconds)), point and 95 % bootstrap over prompts (paired)."""
-    ids, rng = sorted(set(a) & set(b)), random.Random(seed)
-
-    def r(sample):
-        return (sum(a[i][0] for i in sample) / sum(a[i][1] for i in sample)) / \
-               (sum(b[i][0] for i in sample) / sum(b[i][1] for i in sample))
-    boots = sorted(r([rng.choice(ids) for _ in ids]) for _ in range(n))
-    return r(ids), boots[int(0.025 * n)], boots[int(0.975 * n)]
-
-
-def per_prompt(recs):
-    return {r["prompt_id"]: (r["new_tokens"], r["seconds"]) for r in recs}
+def ratio_ci(a: list[dict], b: list[dict]) -> tuple[float, float, float]:
+    """tokens/s of records a over records b: point and 95 % interval, the design's paired bootstrap over prompts."""
+    def per_prompt(records):
+        return decide.timings(records, lambda r: 0)[0]
+    return tuple(decide.compare({"a": per_prompt(a)}, per_prompt(b))["speedup"]["a"])
 
 
 for folder in sys.argv[1:]:
@@ -34,7 +26,7 @@ for folder in sys.argv[1:]:
         for g in sorted({r["gamma"] for r in at if r["drafter"]}):
             for m in ("sd", "sd-scheduled"):
                 mine = [r for r in at if r["gamma"] == g and r["method"] == m]
-                x, lo, hi = ratio_ci(per_prompt(mine), per_prompt(ar))
+                x, lo, hi = ratio_ci(mine, ar)
                 suites = metrics.per_suite(mine, ar)
                 worst = min(suites.items(), key=lambda kv: kv[1]["speedup_vs_ar"])
                 line = f"   {m:<13} γ={g}: {x:.3f}x AR [{lo:.3f}–{hi:.3f}], worst suite {worst[0]} {worst[1]['speedup_vs_ar']:.2f}x"
@@ -42,7 +34,7 @@ for folder in sys.argv[1:]:
                     static[g] = mine
                 else:
                     best = max(static, key=lambda k: metrics.tokens_per_s(static[k]))
-                    y, ylo, yhi = ratio_ci(per_prompt(mine), per_prompt(static[best]))
+                    y, ylo, yhi = ratio_ci(mine, static[best])
                     sched = metrics.schedule([rd for r in mine for rd in r["rounds"]])
                     big = [c for c in sched["calibration"] if c["positions"] >= 100]
                     gaps = ", ".join(f"{c['bin']}: {c['predicted']:.2f}/{c['observed']:.2f} (n={c['positions']})" for c in big)

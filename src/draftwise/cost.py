@@ -29,7 +29,7 @@ other weight (attention, MLP, norms); `total` = embedding + head + non_embedding
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -353,3 +353,11 @@ def interpolate(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
         return float(np.interp(x, xs, ys))
     slope = (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])
     return float(ys[i] + slope * (x - xs[i]))
+
+
+def verify_curve(entry: dict) -> Callable[[float], float]:
+    """t_verify(g) in ms from a profile.json batch entry (g = 0: one AR step): piecewise-linear between the
+    profiled γ, extended linearly past them."""
+    points = [(0, entry["ar_step_ms"])] + sorted((int(g), ms) for g, ms in entry["verify_ms"].items())
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    return lambda g: interpolate(xs, ys, g)

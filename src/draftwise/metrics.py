@@ -120,10 +120,11 @@ def schedule(rounds: Sequence[dict]) -> dict | None:
         ks[p["k"]] = ks.get(p["k"], 0) + 1
         for a_hat, seen in zip(p["a_hat"], p["observed"]):
             bins.setdefault(min(9, int(a_hat * 10)), []).append((a_hat, seen))
-    calibration = [{"bin": f"{b / 10:.1f}-{(b + 1) / 10:.1f}", "positions": len(v),
-                    "predicted": statistics.fmean(a for a, _ in v), "observed": statistics.fmean(o for _, o in v),
-                    "gap": statistics.fmean(a for a, _ in v) - statistics.fmean(o for _, o in v)}
-                   for b, v in sorted(bins.items())]
+    calibration = []
+    for b, v in sorted(bins.items()):
+        predicted, observed = statistics.fmean(a for a, _ in v), statistics.fmean(o for _, o in v)
+        calibration.append({"bin": f"{b / 10:.1f}-{(b + 1) / 10:.1f}", "positions": len(v), "predicted": predicted,
+                            "observed": observed, "gap": predicted - observed})
     proposed = sum(p["proposed"] for p in plans)
     return {"k": dict(sorted(ks.items())), "verified_fraction": sum(p["k"] for p in plans) / proposed if proposed else None,
             "paused_rounds": sum(p["paused"] for p in plans), "calibration": calibration}

@@ -15,6 +15,19 @@ from . import config as cfg
 from .errors import DraftwiseError
 
 
+def read_records(path: Path) -> list[dict]:
+    """All complete records of a records.jsonl; a last line cut short by a crash is ignored (it is redone)."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return out
+
+
 class RunDir:
     def __init__(self, path: str | os.PathLike, config):
         self.path = Path(path)
@@ -34,16 +47,7 @@ class RunDir:
         self._drop_partial_line()
 
     def records(self) -> list[dict]:
-        """All complete records; a last line cut short by a crash is ignored (it is redone)."""
-        if not self.records_path.exists():
-            return []
-        out = []
-        for line in self.records_path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-        return out
+        return read_records(self.records_path)
 
     def append(self, record: dict) -> None:
         with open(self.records_path, "a") as f:

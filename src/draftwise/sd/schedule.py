@@ -91,9 +91,8 @@ class VerifyCurve:
         entry = profile["batches"].get(str(batch))
         if entry is None or not entry.get("verify_ms"):
             raise DraftwiseError(f"{folder}: no verify times at batch {batch}")
-        points = [(0, entry["ar_step_ms"])] + sorted((int(g), ms) for g, ms in entry["verify_ms"].items())
-        xs, ys = [x for x, _ in points], [y for _, y in points]
-        return cls(tuple(cost.interpolate(xs, ys, k) for k in range(upto + 1)))
+        curve = cost.verify_curve(entry)
+        return cls(tuple(curve(k) for k in range(upto + 1)))
 
 
 def _levels(feature: str) -> list[str]:

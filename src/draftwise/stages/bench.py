@@ -33,7 +33,7 @@ from ..errors import DraftwiseError
 from ..executors import Executor, InProcess, exclusive
 from .. import specs
 from ..models import Model, ModelOptions, describe, load, stamp
-from ..rundir import RunDir
+from ..rundir import RunDir, read_records
 from ..sd.batched_sd import generate_batch_sd
 from ..sd.engine import generate
 from ..sd.sampling import SamplingParams
@@ -166,8 +166,7 @@ def calibration_rounds(config: BenchConfig) -> list[dict]:
     own = json.loads((folder / "config.json").read_text())
     own = own.get("bench", own)  # a grid's records carry their point; a single bench's point is its config
     rounds = []
-    for line in (folder / "records.jsonl").read_text().splitlines():
-        r = json.loads(line) if line.strip() else {}
+    for r in read_records(folder / "records.jsonl"):  # a run killed mid-write is read up to its last whole record
         if r.get("method") == SCHEDULED and r.get("drafter", own.get("drafter")) == config.drafter and \
                 r.get("temperature", own.get("temperature")) == config.temperature:
             rounds += r["rounds"]

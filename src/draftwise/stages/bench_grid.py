@@ -132,12 +132,11 @@ def format_grid(summary: dict) -> str:
     lines = [f"{'drafter':<40}{'γ':>3}{'T':>5}{'B':>4}{'SD tok/s':>10}{'AR tok/s':>10}{'vs AR':>7}{'TAR':>6}{'α':>7}"]
     for r in summary["points"]:
         ar = r["baselines"].get("ar", {}).get("tokens_per_s")
-        lines.append(f"{label(r['drafter'], 40):<40}{r['gamma']:>3}{r['temperature']:>5g}{r['batch_size']:>4}"
-                     f"{r['tokens_per_s']:>10.2f}{ar if ar is not None else float('nan'):>10.2f}"
-                     f"{r['speedup_vs_ar'] or float('nan'):>7.2f}{r['tar'] or float('nan'):>6.2f}{r['alpha'] or float('nan'):>7.3f}")
-        s = r["methods"].get(bench.SCHEDULED)
-        if s:  # the same drafter and γ with the round scheduler
-            lines.append(f"{'  scheduled':<40}{r['gamma']:>3}{r['temperature']:>5g}{r['batch_size']:>4}"
+        rows = [(label(r["drafter"], 40), r)]
+        if bench.SCHEDULED in r["methods"]:  # the same drafter and γ with the round scheduler
+            rows.append(("  scheduled", r["methods"][bench.SCHEDULED]))
+        for name, s in rows:
+            lines.append(f"{name:<40}{r['gamma']:>3}{r['temperature']:>5g}{r['batch_size']:>4}"
                          f"{s['tokens_per_s']:>10.2f}{ar if ar is not None else float('nan'):>10.2f}"
                          f"{s['speedup_vs_ar'] or float('nan'):>7.2f}{s.get('tar') or float('nan'):>6.2f}"
                          f"{s.get('alpha') or float('nan'):>7.3f}")

@@ -48,9 +48,8 @@ def predict(profile: dict, batch: int = 1, gammas: list[int] | None = None, alph
     if entry is None:
         raise DraftwiseError(f"the profile has no batch {batch} (it has {', '.join(profile['batches'])})")
     ar = entry["ar_step_ms"]
-    vg = [(0, ar)] + sorted((int(g), ms) for g, ms in entry["verify_ms"].items())  # γ = 0: a plain AR step
-    t_verify = lambda g: cost.interpolate([g_ for g_, _ in vg], [ms for _, ms in vg], g)  # noqa: E731
-    gammas = gammas or [g for g, _ in vg if g]
+    t_verify = cost.verify_curve(entry)  # γ = 0: a plain AR step
+    gammas = gammas or sorted(int(g) for g in entry["verify_ms"] if int(g))
     rows, skipped = [], []
     for spec, d in entry["drafters"].items():
         measured = bench if bench and bench["drafter"] == spec else None

@@ -35,8 +35,8 @@ CURVE_GAMMA = 4
 def verify_seconds(p, batch: int = 1, profile: str = "profile"):
     """t_verify(g) in seconds from a profile stage (g = 0: one AR step), interpolated between profiled γ."""
     entry = json.loads((p.folder(profile) / "profile.json").read_text())["batches"][str(batch)]
-    points = [(0, entry["ar_step_ms"])] + sorted((int(g), ms) for g, ms in entry["verify_ms"].items())
-    return lambda g: cost.interpolate([x for x, _ in points], [y for _, y in points], g) / 1e3
+    curve = cost.verify_curve(entry)
+    return lambda g: curve(g) / 1e3
 
 
 def texts(p) -> list[dict]:
