@@ -33,7 +33,7 @@ class Draft:
     tokens: list[int] = field(default_factory=list)
     qs: list[torch.Tensor] | None = None  # [V] per token under sampling; None = one-hot on each token (lookup)
     source: str = ""  # "model" | "lookup": who proposed (hybrid rounds say which)
-    features: list[str] | None = None  # per token, the proposer's own confidence signal (see `sd.schedule`, `signal`)
+    features: list[str] | None = None  # per token, the proposer's own confidence signal ("kind|a|b"; see `sd.schedule`)
 
 
 def bucket(x: float, bins: int = 5) -> int:
