@@ -80,8 +80,9 @@ class BenchConfig:
     llama_server: str | None = None  # the llama-server binary of llama-server baselines; None = on PATH, else .venv/bin
     schedule: str | None = None  # a profile run folder of this engine: adds SD with the round scheduler (sd.schedule),
     # pricing each round by that profile's verify curve; γ is then the longest run it may verify
-    calibration: str | None = None  # a bench run folder whose scheduled rounds (same drafter and temperature) the
-    # scheduler's calibration starts from; None = it starts empty and learns from this run alone
+    calibration: str | None = None  # what the scheduler's calibration starts from: a calibration folder (calibration.json,
+    # `sd.calibrate`: its table at this temperature) or a bench run folder (its scheduled rounds of the same drafter and
+    # temperature); None = it starts empty. Either way it then learns from this run's own rounds
 
     def __post_init__(self):
         _check_gguf_quant(self.gguf_quant)
@@ -149,11 +150,13 @@ class BenchGridConfig:
     temperatures: tuple[float, ...] = ()
     batch_sizes: tuple[int, ...] = ()
     drafter_gammas: tuple[int, ...] = ()  # each drafter's own γ (aligned with `drafters`) instead of the γ axis
+    scheduled: tuple[str, ...] = ()  # with bench.schedule: the drafters whose points also run the round scheduler
+    # (the others run static SD only); empty = every drafter's
 
     def __post_init__(self):
         if isinstance(self.bench, dict):  # read back from config.json
             object.__setattr__(self, "bench", from_dict(BenchConfig, self.bench))
-        for name in ("drafters", "gammas", "temperatures", "batch_sizes", "drafter_gammas"):
+        for name in ("drafters", "gammas", "temperatures", "batch_sizes", "drafter_gammas", "scheduled"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
         _positive("gammas", self.gammas)
@@ -163,6 +166,8 @@ class BenchGridConfig:
             raise DraftwiseError("a bench grid needs at least one drafter")
         if self.drafter_gammas and (len(self.drafter_gammas) != len(self.drafters) or self.gammas):
             raise DraftwiseError("drafter_gammas gives one γ per drafter, instead of a γ axis")
+        if self.scheduled and (not self.bench.schedule or set(self.scheduled) - set(self.drafters or (self.bench.drafter,))):
+            raise DraftwiseError("scheduled names drafters of the grid, and needs bench.schedule (a profile folder)")
         self.points()  # every point must be a valid BenchConfig
 
     def points(self) -> list[BenchConfig]:
@@ -177,8 +182,12 @@ class BenchGridConfig:
 
         pairs = list(zip(drafters, self.drafter_gammas)) if self.drafter_gammas else \
             [(d, g) for d in drafters for g in gammas]
-        sd = [dataclasses.replace(b, drafter=d, gamma=g, temperature=t, batch_size=n, baselines=per_point(d, n))
-              for t in temps for n in sizes for d, g in pairs]
+        def schedule(drafter: str) -> dict:
+            on = not self.scheduled or drafter in self.scheduled
+            return {"schedule": b.schedule if on else None, "calibration": b.calibration if on else None}
+
+        sd = [dataclasses.replace(b, drafter=d, gamma=g, temperature=t, batch_size=n, baselines=per_point(d, n),
+                                  **schedule(d)) for t in temps for n in sizes for d, g in pairs]
         base = []
         for t in temps:
             for n in sizes:  # transformers' and llama.cpp's baselines are batch-1: at B > 1 only AR runs beside SD
@@ -416,6 +425,7 @@ class DesignConfig:
     narrow_factor: int = 3  # deep-narrow twin: heads, KV heads and FFN ÷ f, layers × f (equal non-embedding params)
     drafter: str | None = None  # an optional user drafter, benchmarked beside the candidates
     lookups: bool = True  # also n-gram and suffix lookup drafters and the hybrid of the best model drafter with one
+    scheduler: bool = True  # with lookups: each tuned lookup's variant under the round scheduler is a candidate too
     loss: str = "fkl"
     temperatures: tuple[float, ...] = (0.0, 0.5, 1.0)
     bench_suites: str = "all"  # every packaged suite: TAR and speedup per task

@@ -156,6 +156,13 @@ def test_scheduled_sd_beside_static_sd_and_a_resume_that_relearns_the_same_calib
     seeded = bench.Runner(replace(c, calibration=str(out)), *bench.load_models(c))  # a new run seeded by this one
     assert seeded.fns[bench.SCHEDULED].scheduler.calibration.counts == \
         resumed.fns[bench.SCHEDULED].scheduler.calibration.counts
+    from draftwise.sd import calibrate  # a calibration measured before the run (a design's calibrate-lookup)
+
+    calibrate.write(tmp_path / "cal", {"temperatures": {"0": {"positions": 3, "counts": {"own|p1": [3, 2.0]}}}})
+    measured = bench.Runner(replace(c, calibration=str(tmp_path / "cal")), *bench.load_models(c))
+    assert measured.fns[bench.SCHEDULED].scheduler.calibration.counts == {"own|p1": [3, 2.0]}
+    with pytest.raises(DraftwiseError, match="no calibration at T=0.5"):
+        bench.Runner(replace(c, temperature=0.5, calibration=str(tmp_path / "cal")), *bench.load_models(c))
     with pytest.raises(DraftwiseError, match="no scheduled rounds of ngram:min=1,max=2 at T=0"):
         bench.Runner(replace(c, drafter="ngram:min=1,max=2", calibration=str(out)), *bench.load_models(c))
     with pytest.raises(DraftwiseError, match="schedule needs a drafter"):

@@ -79,3 +79,19 @@ def test_each_drafter_at_its_own_gamma_with_per_suite_figures(tiny_dir, tmp_path
                         drafter_gammas=(1, 2))
     assert main(["bench", "--target", tiny_dir, "--drafter", "layers:0@2", "--drafter", "ngram", "--limit", "1",
                  "--out", str(tmp_path / "h")]) == 2
+
+
+def test_only_the_drafters_a_grid_names_run_the_scheduler(tiny_dir, tmp_path):
+    bench = BenchConfig(target=tiny_dir, drafter="ngram", baselines=("ar",), schedule=str(tmp_path / "profile"),
+                        calibration=str(tmp_path / "cal"))
+    grid = BenchGridConfig(bench=bench, drafters=("ngram", "layers:0"), drafter_gammas=(4, 2), scheduled=("ngram",))
+    sd = {p.drafter: p for p in grid.points() if p.drafter}
+    assert (sd["ngram"].schedule, sd["ngram"].calibration) == (bench.schedule, bench.calibration)
+    assert sd["layers:0"].schedule is None and sd["layers:0"].calibration is None
+    assert all(p.schedule is None for p in grid.points() if not p.drafter)  # baselines never schedule
+    assert all(p.schedule for p in BenchGridConfig(bench=bench, drafters=("ngram", "layers:0")).points() if p.drafter)
+    assert from_dict(BenchGridConfig, to_dict(grid)) == grid
+    with pytest.raises(DraftwiseError, match="scheduled names drafters of the grid"):
+        BenchGridConfig(bench=bench, drafters=("layers:0",), scheduled=("ngram",))
+    with pytest.raises(DraftwiseError, match="needs bench.schedule"):
+        BenchGridConfig(bench=BenchConfig(target=tiny_dir, drafter="ngram"), drafters=("ngram",), scheduled=("ngram",))

@@ -139,6 +139,14 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
                     "Where the time goes", "Accuracy sanity check", "Export"):
         assert section in report
     assert "Capped at batch_cap = 2" in report
+    # the scheduled lookups: calibrated on the target's text, measured in their static points, decided alike
+    assert {"ngram+scheduled", "suffix+scheduled"} <= set(decision["speedup"]) and "calibrate-lookup" in stages
+    assert "The round scheduler" in report and (out / "plots" / "schedule_calibration.png").exists()
+    select = [json.loads(line) for line in (out / "stages" / "bench-select" / "records.jsonl").read_text().splitlines()]
+    scheduled = [r for r in select if r["method"] == "sd-scheduled"]
+    assert {r["drafter"] for r in scheduled} == {decision_spec(records, "ngram"), decision_spec(records, "suffix")}
+    ar = {r["prompt_id"]: r["tokens"] for r in select if r["method"] == "ar"}
+    assert all(r["tokens"] == ar[r["prompt_id"]] for r in scheduled)  # greedy: the scheduler keeps AR's output
     for name in ("wide-L1", "narrow-L2"):  # the batch each trained candidate's SD footprint allows, then benchmarked
         decision = next(r for r in records if r["stage"] == f"max-batch-{name}")
         drafter = _shape(out / "stages" / f"distill-{name}" / "checkpoint")
@@ -156,6 +164,7 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     assert row["recommend"] == (row["speedup"][1] > 1.0) and row["quant"] == "F32" and not row["shipped"]
     assert {"llama-server", "llama-server:--spec-default"} <= set(row["builtins"])
     assert row["identical"] == 1.0  # greedy SD on llama.cpp at f32 reproduces its AR
+    assert {"ngram+scheduled", "suffix+scheduled"} <= set(row["candidates"])  # priced by that engine's verify curve
     grid = [json.loads(line) for line in (out / "stages" / "bench-select@llama.cpp-F32" / "records.jsonl").read_text()
             .splitlines()]
     prompts = {r["prompt_id"] for r in grid}
@@ -219,9 +228,11 @@ def test_batched_bench_runs_at_the_gamma_predicted_for_its_batch(tiny_dir, tmp_p
         assert len(list((out / "export").glob("**/drafter-reduced-vocab/draft_vocab.json"))) == 1
 
 
-def fake_grid(speedups: dict[str, float], prompts: int = 12, noise: float = 0.02, steps: dict[str, float] | None = None):
+def fake_grid(speedups: dict[str, float], prompts: int = 12, noise: float = 0.02, steps: dict[str, float] | None = None,
+              scheduled: dict[str, float] | None = None):
     """A `bench_grid.run` that writes the records and grid.json a measurement would: per prompt, each drafter spec runs
-    at `speedups[spec]` × AR's speed (× 1 ± noise, seeded), AR at 30 tokens/s; at larger γ a little faster."""
+    at `speedups[spec]` × AR's speed (× 1 ± noise, seeded), AR at 30 tokens/s; at larger γ a little faster. A point
+    the grid schedules also runs the scheduled method, at `scheduled[spec]` × AR."""
     import random
 
     def run(grid, folder, executor=None):
@@ -233,6 +244,10 @@ def fake_grid(speedups: dict[str, float], prompts: int = 12, noise: float = 0.02
             for x in (x for x in grid.points() if x.drafter):
                 speed = 30 * (speedups[x.drafter] + 0.01 * x.gamma) * (1 + rng.uniform(-noise, noise))
                 records.append({**base, "drafter": x.drafter, "gamma": x.gamma, "method": "sd", "seconds": 60 / speed})
+                if x.schedule:
+                    speed = 30 * (scheduled[x.drafter] + 0.01 * x.gamma) * (1 + rng.uniform(-noise, noise))
+                    records.append({**base, "drafter": x.drafter, "gamma": x.gamma, "method": "sd-scheduled",
+                                    "seconds": 60 / speed})
         for x in (x for x in grid.points() if x.drafter):
             points.append({"drafter": x.drafter, "gamma": x.gamma, "temperature": 0.0, "tar": 1.0 + speedups[x.drafter],
                            "tokens_per_s": 30 * speedups[x.drafter], "draft_step_ms": (steps or {}).get(x.drafter, 0.05 if "ngram" in x.drafter else 4.0),
@@ -291,8 +306,33 @@ def test_lookups_whose_steps_differ_by_microseconds_tie_on_cost(tiny_dir, tmp_pa
     p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
     name, _ = measure.select(p, specs, {"suffix": 2, "ngram": 2}, {})
     decision = p.done["select-drafter"]
-    assert decision["tie"] and decision["cost"]["suffix"] == decision["cost"]["ngram"] == [0.0, 0]
+    assert decision["tie"] and decision["cost"]["suffix"] == decision["cost"]["ngram"] == [0.0, 0, False]
     assert name == max(decision["speedup"], key=lambda n: decision["speedup"][n][0])
+
+
+@pytest.mark.parametrize("scheduled_speedup,chosen", [(1.5, "ngram+scheduled"), (1.2, "ngram")])
+def test_a_scheduled_lookup_is_an_option_of_its_own(tiny_dir, tmp_path, monkeypatch, scheduled_speedup, chosen):
+    """The scheduled variant runs in its static lookup's grid point and is decided like any candidate: chosen when it
+    is faster beyond noise (then γ is refined with the scheduler on), else a tie that goes to static SD."""
+    from draftwise.stages.design import measure
+
+    specs = {"ngram": "ngram:max=4", "wide-L1": "runs/distill-wide-L1", "ngram+scheduled": "ngram:max=4"}
+    runs = []
+    grid_run = fake_grid({specs["ngram"]: 1.2, specs["wide-L1"]: 0.9}, scheduled={specs["ngram"]: scheduled_speedup})
+    monkeypatch.setattr(measure.bench_grid, "run", lambda g, f, e=None: (runs.append(g), grid_run(g, f, e))[1])
+    p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
+    name, _ = measure.select(p, specs, {"ngram": 4, "wide-L1": 2, "ngram+scheduled": 4}, {"wide-L1": 100},
+                             {"ngram+scheduled": "ngram"})
+    decision = p.done["select-drafter"]
+    assert name == chosen and set(decision["speedup"]) == set(specs)
+    select = runs[0]
+    assert select.scheduled == (specs["ngram"],) and select.bench.schedule == str(p.folder("profile"))
+    assert [x.schedule is not None for x in select.points() if x.drafter] == [True, False]  # ngram, then wide-L1
+    gamma_grid = runs[-1]
+    assert (gamma_grid.bench.schedule is not None) == (chosen == "ngram+scheduled")
+    assert p.done["bench-gamma"]["method"] == ("sd-scheduled" if chosen == "ngram+scheduled" else "sd")
+    if chosen == "ngram":
+        assert "ngram+scheduled" in decision["tie"] and decision["cost"]["ngram+scheduled"][-1] is True
 
 
 def test_paired_intervals_shrink_with_the_pairing():
@@ -338,6 +378,36 @@ def test_a_lookup_export_holds_no_machine_paths(tiny_dir, tmp_path):
     assert all(str(tmp_path) not in f.read_text(errors="ignore") for f in out.rglob("*") if f.is_file())
     assert export.vllm_lookup("ngram:min=2,max=5", 3) == {"method": "ngram", "num_speculative_tokens": 3,
                                                           "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+
+
+def test_a_scheduled_lookup_exports_what_the_scheduler_loads_and_no_machine_path(tiny_dir, tmp_path):
+    """export/schedule/ holds the verify curve and the calibration, loadable as `bench --schedule schedule
+    --calibration schedule`; neither names a folder of the run (the profile's drafter entries are left out)."""
+    from draftwise.sd import calibrate
+    from draftwise.sd.schedule import VerifyCurve
+    from draftwise.stages.design import export
+
+    p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
+    drafter = str(tmp_path / "d" / "stages" / "distill-wide-L1")
+    profile = {"machine": {"engine": "lean", "dtype": "fp32"}, "batches": {"1": {
+        "ar_step_ms": 20.0, "verify_ms": {"1": 22.0, "4": 30.0}, "verify_over_ar_step": {"1": 1.1, "4": 1.5},
+        "drafters": {drafter: {"step_ms": 3.0}}}}}
+    table = {"own|p1|n2|g3": [10, 4.0]}
+    for stage, name, content in (("profile", "profile.json", profile), ("calibrate-lookup", calibrate.FILE, {
+            "drafters": {f"suffix:{tmp_path}/d/stages/suffix-index,factor=2": 4},
+            "temperatures": {"0": {"positions": 10, "counts": table}}})):
+        p.folder(stage).mkdir(parents=True)
+        (p.folder(stage) / name).write_text(json.dumps(content))
+        p.add({"event": "done", "stage": stage, "folder": str(p.folder(stage))})
+    export.export(p, None, {**verdict_record("ngram:min=1,max=4", True, "ngram+scheduled"), "method": "sd-scheduled"})
+    out = tmp_path / "d" / "export"
+    assert VerifyCurve.from_profile(out / "schedule", 4, {"engine": "lean", "dtype": "fp32"}).ms == (20.0, 22.0, 24.0 + 2 / 3,
+                                                                                                27.0 + 1 / 3, 30.0)
+    assert calibrate.load(out / "schedule", 0.0).counts == table
+    readme = (out / "README.md").read_text()
+    assert "--schedule schedule --calibration schedule" in readme and "(the verdict's method)" in readme
+    assert "with the round scheduler" in readme.splitlines()[0]
+    assert all(str(tmp_path) not in f.read_text(errors="ignore") for f in out.rglob("*") if f.is_file())
 
 
 def test_an_export_that_lost_to_plain_decoding_says_so(tiny_dir, tmp_path):
@@ -388,7 +458,7 @@ def synthetic_pipeline(tiny_dir, tmp_path, speedups: dict[str, list[float]], kin
     p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
     specs = {n: {"model": f"runs/distill-{n}", "lookup": "ngram:max=4"}[kinds[n]] for n in speedups}
     points = [{"drafter": specs[n], "gamma": 2, "tar": 1.3, "ar_step_ms": 25.0, "by_suite": {"arena": {"speedup_vs_ar": s[0]}},
-               "methods": {"sd": {"alpha": 0.3, "draft_step_ms": 5.0 if kinds[n] == "model" else 0.02, "draft_s": 0.5,
+               "methods": {"sd": {"tar": 1.3, "alpha": 0.3, "draft_step_ms": 5.0 if kinds[n] == "model" else 0.02, "draft_s": 0.5,
                                   "proposal_lengths": {"2": 90, "0": 10}, "proposed_fraction": 0.9}}} for n, s in speedups.items()]
     for stage, files in {"bench-select": {"grid.json": {"points": points}},
                          "profile": {"profile.json": {"batches": {"1": {"verify_over_ar_step": {"1": 1.1, "2": 1.16}}}}},

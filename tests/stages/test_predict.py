@@ -53,3 +53,27 @@ def test_a_lookup_bench_is_predicted_from_its_own_proposals():
     assert out["check"]["predicted_tokens_per_s"] == pytest.approx(expected)
     cut = next(r for r in out["rows"] if r["drafter"] == "ngram" and r["gamma"] == 1)  # the same proposals cut to 1
     assert cut["tokens_per_s"] == pytest.approx(1e3 * (3 * 2 + 5) / (3 * (0.2 + 32.0) + 5 * 30.1))
+
+
+def test_a_scheduled_run_is_priced_from_its_own_rounds(tiny_dir, tmp_path):
+    """A bench run with the round scheduler: its scheduled rounds (each a verified prefix; k = 0 a plain step) are
+    priced like a lookup's, beside the static rows, and checked against the scheduled method's measured tokens/s."""
+    from draftwise.config import BenchConfig, ProfileConfig
+    from draftwise.stages import bench, profile
+
+    prof = profile.run(ProfileConfig(target=tiny_dir, depths=(1,), gammas=(1, 2, 4), batches=(1,), context=16, warmup=0,
+                                     repeats=2), tmp_path / "profile")
+    run = bench.run(BenchConfig(target=tiny_dir, drafter="ngram:min=1,max=3", gamma=4, limit=2, max_new_tokens=12,
+                                baselines=("ar",), warmup=0, schedule=str(prof)), tmp_path / "run")
+    out = predict.run(prof, run)
+    records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
+    rounds = [rd for r in records if r["method"] == bench.SCHEDULED for rd in r["rounds"]]
+    entry = json.loads((prof / "profile.json").read_text())["batches"]["1"]
+    curve = cost.verify_curve(entry)
+    row = next(r for r in out["rows"] if r["drafter"] == "ngram:min=1,max=3 (scheduled)")
+    assert row["tokens_per_s"] == pytest.approx(cost.predict_rounds(rounds, lambda k: curve(k) / 1e3))
+    check = out["check_scheduled"]
+    measured = check["measured_decode_tokens_per_s"]
+    assert check["predicted_tokens_per_s"] == row["tokens_per_s"] and check["error"] == pytest.approx(
+        row["tokens_per_s"] / measured - 1)
+    assert any(r["drafter"] == "ngram:min=1,max=3" and r["gamma"] == 4 for r in out["rows"])  # static rows as before

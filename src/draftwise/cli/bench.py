@@ -47,8 +47,9 @@ def _bench_parser(sub) -> None:
                         "verify curve of this profile run folder (same engine and precision) and the proposer's "
                         "confidence, calibrated online from the run's own rounds, price best; γ is its longest run")
     p.add_argument("--calibration", metavar="RUN",
-                   help="start the scheduler's calibration from the scheduled rounds of this bench run folder (same "
-                        "drafter and temperature; e.g. a run on the train split) instead of from nothing")
+                   help="start the scheduler's calibration from a calibration folder (a design's stages/calibrate-lookup "
+                        "or its export/schedule: the table at this temperature) or from the scheduled rounds of a bench run "
+                        "folder (same drafter and temperature) instead of from nothing")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warmup", type=int, default=1, help="untimed runs of each method before measuring")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])

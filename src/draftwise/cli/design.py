@@ -42,6 +42,8 @@ def _design_parser(sub) -> None:
     p.add_argument("--narrow-factor", type=int, default=3, help="deep-narrow twin: layers x f, heads/KV/FFN / f")
     p.add_argument("--drafter", help="your own drafter, benchmarked beside the candidates")
     p.add_argument("--no-lookups", action="store_true", help="model drafters only (no n-gram, suffix or hybrid candidates)")
+    p.add_argument("--no-scheduler", action="store_true",
+                   help="no scheduled candidates (the tuned lookups under the round scheduler, calibrated on the target's text)")
     p.add_argument("--loss", default="fkl", choices=["fkl", "rkl", "tvd", "jsd"])
     p.add_argument("--temperatures", type=floats, default="0,0.5,1")
     p.add_argument("--bench-suites", default="all", help="suites of the selection grid (TAR and speedup per task)")
@@ -79,7 +81,8 @@ def _design(args) -> None:
     temps = args.temperatures
     design.run(DesignConfig(target=args.target, minutes=args.minutes, wide_layers=args.wide_layers, budget=args.budget,
                             narrow_factor=args.narrow_factor, drafter=args.drafter, lookups=not args.no_lookups,
-                            loss=args.loss, temperatures=temps, bench_suites=args.bench_suites, bench_limit=args.bench_limit,
+                            scheduler=not args.no_scheduler, loss=args.loss, temperatures=temps,
+                            bench_suites=args.bench_suites, bench_limit=args.bench_limit,
                             refine_limit=args.refine_limit, tune_prompts=args.tune_prompts, corpus_gain=args.corpus_gain,
                             select_repeats=args.select_repeats,
                             max_new_tokens=args.max_new_tokens, memory=args.memory,

@@ -12,7 +12,8 @@ import shlex
 from pathlib import Path
 
 from .. import cost, metrics
-from . import design_engines, design_lookup, design_plots
+from . import design_engines, design_lookup, design_plots, design_schedule
+from ..stages.design.measure import SCHEDULED as SCHEDULED_NAME
 from .fmt import interval as _interval
 from .fmt import num as _f
 from .plots import plot_profile, plot_sweep
@@ -91,10 +92,10 @@ class Doc:
         return "\n".join(out + ["</body></html>"])
 
 
-def _tar_by_suite(records: list[dict]) -> dict[str, float]:
+def _tar_by_suite(records: list[dict], method: str = "sd") -> dict[str, float]:
     by: dict[str, list] = {}
     for r in records:
-        if r["method"] == "sd":
+        if r["method"] == method:
             by.setdefault(r["suite"], []).extend(r["rounds"])
     return {s: metrics.tar(rs) for s, rs in sorted(by.items()) if rs}
 
@@ -110,6 +111,7 @@ def write(p, cands, specs: dict[str, str]) -> Path:
     prof = _json(p.folder("profile") / "profile.json")
     b1 = prof["batches"]["1"]
     chosen, gamma = p.done["select-drafter"]["chosen"], p.done["select-gamma"]["chosen"]
+    method = p.done["verdict"].get("method", "sd")
     points = design_lookup.select_points(p)
     doc = Doc()
     doc.h(f"draftwise design: {c.target}", 1)
@@ -128,8 +130,8 @@ def write(p, cands, specs: dict[str, str]) -> Path:
         temps = _records(p.folder("bench-temps"))
         for r in _json(p.folder("bench-temps") / "grid.json")["points"]:
             t = r["temperature"]
-            tar[t] = _tar_by_suite([x for x in temps if x["temperature"] == t])
-            sd, ar = r["methods"]["sd"], r["methods"]["ar"]
+            tar[t] = _tar_by_suite([x for x in temps if x["temperature"] == t], method)
+            sd, ar = r["methods"][method], r["methods"]["ar"]
             speed_rows.append([f"{t:g}", r["gamma"], _f(sd["tokens_per_s"]), _f(ar["tokens_per_s"]),
                                _f(sd["tokens_per_s"] / ar["tokens_per_s"], ".2f", "x"), _f(sd.get("tar")),
                                _f(sd.get("alpha"), ".3f")])
@@ -137,6 +139,7 @@ def write(p, cands, specs: dict[str, str]) -> Path:
     suites = sorted({s for per in tar.values() for s in per})
     doc.table(["task"] + [f"TAR at T={t:g}" for t in tar], [[s] + [_f(tar[t].get(s)) for t in tar] for s in suites])
     doc.table(["T", "γ", "SD tokens/s", "AR tokens/s", "SD / AR", "TAR", "α"], speed_rows)
+    design_schedule.section(doc, p, plots, footer)
     doc.p(f"T=0: the selection grid ({c.bench_limit} prompts); T>0: {c.refine_limit} prompts, sampled SD (lossless: each "
           "emitted token follows the target's distribution), the same seeds for SD and AR.")
     doc.img(design_plots.tar_per_task(tar, plots, footer), "TAR per task and temperature")
@@ -248,7 +251,8 @@ def _headline(doc: Doc, p, chosen: str, gamma: int, specs: dict[str, str]) -> No
     doc.h("Headline (spec_bench eval mix, T=0)")
     doc.p(f"Chosen drafter: {chosen} ({specs[chosen]}), γ = {gamma}. {_decision_text(decision)} γ: {_decision_text(g)}")
     rows = []
-    for name, label in (("sd", f"SD, {chosen}, γ={gamma}"), ("ar", "AR, draftwise engine"),
+    for name, label in (("sd", f"SD, {chosen.removesuffix(SCHEDULED_NAME)}, γ={gamma}"),
+                        ("sd-scheduled", f"SD with the round scheduler, {chosen}, γ={gamma}"), ("ar", "AR, draftwise engine"),
                         ("hf-generate", "AR, transformers generate()"), ("hf-assisted", f"transformers assisted, {chosen}"),
                         ("hf-prompt-lookup", f"transformers prompt lookup, γ={gamma}")):
         s = headline.get(name)

@@ -37,6 +37,7 @@ from ..rundir import RunDir, read_records
 from ..sd.batched_sd import generate_batch_sd
 from ..sd.engine import generate
 from ..sd.sampling import SamplingParams
+from ..sd import calibrate
 from ..sd.schedule import Scheduler, VerifyCurve
 from ..timing import sync
 from . import peers
@@ -140,7 +141,9 @@ def methods(config: BenchConfig, target: Model, drafter: specs.Drafter | None, c
             raise DraftwiseError("a learning suffix corpus (learn=1) cannot be shared by static and scheduled SD")
         curve = VerifyCurve.from_profile(config.schedule, config.gamma, stamp(target, model_options(config)))
         scheduler = Scheduler(curve)
-        if config.calibration:
+        if config.calibration and calibrate.is_calibration(config.calibration):  # measured before the run (design)
+            scheduler.calibration = calibrate.load(config.calibration, config.temperature)
+        elif config.calibration:  # an earlier run's scheduled rounds
             scheduler.commit(calibration_rounds(config))
         out[SCHEDULED] = engine_method(target, drafter, config, scheduler)
     ngram = getattr(drafter.lookup, "max_n", None) if drafter and drafter.kind == "lookup" else None
@@ -312,6 +315,8 @@ def summarize(records: list[dict], config: BenchConfig) -> dict:
         by_method.setdefault(r["method"], []).append(r)
     per = {name: metrics.summarize_method(recs) for name, recs in by_method.items()}
     ar_speed = per.get("ar", {}).get("tokens_per_s")
+    if SCHEDULED in per:  # its figures per task, as the point's (static SD's) below
+        per[SCHEDULED]["by_suite"] = metrics.per_suite(by_method[SCHEDULED], by_method.get("ar", []))
     for name, s in per.items():
         s["speedup_vs_ar"] = s["tokens_per_s"] / ar_speed if ar_speed else None
         greedy_pair = config.temperature == 0 and name != "ar" and "ar" in by_method and config.synthetic_alpha is None

@@ -8,7 +8,8 @@ given, its measured decode tokens/s (prefill excluded, like the model) is set be
 Lookup and hybrid drafters propose a varying number of tokens per round: their prediction is the mixture
 (`cost.predict_rounds`) over the bench run's own rounds — the measured proposal-length distribution, per-position
 acceptance and proposal time per source — with the profile's verify times; γ' below the bench's γ is predicted by
-cutting the same proposals to γ'.
+cutting the same proposals to γ'. A bench run with the round scheduler (`--schedule`) is priced from its scheduled
+rounds the same way (each round's verified prefix, k = 0 a plain step) and checked against its measured tokens/s.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .. import cost, metrics
 from ..config import drafter_kind
 from ..errors import DraftwiseError
 from ..specs import split_hybrid
+from .bench import SCHEDULED
 
 
 def _read_json(path: Path, what: str) -> dict:
@@ -36,10 +38,14 @@ def bench_acceptance(bench_dir: Path) -> dict:
     if not sd:
         raise DraftwiseError(f"bench run {bench_dir} has no SD records (was it run with --drafter?)")
     s = metrics.summarize_method(sd)
+    scheduled = [r for r in records if r["method"] == SCHEDULED]
     return {"drafter": config["drafter"], "gamma": config["gamma"], "alpha": s["alpha"],
             "acceptance_per_position": s["acceptance_per_position"], "tokens_per_s": s["tokens_per_s"],
             "decode_tokens_per_s": s.get("decode_tokens_per_s"), "kind": drafter_kind(config["drafter"]),
-            "rounds": [r for rec in sd for r in rec["rounds"]]}
+            "rounds": [r for rec in sd for r in rec["rounds"]],
+            "scheduled": {"rounds": [r for rec in scheduled for r in rec["rounds"]],
+                          **{k: v for k, v in metrics.summarize_method(scheduled).items()
+                             if k in ("tokens_per_s", "decode_tokens_per_s")}} if scheduled else None}
 
 
 def predict(profile: dict, batch: int = 1, gammas: list[int] | None = None, alpha: float | None = None,
@@ -65,6 +71,8 @@ def predict(profile: dict, batch: int = 1, gammas: list[int] | None = None, alph
                          "acceptance": "measured" if per_position else f"alpha={alpha}"})
     if bench and bench.get("kind", "model") != "model":
         rows += variable_rows(bench, entry, t_verify, gammas, ar)
+    if bench and bench.get("scheduled"):
+        rows.append(scheduled_row(bench, entry, t_verify, ar))
     rows.sort(key=lambda r: -r["tokens_per_s"])
     best = {}
     for r in rows:
@@ -76,6 +84,14 @@ def predict(profile: dict, batch: int = 1, gammas: list[int] | None = None, alph
             en = cost.expected_tokens(cost.acceptance_for(bench["gamma"], per_position=bench["acceptance_per_position"]))
             row = {"tokens_per_s": 1e3 * cost.throughput(en, bench["gamma"], entry["drafters"][bench["drafter"]]["step_ms"],
                                                          t_verify(bench["gamma"]))}
+        if bench.get("scheduled"):
+            measured = bench["scheduled"].get("decode_tokens_per_s") or bench["scheduled"]["tokens_per_s"]
+            predicted_tps = next(r for r in rows if r["acceptance"] == SCHEDULED_ROUNDS)["tokens_per_s"]
+            out["check_scheduled"] = {"drafter": bench["drafter"], "gamma": bench["gamma"],
+                                      "predicted_tokens_per_s": predicted_tps,
+                                      "measured_decode_tokens_per_s": bench["scheduled"].get("decode_tokens_per_s"),
+                                      "measured_tokens_per_s": bench["scheduled"]["tokens_per_s"],
+                                      "error": predicted_tps / measured - 1}
         if row:
             measured = bench["decode_tokens_per_s"] or bench["tokens_per_s"]
             out["check"] = {"drafter": bench["drafter"], "gamma": bench["gamma"], "predicted_tokens_per_s": row["tokens_per_s"],
@@ -83,6 +99,23 @@ def predict(profile: dict, batch: int = 1, gammas: list[int] | None = None, alph
                             "measured_tokens_per_s": bench["tokens_per_s"],
                             "error": row["tokens_per_s"] / measured - 1}
     return out
+
+
+SCHEDULED_ROUNDS = "measured scheduled rounds"
+
+
+def scheduled_row(bench: dict, entry: dict, t_verify, ar_ms: float) -> dict:
+    """The scheduled run priced from its own rounds like any lookup's: each round's verified prefix k (drafted) and
+    its acceptance, k = 0 rounds a plain step (a model drafter's unverified draft steps are not in the rounds: its
+    draft time is priced per verified token)."""
+    model_spec = split_hybrid(bench["drafter"])[0] if bench["kind"] == "hybrid" else \
+        bench["drafter"] if bench["kind"] == "model" else None
+    profiled = entry["drafters"].get(model_spec) if model_spec else None
+    tps = cost.predict_rounds(bench["scheduled"]["rounds"], lambda k: t_verify(k) / 1e3,
+                              profiled["step_ms"] / 1e3 if profiled else None)
+    return {"drafter": bench["drafter"] + " (scheduled)", "gamma": bench["gamma"], "expected_tokens": None,
+            "tokens_per_s": tps, "speedup_vs_ar": tps * ar_ms / 1e3, "free_drafter_tokens_per_s": None,
+            "acceptance": SCHEDULED_ROUNDS}
 
 
 def variable_rows(bench: dict, entry: dict, t_verify, gammas: list[int], ar_ms: float) -> list[dict]:
@@ -127,6 +160,11 @@ def format_predictions(result: dict, top: int = 15) -> str:
         lines.append(f"γ* for {spec[:42]}: {r['gamma']} ({r['tokens_per_s']:.2f} tokens/s, {b * r['tokens_per_s']:.1f} in total)")
     if result["skipped"]:
         lines.append(f"no acceptance known (give --alpha) for: {', '.join(s[:30] for s in result['skipped'])}")
+    sched = result.get("check_scheduled")
+    if sched:
+        lines.append(f"check against the bench run's scheduled rounds: predicted {sched['predicted_tokens_per_s']:.2f}, "
+                     f"measured {sched['measured_decode_tokens_per_s'] or sched['measured_tokens_per_s']:.2f} decode "
+                     f"tokens/s ({100 * sched['error']:+.1f} %)")
     check = result.get("check")
     if check:
         lines.append(f"check against the bench run ({check['drafter']}, γ={check['gamma']}): predicted "

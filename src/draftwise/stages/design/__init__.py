@@ -258,18 +258,23 @@ def run(config: DesignConfig, out: str | Path, executor: Executor | None = None)
     best = {x.name: best_gamma(p, specs[x.name], x.name) for x in cands}
     benched = screen(cands, best)
     gammas = {x.name: best[x.name][0] for x in cands}
+    scheduled: dict[str, str] = {}  # scheduled option -> its static candidate
     if config.lookups:
         tuned = lookup_candidates(p, target, cands, specs, best)
         done = p.done["tune-lookup"]
         specs.update({x.name: x.spec for x in tuned})
         gammas.update({x.name: done[x.name]["gamma"] for x in tuned})
         cands, benched = cands + tuned, benched + tuned
+        if config.scheduler:
+            lookup.calibrate_lookups(p, target, done)
+            scheduled = {m + measure.SCHEDULED: m for m in lookup.SCHEDULED_METHODS if m in done}
     kv = kv_bytes(p, cands, specs)
-    chosen, gamma = measure.select(p, {x.name: specs[x.name] for x in benched}, {x.name: gammas[x.name] for x in benched},
-                                   kv)
+    selectable = {**{x.name: specs[x.name] for x in benched}, **{s: specs[m] for s, m in scheduled.items()}}
+    chosen, gamma = measure.select(p, selectable, {n: gammas[scheduled.get(n, n)] for n in selectable}, kv, scheduled)
+    specs.update({s: specs[m] for s, m in scheduled.items()})
     measure.temperatures(p, specs[chosen], gamma)
     measure.batch_dividend(p, target_shape, specs, cands, predicted)
-    measure.headline(p, specs[chosen], gamma)
+    measure.headline(p, specs[chosen], gamma, measure.method_of(p, chosen))
     outcome = p.stage("verdict", lambda f: verdict.decide(p, gamma))
     lean_models = {x.name: specs[x.name] for x in benched if x.role not in ("lookup", "hybrid")}
     rows = [engines.run_row(p, e, target, lean_models, config.lookups, predicted) for e in engines.rows(config)]

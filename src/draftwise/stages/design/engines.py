@@ -29,6 +29,7 @@ from ... import metrics, specs as spec_lib
 from ...config import BenchConfig, BenchGridConfig, ProfileConfig, drafter_kind
 from ...models.llamacpp_load import LLAMA_CPP, gguf_file, quant_name, written
 from .. import profile
+from ..bench import SCHEDULED
 from ..bench_grid import label
 from . import decide, lookup, measure
 
@@ -138,12 +139,17 @@ def run_row(p, e: Engine, target, models: dict[str, str], lookups: bool, predict
     cands.update({n: (models[n], best[n][0]) for n in models if best[n][1] >= SCREEN * lead})
     names = list(cands)
     nearest = {n: "llama-server:" + nearest_builtin(s, g, e.target, e.drafter_quant) for n, (s, g) in cands.items()}
+    # each tuned lookup's scheduled variant, priced by E's verify curve, from the design's calibration
+    scheduled = {m + measure.SCHEDULED: m for m in lookup.SCHEDULED_METHODS if m in cands} \
+        if "calibrate-lookup" in p.done else {}
     grid = BenchGridConfig(bench=bench_config(p, e, drafter=cands[names[0]][0], gamma=1,
-                                              baselines=("ar", "llama-cpp", *builtins(nearest))),
-                           drafters=tuple(s for s, _ in cands.values()), drafter_gammas=tuple(g for _, g in cands.values()))
+                                              baselines=("ar", "llama-cpp", *builtins(nearest)),
+                                              **(measure.scheduling(p, prof) if scheduled else {})),
+                           drafters=tuple(s for s, _ in cands.values()), drafter_gammas=tuple(g for _, g in cands.values()),
+                           scheduled=tuple(cands[m][0] for m in scheduled.values()))
     measure.run_grid(p, f"bench-select@{e.name}", grid, drafters={n: s for n, (s, _) in cands.items()},
-                     gammas={n: g for n, (_, g) in cands.items()})
-    v = p.stage(f"verdict@{e.name}", lambda f: verdict(p, e, cands, nearest))
+                     gammas={n: g for n, (_, g) in cands.items()}, scheduled=scheduled)
+    v = p.stage(f"verdict@{e.name}", lambda f: verdict(p, e, cands, nearest, scheduled))
     if v["recommend"] and v["kind"] == "lookup":  # the export's llama-cpp-python snippet, measured as it runs
         config = bench_config(p, e, drafter=v["spec"], gamma=v["gamma"], limit=c.headline_limit, suite="spec_bench",
                               baselines=("llama-cpp", "llama-cpp-lookup"))
@@ -163,23 +169,27 @@ def python_figures(p, e: Engine) -> dict:
                                  "speedup": decide.compare(by, plain, p.config.seed)["speedup"]["llama-cpp-lookup"]}}
 
 
-def verdict(p, e: Engine, cands: dict[str, tuple[str, int]], nearest: dict[str, str]) -> dict:
-    """The row's verdict record (module docstring): draftwise's choice on E with its interval, the built-ins beside."""
-    stage = f"bench-select@{e.name}"
+def verdict(p, e: Engine, cands: dict[str, tuple[str, int]], nearest: dict[str, str],
+            scheduled: dict[str, str] | None = None) -> dict:
+    """The row's verdict record (module docstring): draftwise's choice on E with its interval, the built-ins beside.
+    `scheduled`: {scheduled option: its static candidate} (measured in that candidate's grid point)."""
+    stage, scheduled = f"bench-select@{e.name}", scheduled or {}
+    cands = {**cands, **{n: cands[m] for n, m in scheduled.items()}}
+    nearest = {**nearest, **{n: nearest[m] for n, m in scheduled.items()}}
     recs = measure.records(p, [stage])
-    name_of = {s: n for n, (s, _) in cands.items()}
     points = {r["drafter"]: r for r in measure.grid_points(p, stage)}
-
-    def ours(r):
-        return name_of.get(r["drafter"]) if r["method"] == "sd" else None if r["method"] == "ar" else decide.IGNORE
+    ours = measure.option_key({n: s for n, (s, _) in cands.items()}, scheduled)
 
     def theirs(r):
-        return None if r["method"] == "ar" else r["method"] if r["method"] != "sd" else decide.IGNORE
+        return None if r["method"] == "ar" else r["method"] if r["method"] not in ("sd", SCHEDULED) else decide.IGNORE
+
+    def method(n):
+        return SCHEDULED if n in scheduled else "sd"
 
     mine, peers = decide.timings(recs, ours), decide.timings(recs, theirs)
     ar, _ = mine.pop(None), peers.pop(None)
     step = {n: round((points[s]["draft_step_ms"] or 0.0) / points[s]["ar_step_ms"], 2) for n, (s, _) in cands.items()}
-    decision = decide.choose(decide.compare(mine, ar, p.config.seed), lambda n: (step[n],))
+    decision = decide.choose(decide.compare(mine, ar, p.config.seed), lambda n: (step[n], n in scheduled))
     base = decide.compare(peers, ar, p.config.seed)
     builtin = {m: s for m, s in base["speedup"].items() if m.startswith("llama-server")}
     server = peers.get("llama-server")  # each built-in over llama-server's own plain decoding, on the same prompts
@@ -188,7 +198,7 @@ def verdict(p, e: Engine, cands: dict[str, tuple[str, int]], nearest: dict[str, 
     best_builtin = max((m for m in builtin if m != "llama-server"), key=lambda m: builtin[m][0], default=None)
     chosen = decision["chosen"]
     recommend = decision["speedup"][chosen][1] > 1.0
-    sd_recs = [r for r in recs if r["method"] == "sd" and r["drafter"] == cands[chosen][0]]
+    sd_recs = [r for r in recs if r["method"] == method(chosen) and r["drafter"] == cands[chosen][0]]
     ar_recs = [r for r in recs if r["method"] == "ar"]
     pick = mine[chosen] if recommend else ar  # what the verdict deploys: the method, or plain decoding
     against = decide.compare({"verdict": pick}, peers[best_builtin], p.config.seed)["speedup"]["verdict"] \
@@ -198,16 +208,18 @@ def verdict(p, e: Engine, cands: dict[str, tuple[str, int]], nearest: dict[str, 
     return {"engine": e.name, "quant": e.quant, "shipped": e.shipped, "target_file": Path(e.target).name,
             "target_path": e.target, "drafter_quant": e.drafter_quant,
             "recommend": recommend, "drafter": chosen, "spec": cands[chosen][0], "kind": drafter_kind(cands[chosen][0]),
-            "gamma": cands[chosen][1], "speedup": decision["speedup"][chosen], "decision": decision,
-            "tokens_per_s": points[cands[chosen][0]]["tokens_per_s"], "ar_tokens_per_s": methods["ar"]["tokens_per_s"],
+            "method": method(chosen), "gamma": cands[chosen][1], "speedup": decision["speedup"][chosen],
+            "decision": decision, "tokens_per_s": points[cands[chosen][0]]["methods"][method(chosen)]["tokens_per_s"],
+            "ar_tokens_per_s": methods["ar"]["tokens_per_s"],
             "ar_step_ms": any_point["ar_step_ms"], "builtins": {m: {
                 "speedup": s, "over_server_plain": over_plain.get(m), "tokens_per_s": methods[m]["tokens_per_s"],
                 **server_counts(methods[m])} for m, s in builtin.items()},
             "best_builtin": best_builtin, "verdict_over_best_builtin": against,
             "llama_cpp_generate_tokens_per_s": methods.get("llama-cpp", {}).get("tokens_per_s"),
             "identical": metrics.identical_fraction(sd_recs, ar_recs), "divergence": metrics.divergence(sd_recs, ar_recs),
-            "candidates": {n: {"spec": s, "gamma": g, "speedup": decision["speedup"][n], "nearest": nearest[n],
-                               "tar": points[s]["tar"], "alpha": points[s]["alpha"]} for n, (s, g) in cands.items()},
+            "candidates": {n: {"spec": s, "gamma": g, "method": method(n), "speedup": decision["speedup"][n],
+                               "nearest": nearest[n], "tar": points[s]["methods"][method(n)]["tar"],
+                               "alpha": points[s]["methods"][method(n)]["alpha"]} for n, (s, g) in cands.items()},
             "rule": "deploy when the chosen method's speedup over AR on this engine is above 1 beyond noise (95 % "
                     "interval, paired bootstrap over prompts); otherwise plain decoding"}
 
@@ -239,6 +251,8 @@ def sentence(v: dict) -> str:
                    + f"; {'the verdict' if v['recommend'] else 'plain decoding on draftwise'} is {vs[0]:.2f}× it "
                      f"[{vs[1]:.2f}–{vs[2]:.2f}].")
     what = f"{v['quant']} ({'the file the target ships as' if v['shipped'] else 'a copy written at this precision'})"
+    if v.get("method", "sd") != "sd":
+        what += " with the round scheduler"
     if v["recommend"]:
         return (f"On {LLAMA_CPP} {what}: deploy {v['drafter']} ({label(v['spec'], 60)}, γ = {v['gamma']}), "
                 f"{pt:.2f}× plain decoding [{lo:.2f}–{hi:.2f}].{builtin}")

@@ -14,6 +14,7 @@ from ... import specs
 from ...config import drafter_kind
 from ...models import layer_subset, parse_layers, read_weights, save_checkpoint
 from ...models.source import resolve
+from ...sd import calibrate
 
 MODEL = """# Exported drafter: {name} (γ* = {gamma})
 
@@ -127,6 +128,37 @@ def export_lookup(out: Path, spec: str, name: str, gamma: int) -> dict:
     return vllm
 
 
+SCHEDULE = """
+Round scheduler (draftwise engine): `schedule/` holds this machine's verify curve (`profile.json`) and the
+acceptance calibration measured on the target's own text (`calibration.json`, per temperature); each round then
+verifies the prefix of the proposal they price best{chosen}:
+```
+draftwise bench --target <target> --drafter '{spec}' --gamma {gamma} --schedule schedule --calibration schedule
+```
+The verify curve belongs to this machine and engine: on another, profile it there (`draftwise profile`) and pass that
+folder to `--schedule`.
+"""
+
+
+def export_schedule(pipeline, out: Path, spec: str, gamma: int, chosen: bool) -> None:
+    """The scheduler's inputs beside a lookup drafter: the profile's batch-1 verify curve and machine stamp (not its
+    drafter entries, which name the run's folders), and the calibration with its drafters by their short label."""
+    from ..bench_grid import label
+
+    dest = out / "schedule"
+    dest.mkdir(parents=True, exist_ok=True)
+    profile = json.loads((pipeline.folder("profile") / "profile.json").read_text())
+    entry = profile["batches"]["1"]
+    curve = {k: entry[k] for k in ("ar_step_ms", "verify_ms", "verify_over_ar_step")}
+    (dest / "profile.json").write_text(json.dumps({"machine": profile["machine"], "batches": {"1": curve}}, indent=1) + "\n")
+    calibration = json.loads((pipeline.folder("calibrate-lookup") / calibrate.FILE).read_text())
+    calibration["drafters"] = {label(s, 200): g for s, g in calibration["drafters"].items()}
+    (dest / calibrate.FILE).write_text(json.dumps(calibration) + "\n")
+    with open(out / "README.md", "a") as f:
+        f.write(SCHEDULE.format(spec=spec, gamma=gamma, chosen=" (the verdict's method)" if chosen else
+                                " (measured beside static SD; the verdict chose static SD)"))
+
+
 def export_model(out: Path, target, spec: str) -> Path:
     ckpt = out / "drafter"
     if not (ckpt / "config.json").exists():
@@ -148,6 +180,10 @@ def export(pipeline, target, verdict: dict) -> Path | None:
     out = top if verdict["recommend"] else top / f"not-recommended-{name}"
     out.mkdir(parents=True, exist_ok=True)
     ckpt = export_parts(pipeline, target, out, spec, name, gamma)
+    if drafter_kind(spec) == "lookup" and "calibrate-lookup" in pipeline.done:
+        folder = specs.split_suffix(spec)[0] if spec.startswith("suffix") else None
+        local = spec.replace(folder, "suffix-corpus", 1) if folder else spec  # as export_lookup names the corpus
+        export_schedule(pipeline, out, local, gamma, verdict.get("method", "sd") != "sd")
     if verdict["recommend"]:
         readme = out / "README.md"
         readme.write_text(f"**Verdict:** {sentence(verdict)}\n\n" + readme.read_text())

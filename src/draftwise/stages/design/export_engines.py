@@ -103,6 +103,11 @@ def export_row(top: Path, v: dict, threads: int | None, target_name: str, target
                                    target=target_name, threads=threads, args=_local_args(args, out)))
         if beats:
             parts.append(f"(llama-server's `{args}` beat plain decoding beyond noise here; no draftwise method did.)\n")
+    if v.get("method", "sd") != "sd" and v["recommend"]:
+        parts.append("The round scheduler runs in draftwise's own loop only (llama-server and llama-cpp-python "
+                     "propose without it): `draftwise bench --backend llama.cpp --target " + target_name +
+                     f" --drafter '{_local_spec(spec, out)}' --gamma {gamma} --schedule <a profile of this engine> "
+                     "--calibration <the design export's schedule/>`.\n")
     if kind == "lookup" and v["recommend"]:
         local = _local_spec(spec, out)
         parts.append(PYTHON_LOOKUP.format(method=local.split(":")[0].split(",")[0], measured=_measured(
@@ -117,7 +122,7 @@ def export_row(top: Path, v: dict, threads: int | None, target_name: str, target
     parts.append("vLLM: not measured here (no GPU on this machine).\n")
     (out / "README.md").write_text("\n".join(parts))
     (out / "verdict.json").write_text(json.dumps({k: v[k] for k in ("engine", "quant", "shipped", "recommend", "drafter",
-                                                                   "gamma", "speedup", "best_builtin")}, indent=1) + "\n")
+                                                                   "method", "gamma", "speedup", "best_builtin") if k in v}, indent=1) + "\n")
     return out
 
 

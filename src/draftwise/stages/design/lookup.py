@@ -10,6 +10,10 @@
                   emits exactly the target's greedy text, so every proposal and acceptance of a real run is reproduced —
                   priced with the profile's verify times (`cost.predict_rounds`). The best n-gram and suffix settings, and
                   the hybrid of the best model drafter with the better lookup, are benchmarked beside the model drafters.
+  calibrate-lookup  the round scheduler's starting calibration (`sd.calibrate`): the tuned n-gram and suffix drafters
+                  replayed over the same texts at every design temperature — in-sample for these prompts, as the
+                  settings are; each scheduled run then updates it from its own rounds. The scheduled variant of each
+                  tuned lookup is a candidate of its own (`measure.select`)
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 from ... import continuations, cost, metrics, specs
 from ...config import AgreeConfig, GenDataConfig
 from ...models import write_fingerprint
+from ...sd import calibrate
 from ...sd.lookup import NgramDrafter, SuffixDrafter
 from ...sd.suffix import SuffixTrie
 from .. import agree, gen_data
@@ -30,6 +35,7 @@ NGRAMS = ((1, 2), (1, 4), (2, 4), (3, 6))  # (min, max)
 SUFFIXES = ((0.5, 0.1), (1.0, 0.1), (1.0, 0.3), (2.0, 0.1), (2.0, 0.3))  # (factor, min_prob)
 GAMMAS = (2, 3, 4, 6, 8)
 CURVE_GAMMA = 4
+SCHEDULED_METHODS = ("ngram", "suffix")  # the lookups whose scheduled variant is a candidate
 
 
 def verify_seconds(p, batch: int = 1, profile: str = "profile"):
@@ -194,3 +200,16 @@ def tune(p, target, model: tuple[str, str, int] | None, profile: str = "profile"
                 for m, r in best.items()}
 
     return p.stage(stage, decide)
+
+
+def calibrate_lookups(p, target, tuned: dict, stage: str = "calibrate-lookup") -> None:
+    """calibration.json of the tuned n-gram and suffix drafters at T = 0 and every design temperature."""
+    def build(folder: Path) -> dict:
+        lookups = {tuned[m]["spec"]: (specs.parse_lookup(tuned[m]["spec"], target), tuned[m]["gamma"])
+                   for m in SCHEDULED_METHODS if m in tuned}
+        temps = sorted({0.0, *p.config.temperatures})
+        content = calibrate.calibrate(target.lm, texts(p), lookups, temps)
+        calibrate.write(folder, content)
+        return {"positions": {t: v["positions"] for t, v in content["temperatures"].items()}}
+
+    p.stage(stage, build)

@@ -88,49 +88,81 @@ def paired(p, decision: str, stage: str, key, cost, regrid) -> dict:
     return p.stage(decision, lambda f: {**decide.choose(result(stages), cost), "passes": len(stages)})
 
 
-def select(p, specs: dict[str, str], gammas: dict[str, int], kv: dict[str, int]) -> tuple[str, int]:
+SCHEDULED = "+scheduled"  # a scheduled option's name: its static candidate's name and this
+
+
+def scheduling(p, profile: str = "profile", calibration: str = "calibrate-lookup") -> dict:
+    """The BenchConfig fields that add the round scheduler: this engine's profile (its verify curve) and the
+    calibration measured on the target's text."""
+    return {"schedule": str(p.folder(profile)), "calibration": str(p.folder(calibration))}
+
+
+def method_of(p, name: str, stage: str = "bench-select") -> str:
+    """The bench method that measured option `name` of a selection grid: static SD, or SD with the scheduler."""
+    return bench.SCHEDULED if name in p.done[stage].get("scheduled", {}) else "sd"
+
+
+def option_key(specs: dict[str, str], scheduled: dict[str, str]):
+    """A records key for a decision between drafters and their scheduled variants (AR: None)."""
+    option = {(specs[n], bench.SCHEDULED if n in scheduled else "sd"): n for n in specs}
+    return lambda r: None if r["method"] == "ar" else option.get((r["drafter"], r["method"]), decide.IGNORE)
+
+
+def select(p, specs: dict[str, str], gammas: dict[str, int], kv: dict[str, int],
+           scheduled: dict[str, str] | None = None) -> tuple[str, int]:
     """The chosen drafter (paired speedups over AR in one interleaved grid), then γ* (the same at γ ± 1). A tie goes
-    to the cheaper draft step (measured per drafted token in the grid), then to the smaller drafter KV cache."""
-    c, names = p.config, list(specs)
+    to the cheaper draft step (measured per drafted token in the grid), then to the smaller drafter KV cache, then to
+    static SD over its scheduled variant. `scheduled`: {option name: its static option's name} (the same spec and γ;
+    it runs in that option's grid point, the scheduler beside static SD)."""
+    c, names, scheduled = p.config, list(specs), scheduled or {}
 
     def grid(names):
-        return BenchGridConfig(bench=base_config(p, specs[names[0]], 1, c.bench_limit, baselines=("ar",)),
-                               drafters=tuple(specs[n] for n in names), drafter_gammas=tuple(gammas[n] for n in names))
+        drafters = list(dict.fromkeys(specs[n] for n in names))
+        ours = tuple(dict.fromkeys(specs[n] for n in names if n in scheduled))
+        gamma = {specs[n]: gammas[n] for n in names}
+        return BenchGridConfig(bench=base_config(p, drafters[0], 1, c.bench_limit, baselines=("ar",),
+                                                 **(scheduling(p) if ours else {})),
+                               drafters=tuple(drafters), drafter_gammas=tuple(gamma[d] for d in drafters), scheduled=ours)
 
-    run_grid(p, "bench-select", grid(names), drafters=specs, gammas=gammas)
+    run_grid(p, "bench-select", grid(names), drafters=specs, gammas=gammas, scheduled=scheduled)
     # a draft step's cost in AR steps, to 0.01: lookups' 0.01-0.05 ms proposals are all free beside a 20-30 ms step,
     # and timing noise is ±10 %, so finer differences are not a cost one could measure again
     step = {r["drafter"]: round((r["draft_step_ms"] or 0.0) / r["ar_step_ms"], 2) for r in grid_points(p, "bench-select")}
-    name_of = {spec: n for n, spec in specs.items()}
-    decision = paired(p, "select-drafter", "bench-select", lambda r: name_of.get(r["drafter"]),
-                      lambda n: (step[specs[n]], kv.get(n, 0)), grid)
+    decision = paired(p, "select-drafter", "bench-select", option_key(specs, scheduled),
+                      lambda n: (step[specs[n]], kv.get(scheduled.get(n, n), 0), n in scheduled), grid)
     chosen = decision["chosen"]
-    g0 = gammas[chosen]
-    tried = tuple(g for g in (g0 - 1, g0, g0 + 1) if g >= 1)
+    g0, method = gammas[chosen], method_of(p, chosen)
 
     def gamma_grid(gs):
-        return BenchGridConfig(bench=base_config(p, specs[chosen], g0, c.refine_limit, baselines=("ar",)),
+        return BenchGridConfig(bench=base_config(p, specs[chosen], g0, c.refine_limit, baselines=("ar",),
+                                                 **(scheduling(p) if method != "sd" else {})),
                                drafters=(specs[chosen],), gammas=tuple(sorted(gs)))
 
-    run_grid(p, "bench-gamma", gamma_grid(tried), drafter=specs[chosen])
-    gamma = paired(p, "select-gamma", "bench-gamma", lambda r: r["gamma"] if r["drafter"] else None, lambda g: (g,),
-                   gamma_grid)
+    tried = tuple(g for g in (g0 - 1, g0, g0 + 1) if g >= 1)
+    run_grid(p, "bench-gamma", gamma_grid(tried), drafter=specs[chosen], method=method)
+    gamma = paired(p, "select-gamma", "bench-gamma",
+                   lambda r: r["gamma"] if r["method"] == method else None if r["method"] == "ar" else decide.IGNORE,
+                   lambda g: (g,), gamma_grid)
     return chosen, gamma["chosen"]
 
 
 def temperatures(p, spec: str, gamma: int) -> None:
+    """The chosen drafter at each non-zero temperature; a lookup with its scheduled variant beside it."""
     temps = tuple(t for t in p.config.temperatures if t != 0)
+    scheduled = scheduling(p) if drafter_kind(spec) == "lookup" and "calibrate-lookup" in p.done else {}
     if temps:
-        grid = BenchGridConfig(bench=base_config(p, spec, gamma, p.config.refine_limit, baselines=("ar",)),
+        grid = BenchGridConfig(bench=base_config(p, spec, gamma, p.config.refine_limit, baselines=("ar",), **scheduled),
                                drafters=(spec,), gammas=(gamma,), temperatures=temps)
         run_grid(p, "bench-temps", grid, drafter=spec, gamma=gamma)
 
 
-def headline(p, spec: str, gamma: int) -> None:
-    """spec_bench: SD against draftwise AR, transformers generate() and transformers' own SD with the same means."""
+def headline(p, spec: str, gamma: int, method: str = "sd") -> None:
+    """spec_bench: SD (and the scheduled variant, when that is the chosen method) against draftwise AR, transformers
+    generate() and transformers' own SD with the same means."""
     own = ("hf-assisted",) if drafter_kind(spec) == "model" else ("hf-prompt-lookup",)
-    run_bench(p, "bench-headline", spec, gamma, p.config.headline_limit, baselines=("ar", "hf-generate") + own,
-              suite="spec_bench")
+    config = base_config(p, spec, gamma, p.config.headline_limit, suite="spec_bench",
+                         baselines=("ar", "hf-generate") + own, **(scheduling(p) if method != "sd" else {}))
+    p.stage("bench-headline", lambda f: bench.run(config, f, p.executor), drafter=spec, gamma=gamma, method=method)
 
 
 def feasible_batch(config, target: cost.Shape, drafter: cost.Shape) -> tuple[int, int]:

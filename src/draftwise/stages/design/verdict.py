@@ -17,7 +17,7 @@ import json
 from ... import cost
 from ...config import drafter_kind
 from ..bench_grid import label
-from .measure import grid_points, summary
+from .measure import grid_points, method_of, summary
 
 
 def verify_steps(p):
@@ -27,13 +27,14 @@ def verify_steps(p):
     return lambda g: cost.interpolate([x for x, _ in points], [y for _, y in points], g)
 
 
-def candidate(point: dict, kind: str, speedup: list[float], t_verify) -> dict:
-    """One benchmarked candidate's measured costs and its break-even, from its selection-grid point."""
-    sd = point["methods"]["sd"]
+def candidate(point: dict, kind: str, speedup: list[float], t_verify, method: str = "sd") -> dict:
+    """One benchmarked candidate's measured costs and its break-even, from its selection-grid point (`method`: static
+    SD, or the scheduled variant measured in the same point; its proposal lengths are what the scheduler verified)."""
+    sd = point["methods"][method]
     lengths = {int(g): n for g, n in sd["proposal_lengths"].items()}
     drafting = sum(n for g, n in lengths.items() if g)
     ar_s = point["ar_step_ms"] / 1e3
-    afford = cost.break_even_draft(lengths, point["tar"], t_verify)  # per drafting round, at its measured TAR
+    afford = cost.break_even_draft(lengths, sd["tar"], t_verify)  # per drafting round, at its measured TAR
     if kind == "model":  # γ serial steps: c per token
         c = sd["draft_step_ms"] / point["ar_step_ms"]
         t_draft = lambda g: g * c  # noqa: E731
@@ -41,7 +42,7 @@ def candidate(point: dict, kind: str, speedup: list[float], t_verify) -> dict:
     else:  # one proposal per drafting round, whatever its length
         c = sd["draft_s"] / drafting / ar_s if drafting else 0.0
         t_draft = lambda g: c if g else 0.0  # noqa: E731
-    return {"kind": kind, "gamma": point["gamma"], "speedup": speedup, "tar": point["tar"], "alpha": sd["alpha"],
+    return {"kind": kind, "method": method, "gamma": point["gamma"], "speedup": speedup, "tar": sd["tar"], "alpha": sd["alpha"],
             "c": c, "proposed_fraction": sd.get("proposed_fraction"),
             "mean_proposal": sum(g * n for g, n in lengths.items()) / drafting if drafting else 0.0,
             "tar_needed": cost.break_even_tar(lengths, t_draft, t_verify),
@@ -53,13 +54,14 @@ def decide(p, gamma: int) -> dict:
     chosen, specs = decision["chosen"], p.done["bench-select"]["drafters"]
     points = {r["drafter"]: r for r in grid_points(p, "bench-select")}
     t_verify = verify_steps(p)
-    cands = {n: candidate(points[specs[n]], drafter_kind(specs[n]), decision["speedup"][n], t_verify)
+    cands = {n: candidate(points[specs[n]], drafter_kind(specs[n]), decision["speedup"][n], t_verify, method_of(p, n))
              for n in decision["speedup"]}
-    speedup = decision["speedup"][chosen]
-    headline = summary(p, "bench-headline")["methods"]["sd"]["speedup_vs_ar"]
+    speedup, method = decision["speedup"][chosen], method_of(p, chosen)
+    headline = summary(p, "bench-headline")["methods"][method]["speedup_vs_ar"]
     return {"recommend": speedup[1] > 1.0, "drafter": chosen, "spec": specs[chosen], "kind": drafter_kind(specs[chosen]),
-            "gamma": gamma, "grid_gamma": cands[chosen]["gamma"], "speedup": speedup, "headline_speedup": headline,
-            "per_task": points[specs[chosen]].get("by_suite", {}), "candidates": cands,
+            "method": method, "gamma": gamma, "grid_gamma": cands[chosen]["gamma"], "speedup": speedup,
+            "headline_speedup": headline, "per_task": points[specs[chosen]]["methods"][method].get("by_suite", {})
+            if method != "sd" else points[specs[chosen]].get("by_suite", {}), "candidates": cands,
             "rule": "deploy when the chosen drafter's speedup over AR is above 1 beyond noise (95 % interval, paired "
                     "bootstrap over prompts); otherwise plain decoding"}
 
@@ -73,6 +75,8 @@ def sentence(v: dict, describe_spec=lambda spec: label(spec, 80)) -> str:
     grid_gamma = v.get("grid_gamma", v["gamma"])
     at = "" if grid_gamma == v["gamma"] else \
         f" (in the selection grid, at γ = {grid_gamma}; the γ grid then chose {v['gamma']})"
+    if v.get("method", "sd") != "sd":
+        at += " with the round scheduler (each round verifies the prefix its verify curve and calibration price best)"
     if v["recommend"]:
         return (f"Deploy {v['drafter']} ({describe_spec(v['spec'])}, γ = {v['gamma']}): {pt:.2f}× plain decoding on "
                 f"this machine [95 % interval {lo:.2f}–{hi:.2f}]{at} over the eval mix of every task, "
