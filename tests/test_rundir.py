@@ -25,3 +25,13 @@ def test_a_cut_last_line_is_dropped_and_redone(tmp_path):
     with open(run.records_path, "a") as f:
         f.write('{"b": ')
     assert RunDir(tmp_path, BenchConfig()).records() == [{"a": 1}]
+
+
+def test_a_corrupt_line_inside_the_records_is_refused_in_one_line(tmp_path):
+    run = RunDir(tmp_path / "r", BenchConfig(target="x"))
+    for i in range(3):
+        run.append({"i": i})
+    lines = run.records_path.read_text().splitlines()
+    run.records_path.write_text("\n".join([lines[0], "{not json", lines[2]]) + "\n")
+    with pytest.raises(DraftwiseError, match=r"line 2 is not a JSON record"):
+        RunDir(tmp_path / "r", BenchConfig(target="x")).records()

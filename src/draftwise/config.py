@@ -501,9 +501,6 @@ def from_dict(cls, data: dict[str, Any]):
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in fields})
 
 
-def save(config, path: Path) -> None:
-    path.write_text(json.dumps(to_dict(config), indent=2) + "\n")
-
 
 def load(cls, path: Path):
     return from_dict(cls, json.loads(path.read_text()))

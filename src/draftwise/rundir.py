@@ -2,13 +2,18 @@
 
 Records are written one JSON line at a time and flushed, so a killed run loses at most the record in flight;
 reopening the folder with the same config resumes it (stages skip what `records()` already holds). A folder that
-holds a different config is refused rather than mixed.
+holds a different config is refused rather than mixed. config.json and the derived JSON files are written to a
+temporary file and renamed over, so a kill never leaves one half written.
+
+Fault injection (tests only): `DRAFTWISE_FAULT=append:N` makes this process write the first half of its N-th
+record's line (N counts from 1, per process) and then SIGKILL itself: a kill inside a record write, on demand.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 from . import config as cfg
@@ -16,15 +21,19 @@ from .errors import DraftwiseError
 
 
 def read_records(path: Path) -> list[dict]:
-    """All complete records of a records.jsonl; a last line cut short by a crash is ignored (it is redone)."""
+    """All complete records of a records.jsonl; a last line cut short by a crash is ignored (it is redone). Any other
+    line that does not parse is corruption, not a crash: refused, since resuming past it would redo its work twice."""
     if not path.exists():
         return []
-    out = []
-    for line in path.read_text().splitlines():
+    out, lines = [], path.read_text().splitlines()
+    for i, line in enumerate(lines):
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError:
-            break
+            if i == len(lines) - 1:
+                break
+            raise DraftwiseError(f"{path}: line {i + 1} is not a JSON record (the folder is corrupt, not merely "
+                                 "interrupted): repair or delete that line, or start over with another --out") from None
     return out
 
 
@@ -43,31 +52,55 @@ class RunDir:
                     "use another --out, or delete the folder to start over"
                 )
         else:
-            cfg.save(config, saved)
+            self.write_json(saved.name, cfg.to_dict(config))
         self._drop_partial_line()
 
     def records(self) -> list[dict]:
         return read_records(self.records_path)
 
     def append(self, record: dict) -> None:
+        line = json.dumps(record) + "\n"
         with open(self.records_path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+            if _fault_now():
+                line = line[: len(line) // 2]  # the torn line a kill mid-write leaves, then the kill
+            f.write(line)
             f.flush()
             os.fsync(f.fileno())
+        if not line.endswith("\n"):
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def _drop_partial_line(self) -> None:
-        """A crash mid-write leaves a last line without its newline: remove it before appending after it."""
+        """A crash mid-write leaves a last line without its newline: cut it off (one truncate, so a kill here
+        loses nothing more) before appending after it."""
         if self.records_path.exists():
             data = self.records_path.read_bytes()
             if data and not data.endswith(b"\n"):
-                self.records_path.write_bytes(data[: data.rfind(b"\n") + 1])
+                os.truncate(self.records_path, data.rfind(b"\n") + 1)
 
     def write_json(self, name: str, obj) -> Path:
-        path = self.path / name
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(obj, indent=2) + "\n")
-        os.replace(tmp, path)
-        return path
+        return write_atomic(self.path / name, json.dumps(obj, indent=2) + "\n")
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` to a temporary file beside `path` and rename it over `path`: a kill leaves the old file or the
+    new one, never half of one."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+FAULT = "DRAFTWISE_FAULT"
+_appended = 0  # records this process has appended (to any run folder): what `append:N` counts
+
+
+def _fault_now() -> bool:
+    """Count one append; True when `DRAFTWISE_FAULT=append:N` names this one."""
+    global _appended
+    _appended += 1
+    kind, _, n = os.environ.get(FAULT, "").partition(":")
+    return kind == "append" and n.strip().isdigit() and int(n) == _appended
 
 
 def _with_defaults(saved: dict, config) -> dict:

@@ -90,6 +90,16 @@ def test_ray_bench_grid_gives_the_in_process_records(cluster, tiny_dir, tmp_path
     assert tokens(there) == tokens(here)  # greedy: the same tokens, point by point, prompt by prompt
     assert len(records(there)) == len(tokens(there))  # no duplicate record
     assert len(json.loads((there / "grid.json").read_text())["points"]) == 2 * 2 * 2
+    lines = (there / "records.jsonl").read_text().splitlines(keepends=True)
+    (there / "records.jsonl").write_text("".join(lines[:5]))  # killed after 5 records
+    bench_grid.run(grid, there, cluster)  # a resumed recipe holds those records (dicts): not hashable, still cached
+    assert tokens(there) == tokens(here) and len(records(there)) == len(lines)
+
+
+def test_ray_executor_closes_only_the_ray_it_started(cluster):
+    with RayExecutor() as joined:  # Ray was running already (the fixture's): leave it be
+        assert not joined.owns
+    assert ray.is_initialized()
 
 
 def test_ray_design_runs_each_candidate_as_a_task(cluster, tiny_dir, tmp_path):

@@ -19,10 +19,15 @@ def executor_args(p) -> None:
     p.add_argument("--ray-address", help="an existing Ray cluster (default with --executor ray: start a local one)")
 
 
+_OPEN: list = []  # the executors this command made; `main` closes them however the command ends
+
+
 def executor(args):
     from ..executors import make
 
-    return make(args.executor, args.ray_address)
+    made = make(args.executor, args.ray_address)
+    _OPEN.append(made)
+    return made
 
 
 def ints(text: str) -> tuple[int, ...]:
@@ -74,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     except DraftwiseError as e:
         print(f"draftwise: error: {e}", file=sys.stderr)
         return 2
+    finally:  # finished, failed, Ctrl-C or SIGTERM (Ray's driver handler exits through here): no Ray left running
+        while _OPEN:
+            _OPEN.pop().close()
     return 0
 
 

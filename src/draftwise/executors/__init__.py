@@ -8,6 +8,9 @@ So a Ray worker loads a target once and then runs many points on it, and nothing
 `InProcess` (the default) runs items one after another in this process. `Ray` (optional: `pip install
 "draftwise[ray]"`) runs each item as a Ray task with its declared `Resources`; a timing item declares the whole
 device it times (all its threads, or one GPU), so two measurements never share a machine's cores or a GPU.
+
+An executor is closed when the run is over (`close()`, or a `with` block): Ray then shuts down the local instance
+it started, so a finished, failed or interrupted run leaves no process behind.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ class Executor(Protocol):
         that function already built in this process by the caller (an in-process executor uses it instead of
         loading the models a second time)."""
 
+    def close(self) -> None:
+        """Release what the executor started (a local Ray instance); the run is over."""
+
 
 class InProcess:
     def map(self, work: Work[T, R], items: Iterable[T], resources: Resources = Resources(),
@@ -62,6 +68,15 @@ class InProcess:
         fn = local or work()
         for item in items:
             yield item, fn(item)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> InProcess:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def make(name: str = "inprocess", address: str | None = None) -> Executor:

@@ -14,6 +14,7 @@ from .fmt import num as _f
 from .plots import _save, plt
 
 MIN_POSITIONS = 100  # a calibration bin is judged when it holds this many observed positions
+PLOT_POSITIONS = 30  # and drawn when it holds this many
 
 
 def scheduled_points(p) -> list[dict]:
@@ -39,15 +40,16 @@ def worst_gap(calibration: list[dict]) -> dict | None:
 
 
 def calibration_plot(points: list[dict], folder: Path, footer: str) -> Path:
-    """Reliability curves: observed against predicted acceptance per bin (marker size: positions), one per point."""
+    """Reliability curves: observed against predicted acceptance per bin, one per point; bins of fewer than
+    PLOT_POSITIONS positions are left out (a handful of positions is noise, not calibration)."""
     fig, ax = plt.subplots(figsize=(6, 5))
     for x in points:
-        cal = x["scheduled"]["schedule"]["calibration"]
+        cal = [c for c in x["scheduled"]["schedule"]["calibration"] if c["positions"] >= PLOT_POSITIONS]
         ax.plot([c["predicted"] for c in cal], [c["observed"] for c in cal], "o-", lw=1, alpha=0.8,
                 label=f"{x['engine']} T={x['temperature']:g} {x['drafter'][:16]}")
     ax.plot([0, 1], [0, 1], color="0.6", lw=1)
     ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="predicted acceptance â (bin mean)", ylabel="observed acceptance",
-           title="Round scheduler calibration per engine and temperature")
+           title=f"Round scheduler calibration (bins of ≥ {PLOT_POSITIONS} positions)")
     ax.legend(fontsize=6)
     return _save(fig, folder / "schedule_calibration.png", footer)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from ..errors import DraftwiseError
+from ..rundir import write_atomic
 from .drafters import Draft
 from .sampling import SamplingParams, probs
 from .schedule import Calibration, feature
@@ -83,12 +84,8 @@ def calibrate(lm, texts: Sequence[dict], lookups: dict[str, tuple[object, int]],
 
 
 def write(folder: str | Path, content: dict) -> Path:
-    path = Path(folder) / FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(content) + "\n")
-    tmp.replace(path)
-    return path
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return write_atomic(Path(folder) / FILE, json.dumps(content) + "\n")
 
 
 def load(folder: str | Path, temperature: float) -> Calibration:

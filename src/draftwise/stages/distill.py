@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
@@ -25,7 +26,7 @@ from ..config import DistillConfig
 from ..errors import DraftwiseError
 from ..models import ModelOptions, load, load_drafter
 from ..models.hf import HFCausalLM
-from ..rundir import RunDir
+from ..rundir import RunDir, write_atomic
 from ..sd.batched import generate_batch
 from ..sd.sampling import SamplingParams
 from . import losses
@@ -117,9 +118,10 @@ def _save_state(path: Path, model, opt, gen: torch.Generator, meta: dict) -> Non
                         for k, v in state.items()})
     tensors["generator"] = gen.get_state()
     tied = {k for k in tensors if k.startswith("model.") and k.endswith("lm_head.weight")} if model.config.tie_word_embeddings else set()
-    save_file({k: v for k, v in tensors.items() if k not in tied}, path / "state.tmp")
+    # the step counters travel inside the weights' file: one rename replaces both, so a kill never pairs new
+    # weights with an old step count
+    save_file({k: v for k, v in tensors.items() if k not in tied}, path / "state.tmp", metadata={"meta": json.dumps(meta)})
     (path / "state.tmp").replace(path / "state.safetensors")
-    (path / "meta.json").write_text(json.dumps(meta))
 
 
 def _load_state(path: Path, model, opt, gen: torch.Generator) -> dict:
@@ -134,7 +136,8 @@ def _load_state(path: Path, model, opt, gen: torch.Generator) -> dict:
             state["state"].setdefault(int(i), {})[name] = value.reshape(()) if name == "step" else value
     opt.load_state_dict(state)
     gen.set_state(tensors["generator"])
-    return json.loads((path / "meta.json").read_text())
+    with safe_open(path / "state.safetensors", "pt") as f:
+        return json.loads(f.metadata()["meta"])
 
 
 def _step(model, opt, micro_batches: list[list[dict]], loss_name: str) -> tuple[float, int]:
@@ -175,14 +178,23 @@ def run(config: DistillConfig, out: str | Path) -> Path:
     else:
         prompts = continuations.prompts_for(target, "eval", config.eval_suites, 256, config.eval_prompts)
         eval_seqs = continuations.generate(target, prompts, config.eval_tokens, desc="eval continuations")
-        eval_path.write_text("".join(json.dumps(s.__dict__) + "\n" for s in eval_seqs))
+        write_atomic(eval_path, "".join(json.dumps(s.__dict__) + "\n" for s in eval_seqs))
     gen = torch.Generator().manual_seed(config.seed)
     meta = {"step": 0, "tokens": 0, "seconds": 0.0}
-    if (run_dir.path / "state" / "meta.json").exists():
+    if (run_dir.path / "state" / "state.safetensors").exists():
         meta = _load_state(run_dir.path / "state", model, opt, gen)
         print(f"resuming at step {meta['step']} ({meta['tokens']} tokens, {meta['seconds']:.0f} s trained)", file=sys.stderr)
-    elif not run_dir.records():
-        run_dir.append({"event": "eval", "step": 0, "tokens": 0, **evaluate(model, eval_seqs)})
+    recorded = {(r["event"], r["step"]) for r in run_dir.records()}
+
+    def record(rec: dict) -> None:
+        """Append once per (event, step): steps redone after a resume from an earlier checkpoint (the same data order
+        and generator state, so the same step) are already in the records."""
+        if (rec["event"], rec["step"]) not in recorded:
+            recorded.add((rec["event"], rec["step"]))
+            run_dir.append(rec)
+
+    if not recorded:
+        record({"event": "eval", "step": 0, "tokens": 0, **evaluate(model, eval_seqs)})
     budget_s = 60 * config.minutes if config.minutes else None
     bar = tqdm(total=config.tokens or int(budget_s), initial=meta["tokens"] if config.tokens else int(meta["seconds"]),
                desc="distill", unit="tok" if config.tokens else "s", file=sys.stderr, dynamic_ncols=True)
@@ -200,17 +212,17 @@ def run(config: DistillConfig, out: str | Path) -> Path:
         value, tokens = _step(model, opt, micro, config.loss)
         seconds = time.perf_counter() - start
         meta = {"step": step + 1, "tokens": meta["tokens"] + tokens, "seconds": meta["seconds"] + seconds}
-        run_dir.append({"event": "train", "step": meta["step"], "loss": value, "tokens": meta["tokens"], "seconds": seconds,
+        record({"event": "train", "step": meta["step"], "loss": value, "tokens": meta["tokens"], "seconds": seconds,
                         "on_policy": on_policy})
         bar.update(tokens if config.tokens else int(meta["seconds"]) - bar.n)
         bar.set_postfix_str(f"loss {value:.4f}, {tokens / seconds:.0f} tok/s")
         if meta["step"] % config.eval_every == 0:
-            run_dir.append({"event": "eval", "step": meta["step"], "tokens": meta["tokens"], **evaluate(model, eval_seqs)})
+            record({"event": "eval", "step": meta["step"], "tokens": meta["tokens"], **evaluate(model, eval_seqs)})
         if meta["step"] % config.checkpoint_every == 0:
             _save_state(run_dir.path / "state", model, opt, gen, meta)
     bar.close()
     final = evaluate(model, eval_seqs)
-    run_dir.append({"event": "eval", "step": meta["step"], "tokens": meta["tokens"], **final})
+    record({"event": "eval", "step": meta["step"], "tokens": meta["tokens"], **final})
     _save_state(run_dir.path / "state", model, opt, gen, meta)
     model.save_pretrained(run_dir.path / "checkpoint", safe_serialization=True)
     target.tokenizer.save_pretrained(run_dir.path / "checkpoint")

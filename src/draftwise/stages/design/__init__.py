@@ -28,7 +28,7 @@ from ... import cost
 from ...config import AgreeConfig, DesignConfig, DistillConfig, ProfileConfig, PruneConfig, SweepConfig, drafter_kind
 from ...executors import Executor, InProcess, exclusive
 from ...models import ModelOptions, hf, load, load_drafter
-from ...rundir import RunDir
+from ...rundir import RunDir, write_atomic
 from ...specs import split_hybrid
 from .. import accuracy, agree, bench, distill, gen_data, profile, prune, sweep  # noqa: F401  (the stages a run calls)
 from . import engines, export_engines, lookup, measure, verdict
@@ -60,9 +60,7 @@ class Stages:
         result = result if isinstance(result, dict) else {}  # stage runs return their folder; decisions a dict
         record = {"event": "done", "stage": name, "folder": str(self.folder(name)), **decision, **result}
         self.folder(name).mkdir(parents=True, exist_ok=True)
-        tmp = self.folder(name) / "done.json.tmp"
-        tmp.write_text(json.dumps(record) + "\n")
-        tmp.replace(self.folder(name) / "done.json")
+        write_atomic(self.folder(name) / "done.json", json.dumps(record) + "\n")
         self.done[name] = record
         self.on_done(record)
         return record

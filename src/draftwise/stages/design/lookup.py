@@ -25,6 +25,7 @@ from pathlib import Path
 from ... import continuations, cost, metrics, specs
 from ...config import AgreeConfig, GenDataConfig
 from ...models import write_fingerprint
+from ...rundir import write_atomic
 from ...sd import calibrate
 from ...sd.lookup import NgramDrafter, SuffixDrafter
 from ...sd.suffix import SuffixTrie
@@ -191,8 +192,8 @@ def tune(p, target, model: tuple[str, str, int] | None, profile: str = "profile"
             hybrid = f"hybrid:{spec}+{lookup['spec']},model_gamma={g_model}"
             rows.append(row(hybrid, "hybrid", lookup["gamma"], rounds, t_verify, step / 1e3))
             best["hybrid"] = rows[-1]
-        (folder / "tune.json").parent.mkdir(parents=True, exist_ok=True)
-        (folder / "tune.json").write_text(json.dumps({"definitions": "predicted tokens/s: `cost.predict_rounds` over the "
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(folder / "tune.json", json.dumps({"definitions": "predicted tokens/s: `cost.predict_rounds` over the "
                                                       "replayed greedy rounds with the profile's verify times (batch 1)",
                                                       "rows": rows, "decisions": decisions}, indent=1) + "\n")
         return {m: {"spec": r["spec"], "gamma": r["gamma"], "predicted_tokens_per_s": r["predicted_tokens_per_s"],
