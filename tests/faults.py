@@ -75,7 +75,7 @@ def descendants(pid: int) -> list[int]:
 class Kill:
     records: int  # lines in records.jsonl when the kill landed (a torn one not counted)
     returncode: int
-    descendants: dict[int, str] = field(default_factory=dict)  # the driver's child processes just before the kill
+    descendants: dict[int, str] = field(default_factory=dict)  # the driver's child processes seen until the kill
     log: Path | None = None
 
 
@@ -91,13 +91,16 @@ def kill_at(args: list[str], out: Path, *, after_records: int | None = None, ins
     with open(log, "wb") as f:
         proc = subprocess.Popen(command(args, out), env=environment(extra), stdout=f, stderr=subprocess.STDOUT)
     children: dict[int, str] = {}
-    deadline = time.monotonic() + timeout
+    deadline, polls = time.monotonic() + timeout, 0
     try:
         while proc.poll() is None:
             if time.monotonic() > deadline:
                 raise AssertionError(f"no kill point within {timeout}s:\n{log.read_text()[-3000:]}")
+            if polls % 20 == 0:  # every 0.1 s: whatever runs below the driver (a Ray instance), for `reap`
+                children.update(names(descendants(proc.pid)))
+            polls += 1
             if after_records is not None and record_count(out) >= after_records:
-                children = names(descendants(proc.pid))
+                children.update(names(descendants(proc.pid)))
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
                 break

@@ -114,14 +114,22 @@ TIMING_STAGES = {  # timing records: no greedy tokens to compare, only which poi
 }
 
 
+@pytest.mark.parametrize("executor", ["inprocess", "ray"])
 @pytest.mark.parametrize("stage", sorted(TIMING_STAGES))
-def test_timing_stage_killed_inside_a_record_write(stage, tiny_dir, tmp_path):
+def test_timing_stage_killed_inside_a_record_write(stage, executor, tiny_dir, tmp_path):
+    """Killed inside the driver's second record write and rerun; under Ray the driver dies with its items in flight
+    (what its Ray instance leaves is killed here, by pid, once the run is over)."""
     import importlib
 
+    if executor == "ray":
+        pytest.importorskip("ray")
     key = importlib.import_module(f"draftwise.stages.{stage}").key
     args = [TIMING_STAGES[stage][0], "--target", tiny_dir, *TIMING_STAGES[stage][1:]]
-    reference = uninterrupted(args, tmp_path / "reference")
-    out = run_killed(args, tmp_path / "run", inside_write=2)
+    reference = uninterrupted(args, tmp_path / "reference")  # in-process, uninterrupted
+    args += ["--executor", executor]
+    kill = kill_at(args, tmp_path / "run", inside_write=2)
+    out = draftwise(args, tmp_path / "run")
+    reap(list(kill.descendants))
     compare(out, reference, key=key, greedy=False)
     assert (out / f"{stage}.json").exists()
 
@@ -200,3 +208,28 @@ def test_gen_data_and_distill_killed_inside_a_record_write_and_after_records(tin
     compare(out, whole, key=lambda r: (r["event"], r["step"]), greedy=False)
     a, b = load_file(whole / "checkpoint" / "model.safetensors"), load_file(out / "checkpoint" / "model.safetensors")
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+# --- design, in-process ---------------------------------------------------------------------------------------------
+
+
+def test_design_killed_inside_a_write_and_between_stages(tiny_dir, tmp_path):
+    """The whole design killed twice — inside some stage's record write, then after a few more stages — and rerun:
+    every stage is done once, every stage folder's records are valid JSONL, nothing temporary is left, and the run
+    ends in its report and export."""
+    args = ["design", "--target", tiny_dir, "--minutes", "0.2", "--wide-layers", "1", "--narrow-factor", "2",
+            "--bench-limit", "2", "--refine-limit", "2", "--tune-prompts", "4", "--max-new-tokens", "8", "--engines", "lean",
+            "--temperatures", "0,1", "--threads", "1"]
+    out = tmp_path / "design"
+    first = kill_at(args, out, inside_write=40, timeout=600)  # the 40th record this process appends, in any stage
+    second = kill_at(args, out, after_records=first.records + 4, timeout=600)
+    assert second.records >= first.records + 4
+    draftwise(args, out, timeout=600)
+    stages = [r["stage"] for r in records(out)]
+    assert len(stages) == len(set(stages)) and {"sweep", "gen-data", "calibrate-lookup", "verdict"} <= set(stages)
+    for folder in (out / "stages").iterdir():
+        if (folder / "records.jsonl").exists():
+            records(folder)  # whole lines only
+        if (folder / "done.json").exists():
+            assert json.loads((folder / "done.json").read_text())["stage"] in stages
+    assert not list(out.rglob("*.tmp")) and (out / "report.md").exists() and (out / "export" / "README.md").exists()
