@@ -501,6 +501,5 @@ def from_dict(cls, data: dict[str, Any]):
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in fields})
 
 
-
 def load(cls, path: Path):
     return from_dict(cls, json.loads(path.read_text()))

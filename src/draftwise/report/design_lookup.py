@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from .. import metrics
-from ..stages.bench import SCHEDULED
+from ..stages.bench_grid import as_method
+from ..stages.design.measure import method_of
 from . import design_plots
 from .fmt import num as _f
 
@@ -20,29 +21,19 @@ def _records(folder: Path) -> list[dict]:
 def select_points(p) -> dict[str, dict]:
     """{candidate name: its point summary in the selection grid (T = 0)}; a scheduled option's is its static option's
     point seen through the scheduled method (its figures where the point's static SD figures are)."""
-    specs, scheduled = p.done["bench-select"]["drafters"], p.done["bench-select"].get("scheduled", {})
+    specs = p.done["bench-select"]["drafters"]
     points = json.loads((p.folder("bench-select") / "grid.json").read_text())["points"]
     by_spec = {r["drafter"]: r for r in points}
-    return {name: as_method(by_spec[spec], SCHEDULED if name in scheduled else "sd")
-            for name, spec in specs.items() if spec in by_spec}
-
-
-def as_method(point: dict, method: str) -> dict:
-    """A grid point whose top-level SD figures are `method`'s (static SD: the point as it is)."""
-    if method == "sd":
-        return point
-    m = point["methods"][method]
-    return {**point, **{k: m.get(k) for k in ("tokens_per_s", "tar", "alpha", "speedup_vs_ar", "by_suite")},
-            "methods": {**point["methods"], "sd": m}}
+    return {name: as_method(by_spec[spec], method_of(p, name)) for name, spec in specs.items() if spec in by_spec}
 
 
 def tasks_section(doc, p, plots: Path, footer: str) -> dict[str, dict[str, dict]]:
     """TAR and speedup per task of every benchmarked candidate; returns {name: per_task}."""
-    c, specs, scheduled = p.config, p.done["bench-select"]["drafters"], p.done["bench-select"].get("scheduled", {})
+    c, specs = p.config, p.done["bench-select"]["drafters"]
     records = [r for r in _records(p.folder("bench-select")) if r["temperature"] == 0]
     ar = [r for r in records if r["method"] == "ar"]
-    tasks = {name: metrics.per_suite([r for r in records if r["method"] == (SCHEDULED if name in scheduled else "sd")
-                                      and r["drafter"] == spec], ar) for name, spec in specs.items()}
+    tasks = {name: metrics.per_suite([r for r in records if r["method"] == method_of(p, name) and r["drafter"] == spec],
+                                     ar) for name, spec in specs.items()}
     suites = sorted({s for t in tasks.values() for s in t})
     doc.h("TAR and speedup per task (T=0)")
     doc.p(f"Every benchmarked candidate beside AR on the same {c.bench_limit} eval prompts ({c.bench_suites}), interleaved "

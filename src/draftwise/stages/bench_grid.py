@@ -128,6 +128,16 @@ def summarize(records: list[dict], points: list[BenchConfig]) -> dict:
     return {"definitions": rows[0]["definitions"] if rows else "", "points": rows}
 
 
+def as_method(point: dict, method: str) -> dict:
+    """A grid point's summary whose top-level SD figures are `method`'s (static SD: the point as it is; the
+    scheduled method measured in the same point: its own)."""
+    if method == "sd":
+        return point
+    m = point["methods"][method]
+    return {**point, **{k: m.get(k) for k in ("tokens_per_s", "tar", "alpha", "speedup_vs_ar", "by_suite")},
+            "methods": {**point["methods"], "sd": m}}
+
+
 def format_grid(summary: dict) -> str:
     lines = [f"{'drafter':<40}{'γ':>3}{'T':>5}{'B':>4}{'SD tok/s':>10}{'AR tok/s':>10}{'vs AR':>7}{'TAR':>6}{'α':>7}"]
     for r in summary["points"]:

@@ -213,10 +213,10 @@ def run(config: DistillConfig, out: str | Path) -> Path:
         seconds = time.perf_counter() - start
         meta = {"step": step + 1, "tokens": meta["tokens"] + tokens, "seconds": meta["seconds"] + seconds}
         record({"event": "train", "step": meta["step"], "loss": value, "tokens": meta["tokens"], "seconds": seconds,
-                        "on_policy": on_policy})
+                "on_policy": on_policy})
         bar.update(tokens if config.tokens else int(meta["seconds"]) - bar.n)
         bar.set_postfix_str(f"loss {value:.4f}, {tokens / seconds:.0f} tok/s")
-        if meta["step"] % config.eval_every == 0:
+        if meta["step"] % config.eval_every == 0 and ("eval", meta["step"]) not in recorded:  # not re-evaluated
             record({"event": "eval", "step": meta["step"], "tokens": meta["tokens"], **evaluate(model, eval_seqs)})
         if meta["step"] % config.checkpoint_every == 0:
             _save_state(run_dir.path / "state", model, opt, gen, meta)

@@ -71,8 +71,9 @@ def predict(profile: dict, batch: int = 1, gammas: list[int] | None = None, alph
                          "acceptance": "measured" if per_position else f"alpha={alpha}"})
     if bench and bench.get("kind", "model") != "model":
         rows += variable_rows(bench, entry, t_verify, gammas, ar)
-    if bench and bench.get("scheduled"):
-        rows.append(scheduled_row(bench, entry, t_verify, ar))
+    scheduled = scheduled_row(bench, entry, t_verify, ar) if bench and bench.get("scheduled") else None
+    if scheduled:
+        rows.append(scheduled)
     rows.sort(key=lambda r: -r["tokens_per_s"])
     best = {}
     for r in rows:
@@ -84,45 +85,43 @@ def predict(profile: dict, batch: int = 1, gammas: list[int] | None = None, alph
             en = cost.expected_tokens(cost.acceptance_for(bench["gamma"], per_position=bench["acceptance_per_position"]))
             row = {"tokens_per_s": 1e3 * cost.throughput(en, bench["gamma"], entry["drafters"][bench["drafter"]]["step_ms"],
                                                          t_verify(bench["gamma"]))}
-        if bench.get("scheduled"):
-            measured = bench["scheduled"].get("decode_tokens_per_s") or bench["scheduled"]["tokens_per_s"]
-            predicted_tps = next(r for r in rows if r["acceptance"] == SCHEDULED_ROUNDS)["tokens_per_s"]
-            out["check_scheduled"] = {"drafter": bench["drafter"], "gamma": bench["gamma"],
-                                      "predicted_tokens_per_s": predicted_tps,
-                                      "measured_decode_tokens_per_s": bench["scheduled"].get("decode_tokens_per_s"),
-                                      "measured_tokens_per_s": bench["scheduled"]["tokens_per_s"],
-                                      "error": predicted_tps / measured - 1}
+        if scheduled:
+            out["check_scheduled"] = check(bench, bench["scheduled"], scheduled["tokens_per_s"])
         if row:
-            measured = bench["decode_tokens_per_s"] or bench["tokens_per_s"]
-            out["check"] = {"drafter": bench["drafter"], "gamma": bench["gamma"], "predicted_tokens_per_s": row["tokens_per_s"],
-                            "measured_decode_tokens_per_s": bench["decode_tokens_per_s"],
-                            "measured_tokens_per_s": bench["tokens_per_s"],
-                            "error": row["tokens_per_s"] / measured - 1}
+            out["check"] = check(bench, bench, row["tokens_per_s"])
     return out
 
 
-SCHEDULED_ROUNDS = "measured scheduled rounds"
+def check(bench: dict, measured: dict, predicted: float) -> dict:
+    """A prediction beside a bench method's measured tokens/s (`measured`: its figures; decode tokens/s, prefill
+    excluded like the model, when the method reports it)."""
+    against = measured.get("decode_tokens_per_s") or measured["tokens_per_s"]
+    return {"drafter": bench["drafter"], "gamma": bench["gamma"], "predicted_tokens_per_s": predicted,
+            "measured_decode_tokens_per_s": measured.get("decode_tokens_per_s"),
+            "measured_tokens_per_s": measured["tokens_per_s"], "error": predicted / against - 1}
+
+
+def model_step_s(bench: dict, entry: dict) -> float | None:
+    """The profiled step (seconds) of the bench drafter's model part (a model drafter, or a hybrid's); None else."""
+    kind = bench.get("kind", "model")
+    spec = split_hybrid(bench["drafter"])[0] if kind == "hybrid" else bench["drafter"] if kind == "model" else None
+    profiled = entry["drafters"].get(spec) if spec else None
+    return profiled["step_ms"] / 1e3 if profiled else None
 
 
 def scheduled_row(bench: dict, entry: dict, t_verify, ar_ms: float) -> dict:
     """The scheduled run priced from its own rounds like any lookup's: each round's verified prefix k (drafted) and
     its acceptance, k = 0 rounds a plain step (a model drafter's unverified draft steps are not in the rounds: its
     draft time is priced per verified token)."""
-    model_spec = split_hybrid(bench["drafter"])[0] if bench["kind"] == "hybrid" else \
-        bench["drafter"] if bench["kind"] == "model" else None
-    profiled = entry["drafters"].get(model_spec) if model_spec else None
-    tps = cost.predict_rounds(bench["scheduled"]["rounds"], lambda k: t_verify(k) / 1e3,
-                              profiled["step_ms"] / 1e3 if profiled else None)
+    tps = cost.predict_rounds(bench["scheduled"]["rounds"], lambda k: t_verify(k) / 1e3, model_step_s(bench, entry))
     return {"drafter": bench["drafter"] + " (scheduled)", "gamma": bench["gamma"], "expected_tokens": None,
             "tokens_per_s": tps, "speedup_vs_ar": tps * ar_ms / 1e3, "free_drafter_tokens_per_s": None,
-            "acceptance": SCHEDULED_ROUNDS}
+            "acceptance": "measured scheduled rounds"}
 
 
 def variable_rows(bench: dict, entry: dict, t_verify, gammas: list[int], ar_ms: float) -> list[dict]:
     """Rows for a lookup or hybrid drafter: the mixture over its measured rounds, proposals cut to each γ' ≤ its γ."""
-    model_spec = split_hybrid(bench["drafter"])[0] if bench["kind"] == "hybrid" else None
-    profiled = entry["drafters"].get(model_spec) if model_spec else None
-    step = profiled["step_ms"] / 1e3 if profiled else None
+    step = model_step_s(bench, entry)  # a lookup's is None; variable rows are never a model drafter's
     rows = []
     for g in sorted({x for x in gammas if x <= bench["gamma"]} | {bench["gamma"]}):
         tps = cost.predict_rounds(bench["rounds"], lambda k: t_verify(k) / 1e3, step, cap=g)

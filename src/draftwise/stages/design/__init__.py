@@ -265,7 +265,7 @@ def run(config: DesignConfig, out: str | Path, executor: Executor | None = None)
         cands, benched = cands + tuned, benched + tuned
         if config.scheduler:
             lookup.calibrate_lookups(p, target, done)
-            scheduled = {m + measure.SCHEDULED: m for m in lookup.SCHEDULED_METHODS if m in done}
+            scheduled = lookup.scheduled_options(done)
     kv = kv_bytes(p, cands, specs)
     selectable = {**{x.name: specs[x.name] for x in benched}, **{s: specs[m] for s, m in scheduled.items()}}
     chosen, gamma = measure.select(p, selectable, {n: gammas[scheduled.get(n, n)] for n in selectable}, kv, scheduled)

@@ -30,7 +30,7 @@ from ...config import BenchConfig, BenchGridConfig, ProfileConfig, drafter_kind
 from ...models.llamacpp_load import LLAMA_CPP, gguf_file, quant_name, written
 from .. import profile
 from ..bench import SCHEDULED
-from ..bench_grid import label
+from ..bench_grid import as_method, label
 from . import decide, lookup, measure
 
 GAMMAS = (1, 2, 3, 4, 6, 8)
@@ -140,8 +140,7 @@ def run_row(p, e: Engine, target, models: dict[str, str], lookups: bool, predict
     names = list(cands)
     nearest = {n: "llama-server:" + nearest_builtin(s, g, e.target, e.drafter_quant) for n, (s, g) in cands.items()}
     # each tuned lookup's scheduled variant, priced by E's verify curve, from the design's calibration
-    scheduled = {m + measure.SCHEDULED: m for m in lookup.SCHEDULED_METHODS if m in cands} \
-        if "calibrate-lookup" in p.done else {}
+    scheduled = lookup.scheduled_options(cands) if "calibrate-lookup" in p.done else {}
     grid = BenchGridConfig(bench=bench_config(p, e, drafter=cands[names[0]][0], gamma=1,
                                               baselines=("ar", "llama-cpp", *builtins(nearest)),
                                               **(measure.scheduling(p, prof) if scheduled else {})),
@@ -209,7 +208,7 @@ def verdict(p, e: Engine, cands: dict[str, tuple[str, int]], nearest: dict[str, 
             "target_path": e.target, "drafter_quant": e.drafter_quant,
             "recommend": recommend, "drafter": chosen, "spec": cands[chosen][0], "kind": drafter_kind(cands[chosen][0]),
             "method": method(chosen), "gamma": cands[chosen][1], "speedup": decision["speedup"][chosen],
-            "decision": decision, "tokens_per_s": points[cands[chosen][0]]["methods"][method(chosen)]["tokens_per_s"],
+            "decision": decision, "tokens_per_s": as_method(points[cands[chosen][0]], method(chosen))["tokens_per_s"],
             "ar_tokens_per_s": methods["ar"]["tokens_per_s"],
             "ar_step_ms": any_point["ar_step_ms"], "builtins": {m: {
                 "speedup": s, "over_server_plain": over_plain.get(m), "tokens_per_s": methods[m]["tokens_per_s"],
@@ -218,8 +217,8 @@ def verdict(p, e: Engine, cands: dict[str, tuple[str, int]], nearest: dict[str, 
             "llama_cpp_generate_tokens_per_s": methods.get("llama-cpp", {}).get("tokens_per_s"),
             "identical": metrics.identical_fraction(sd_recs, ar_recs), "divergence": metrics.divergence(sd_recs, ar_recs),
             "candidates": {n: {"spec": s, "gamma": g, "method": method(n), "speedup": decision["speedup"][n],
-                               "nearest": nearest[n], "tar": points[s]["methods"][method(n)]["tar"],
-                               "alpha": points[s]["methods"][method(n)]["alpha"]} for n, (s, g) in cands.items()},
+                               "nearest": nearest[n], "tar": as_method(points[s], method(n))["tar"],
+                               "alpha": as_method(points[s], method(n))["alpha"]} for n, (s, g) in cands.items()},
             "rule": "deploy when the chosen method's speedup over AR on this engine is above 1 beyond noise (95 % "
                     "interval, paired bootstrap over prompts); otherwise plain decoding"}
 

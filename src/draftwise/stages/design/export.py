@@ -110,13 +110,20 @@ def copy_corpus(folder: Path, dest: Path) -> None:
             shutil.copy2(folder / name, dest / name)
 
 
-def export_lookup(out: Path, spec: str, name: str, gamma: int) -> dict:
-    """README and vLLM config of a lookup spec; a suffix corpus is copied so the draftwise spec is relative."""
-    folder, _ = specs.split_suffix(spec) if spec.startswith("suffix") else (None, {})
-    local = spec
-    if folder:
-        copy_corpus(Path(folder), out / "suffix-corpus")
-        local = spec.replace(folder, "suffix-corpus", 1)
+def local_lookup(spec: str, out: Path) -> str:
+    """A lookup spec as the export folder `out` names it: a suffix corpus copied into `out/suffix-corpus`, the spec
+    pointing there (relative, so the folder can move); other specs as they are."""
+    folder = specs.split_suffix(spec)[0] if spec.startswith("suffix") else None
+    if not folder:
+        return spec
+    copy_corpus(Path(folder), out / "suffix-corpus")
+    return spec.replace(folder, "suffix-corpus", 1)
+
+
+def export_lookup(out: Path, spec: str, name: str, gamma: int) -> str:
+    """README and vLLM config of a lookup spec; returns the spec as the export names it (`local_lookup`)."""
+    local = local_lookup(spec, out)
+    folder = local != spec
     vllm = vllm_lookup(local, gamma)
     method = vllm["method"]
     ngram = vllm.get("prompt_lookup_max", 4)
@@ -125,7 +132,7 @@ def export_lookup(out: Path, spec: str, name: str, gamma: int) -> dict:
     (out / "vllm_speculative_config.json").write_text(json.dumps(vllm, indent=2) + "\n")
     (out / "README.md").write_text(LOOKUP.format(name=name, method=method, gamma=gamma, where=where, vllm=json.dumps(vllm),
                                                  vllm_note=SUFFIX_NOTE if folder else "", ngram=ngram, spec=local))
-    return vllm
+    return local
 
 
 SCHEDULE = """
@@ -179,11 +186,7 @@ def export(pipeline, target, verdict: dict) -> Path | None:
     name, spec, gamma = verdict["drafter"], verdict["spec"], verdict["gamma"]
     out = top if verdict["recommend"] else top / f"not-recommended-{name}"
     out.mkdir(parents=True, exist_ok=True)
-    ckpt = export_parts(pipeline, target, out, spec, name, gamma)
-    if drafter_kind(spec) == "lookup" and "calibrate-lookup" in pipeline.done:
-        folder = specs.split_suffix(spec)[0] if spec.startswith("suffix") else None
-        local = spec.replace(folder, "suffix-corpus", 1) if folder else spec  # as export_lookup names the corpus
-        export_schedule(pipeline, out, local, gamma, verdict.get("method", "sd") != "sd")
+    ckpt = export_parts(pipeline, target, out, spec, name, gamma, verdict.get("method", "sd") != "sd")
     if verdict["recommend"]:
         readme = out / "README.md"
         readme.write_text(f"**Verdict:** {sentence(verdict)}\n\n" + readme.read_text())
@@ -195,10 +198,13 @@ def export(pipeline, target, verdict: dict) -> Path | None:
     return ckpt
 
 
-def export_parts(pipeline, target, out: Path, spec: str, name: str, gamma: int) -> Path | None:
+def export_parts(pipeline, target, out: Path, spec: str, name: str, gamma: int, scheduled: bool = False) -> Path | None:
+    """`scheduled`: the verdict's method is the round scheduler (a lookup's `schedule/` says so)."""
     kind = drafter_kind(spec)
     if kind == "lookup":
-        export_lookup(out, spec, name, gamma)
+        local = export_lookup(out, spec, name, gamma)
+        if "calibrate-lookup" in pipeline.done:
+            export_schedule(pipeline, out, local, gamma, scheduled)
         return None
     model_spec, lookup_spec, model_gamma = specs.split_hybrid(spec) if kind == "hybrid" else (spec, None, None)
     ckpt = export_model(out, target, model_spec)

@@ -12,10 +12,9 @@ import shlex
 import shutil
 from pathlib import Path
 
-from ... import specs
 from ...models.llamacpp_load import written
 from . import engines
-from .export import copy_corpus
+from .export import local_lookup
 
 SERVER = """llama-server (measured here: {measured}):
 ```
@@ -103,13 +102,13 @@ def export_row(top: Path, v: dict, threads: int | None, target_name: str, target
                                    target=target_name, threads=threads, args=_local_args(args, out)))
         if beats:
             parts.append(f"(llama-server's `{args}` beat plain decoding beyond noise here; no draftwise method did.)\n")
+    local = local_lookup(spec, out) if kind == "lookup" and v["recommend"] else spec
     if v.get("method", "sd") != "sd" and v["recommend"]:
         parts.append("The round scheduler runs in draftwise's own loop only (llama-server and llama-cpp-python "
                      "propose without it): `draftwise bench --backend llama.cpp --target " + target_name +
-                     f" --drafter '{_local_spec(spec, out)}' --gamma {gamma} --schedule <a profile of this engine> "
+                     f" --drafter '{local}' --gamma {gamma} --schedule <a profile of this engine> "
                      "--calibration <the design export's schedule/>`.\n")
     if kind == "lookup" and v["recommend"]:
-        local = _local_spec(spec, out)
         parts.append(PYTHON_LOOKUP.format(method=local.split(":")[0].split(",")[0], measured=_measured(
             v.get("python", {}).get("llama-cpp-lookup"), "llama-cpp-python's plain generate"), target=target_name,
             threads=threads, spec=local, gamma=gamma))
@@ -124,14 +123,3 @@ def export_row(top: Path, v: dict, threads: int | None, target_name: str, target
     (out / "verdict.json").write_text(json.dumps({k: v[k] for k in ("engine", "quant", "shipped", "recommend", "drafter",
                                                                    "method", "gamma", "speedup", "best_builtin") if k in v}, indent=1) + "\n")
     return out
-
-
-def _local_spec(spec: str, out: Path) -> str:
-    """A lookup spec whose suffix corpus is copied next to the README (`suffix:suffix-corpus,...`)."""
-    if not spec.startswith("suffix"):
-        return spec
-    folder, _ = specs.split_suffix(spec)
-    if not folder:
-        return spec
-    copy_corpus(Path(folder), out / "suffix-corpus")
-    return spec.replace(folder, "suffix-corpus", 1)

@@ -31,6 +31,7 @@ from ...sd.lookup import NgramDrafter, SuffixDrafter
 from ...sd.suffix import SuffixTrie
 from .. import agree, gen_data
 from . import decide
+from .measure import SCHEDULED
 
 NGRAMS = ((1, 2), (1, 4), (2, 4), (3, 6))  # (min, max)
 SUFFIXES = ((0.5, 0.1), (1.0, 0.1), (1.0, 0.3), (2.0, 0.1), (2.0, 0.3))  # (factor, min_prob)
@@ -201,6 +202,11 @@ def tune(p, target, model: tuple[str, str, int] | None, profile: str = "profile"
                 for m, r in best.items()}
 
     return p.stage(stage, decide)
+
+
+def scheduled_options(names) -> dict[str, str]:
+    """{scheduled option: its static candidate} for the tuned lookups among `names` (`measure.select`)."""
+    return {m + SCHEDULED: m for m in SCHEDULED_METHODS if m in names}
 
 
 def calibrate_lookups(p, target, tuned: dict, stage: str = "calibrate-lookup") -> None:

@@ -16,7 +16,7 @@ import json
 
 from ... import cost
 from ...config import drafter_kind
-from ..bench_grid import label
+from ..bench_grid import as_method, label
 from .measure import grid_points, method_of, summary
 
 
@@ -60,8 +60,8 @@ def decide(p, gamma: int) -> dict:
     headline = summary(p, "bench-headline")["methods"][method]["speedup_vs_ar"]
     return {"recommend": speedup[1] > 1.0, "drafter": chosen, "spec": specs[chosen], "kind": drafter_kind(specs[chosen]),
             "method": method, "gamma": gamma, "grid_gamma": cands[chosen]["gamma"], "speedup": speedup,
-            "headline_speedup": headline, "per_task": points[specs[chosen]]["methods"][method].get("by_suite", {})
-            if method != "sd" else points[specs[chosen]].get("by_suite", {}), "candidates": cands,
+            "headline_speedup": headline, "per_task": as_method(points[specs[chosen]], method).get("by_suite") or {},
+            "candidates": cands,
             "rule": "deploy when the chosen drafter's speedup over AR is above 1 beyond noise (95 % interval, paired "
                     "bootstrap over prompts); otherwise plain decoding"}
 
