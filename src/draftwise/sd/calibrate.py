@@ -16,10 +16,12 @@ calibration.json: {"temperatures": {"<T>": {"positions", "counts": {feature bin:
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from ..errors import DraftwiseError
 from ..rundir import write_atomic
@@ -72,7 +74,7 @@ def calibrate(lm, texts: Sequence[dict], lookups: dict[str, tuple[object, int]],
     signal, so one table serves every lookup)."""
     tables = {t: Calibration() for t in temperatures}
     positions = {t: 0 for t in temperatures}
-    for text in texts:
+    for text in tqdm(texts, desc="calibrate", unit="text", file=sys.stderr, dynamic_ncols=True):
         logits = text_logits(lm, text["prompt"], text["continuation"]) if any(t > 0 for t in temperatures) else None
         for t in temperatures:
             p_text = probs(logits, SamplingParams(t)) if t > 0 else None  # [n, V]
