@@ -80,13 +80,18 @@ class Kill:
 
 
 def kill_at(args: list[str], out: Path, *, after_records: int | None = None, inside_write: int | None = None,
-            env: dict | None = None, timeout: float = 300) -> Kill:
-    """Start the command and SIGKILL it after `after_records` records, or inside the write of record `inside_write`
-    (counted from 1, this process's appends). Fails if the command finishes first: the kill must really land."""
-    assert (after_records is None) != (inside_write is None), "one kill point"
+            inside_file: tuple[str, int] | None = None, during: str | None = None, env: dict | None = None,
+            timeout: float = 300) -> Kill:
+    """Start the command and SIGKILL it after `after_records` records (and, with `during`, once a process below it
+    titled so runs: a Ray worker in an item), inside the write of record `inside_write` (counted from 1, this
+    process's appends), or inside its N-th atomic write of a file NAME (`inside_file`: (NAME, N); a stage's final
+    file). Fails if the command finishes first: the kill must really land."""
+    assert sum(x is not None for x in (after_records, inside_write, inside_file)) == 1, "one kill point"
     extra = dict(env or {})
     if inside_write is not None:
         extra["DRAFTWISE_FAULT"] = f"append:{inside_write}"
+    if inside_file is not None:
+        extra["DRAFTWISE_FAULT"] = f"file:{inside_file[0]}:{inside_file[1]}"
     log = _log(out, "killed")
     with open(log, "wb") as f:
         proc = subprocess.Popen(command(args, out), env=environment(extra), stdout=f, stderr=subprocess.STDOUT)
@@ -100,7 +105,11 @@ def kill_at(args: list[str], out: Path, *, after_records: int | None = None, ins
                 children.update(names(descendants(proc.pid)))
             polls += 1
             if after_records is not None and record_count(out) >= after_records:
-                children.update(names(descendants(proc.pid)))
+                children.update(now := names(descendants(proc.pid)))
+                if during is not None and during not in now.values():
+                    time.sleep(POLL_S)
+                    continue
+                time.sleep(0.5 if during else 0)  # into the item, not at its very start
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
                 break
@@ -115,9 +124,10 @@ def kill_at(args: list[str], out: Path, *, after_records: int | None = None, ins
 
 
 def run_killed(args: list[str], out: Path, *, after_records: int | None = None, inside_write: int | None = None,
-               env: dict | None = None, timeout: float = 300) -> Path:
+               inside_file: tuple[str, int] | None = None, env: dict | None = None, timeout: float = 300) -> Path:
     """`kill_at`, then the same command again on the same folder to completion: the resumed run folder."""
-    kill_at(args, out, after_records=after_records, inside_write=inside_write, env=env, timeout=timeout)
+    kill_at(args, out, after_records=after_records, inside_write=inside_write, inside_file=inside_file, env=env,
+            timeout=timeout)
     return draftwise(args, out, env, timeout)
 
 

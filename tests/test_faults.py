@@ -1,6 +1,7 @@
-"""A run keeps its promises under faults: killed (SIGKILL, from outside or inside a record write) and rerun, a run
-folder holds what an uninterrupted run's holds, nothing lost, nothing twice, no temporary file; in-process and
-under Ray (a driver killed and resumed, a worker killed mid-item). Tiny random models, a few prompts and tokens."""
+"""A run keeps its promises under faults: killed (SIGKILL, from outside, inside a record write or inside a stage's
+final file) and rerun, a run folder holds what an uninterrupted run's holds, nothing lost, nothing twice, no
+temporary file; in-process and under Ray (a driver killed and resumed, a worker killed mid-item; the design's
+prune, distill and agree run in Ray workers). Tiny random models, a few prompts and tokens."""
 
 from __future__ import annotations
 
@@ -100,9 +101,15 @@ def test_bench_killed_inside_a_record_write_then_after_records(tiny_dir, bench_r
     assert (out / "summary.json").exists()
 
 
-def test_bench_grid_killed_after_records(tiny_dir, grid_reference, tmp_path):
+def test_bench_grid_killed_after_records_and_inside_its_final_file(tiny_dir, grid_reference, tmp_path):
     out = run_killed(grid_args(tiny_dir), tmp_path / "grid", after_records=3)
     compare(out, grid_reference)
+    assert len(json.loads((out / "grid.json").read_text())["points"]) == 4
+    out = tmp_path / "grid-file"
+    kill_at(grid_args(tiny_dir), out, inside_file=("grid.json", 1))  # every record in, the summary half written
+    assert (out / "grid.json.tmp").exists() and not (out / "grid.json").exists()
+    draftwise(grid_args(tiny_dir), out)
+    compare(out, grid_reference)  # (compare also checks that no *.tmp is left)
     assert len(json.loads((out / "grid.json").read_text())["points"]) == 4
 
 
@@ -210,21 +217,31 @@ def test_gen_data_and_distill_killed_inside_a_record_write_and_after_records(tin
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
 
 
-# --- design, in-process ---------------------------------------------------------------------------------------------
+# --- design, in-process and under Ray -------------------------------------------------------------------------------
 
 
-def test_design_killed_inside_a_write_and_between_stages(tiny_dir, tmp_path):
+@pytest.mark.parametrize("executor", ["inprocess", "ray"])
+def test_design_killed_inside_a_write_and_between_stages(executor, tiny_dir, tmp_path):
     """The whole design killed twice — inside some stage's record write, then after a few more stages — and rerun:
     every stage is done once, every stage folder's records are valid JSONL, nothing temporary is left, and the run
-    ends in its report and export."""
-    args = ["design", "--target", tiny_dir, "--minutes", "0.2", "--wide-layers", "1", "--narrow-factor", "2",
-            "--bench-limit", "2", "--refine-limit", "2", "--tune-prompts", "4", "--max-new-tokens", "8", "--engines", "lean",
-            "--temperatures", "0,1", "--threads", "1"]
+    ends in its report and export. Under Ray the candidates' prune, distill and agree stages run in Ray workers, so
+    the driver dies with items in flight (what its Ray instance leaves is killed here, by pid)."""
+    if executor == "ray":
+        pytest.importorskip("ray")
+    args = ["design", "--target", tiny_dir, "--minutes", "0.2", "--fixed-sizes", "--wide-layers", "1", "--narrow-factor",
+            "2", "--bench-limit", "2", "--refine-limit", "2", "--tune-prompts", "4", "--max-new-tokens", "8", "--engines",
+            "lean", "--temperatures", "0,1", "--threads", "1", "--executor", executor]
     out = tmp_path / "design"
-    first = kill_at(args, out, inside_write=40, timeout=600)  # the 40th record this process appends, in any stage
-    second = kill_at(args, out, after_records=first.records + 4, timeout=600)
-    assert second.records >= first.records + 4
-    draftwise(args, out, timeout=600)
+    if executor == "inprocess":
+        first = kill_at(args, out, inside_write=40, timeout=600)  # the 40th record this process appends, in any stage
+        second = kill_at(args, out, inside_file=("done.json", 3), timeout=600)  # inside a stage's final file
+        assert second.records > first.records
+        draftwise(args, out, timeout=600)
+    else:  # the fault hook would fire in Ray's workers too: the driver is killed from outside, a worker mid-item
+        first = kill_at(args, out, after_records=3, during="ray::_run_item", timeout=600)  # candidates building
+        reap(list(first.descendants), grace_s=2)
+        run = kill_worker(args, out, after_records=first.records + 2, timeout=600)
+        assert not reap(list(run.descendants), grace_s=10), "a finished Ray design left processes behind"
     stages = [r["stage"] for r in records(out)]
     assert len(stages) == len(set(stages)) and {"sweep", "gen-data", "calibrate-lookup", "verdict"} <= set(stages)
     for folder in (out / "stages").iterdir():

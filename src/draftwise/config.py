@@ -284,7 +284,7 @@ class PruneConfig:
     calib_suites: str = "all"
     max_new_tokens: int = 64  # per calibration continuation
     max_prompt_tokens: int = 192
-    elimination_tokens: int = 512  # scored positions the layer elimination uses (importance)
+    elimination_tokens: int = 512  # scored positions the layer elimination uses (importance; whole calibration rows)
     layer_criterion: str = "tvd"  # tvd | kl: what the layer elimination minimises
     l0_steps: int = 60
     draft_vocab: int = 0  # also write reduced/: the head cut to the N hottest tokens of `vocab_data` (0 = no)
@@ -414,12 +414,14 @@ class DistillConfig:
 class DesignConfig:
     """`draftwise design`: candidates → prune → distill → agree → profile → lookups → bench → select → report → export.
 
-    `minutes` sets the budgets of the long stages (data generated, distillation per candidate); the fixed-size
-    stages (profile, pruning calibration, benchmarks) are sized to fit the default 30 minutes on 2 CPU cores.
+    `minutes` is the whole run's budget (`plan`: every stage sized to the time left, from timings measured as it goes;
+    stages/design/plan.py); the counts below are the sizes at full scale. `plan=False`: every stage at these sizes,
+    `minutes` sizing only the data generated and the distillation per candidate.
     """
 
     target: str = "default"
     minutes: float = 30.0
+    plan: bool = True
     wide_layers: tuple[int, ...] = ()  # override: k full-width layers and their twin (default: shapes from the sweep)
     budget: str = ""  # drafters' non-embedding parameters (e.g. 7M); default: the target's first 2 layers' worth
     narrow_factor: int = 3  # deep-narrow twin: heads, KV heads and FFN ÷ f, layers × f (equal non-embedding params)

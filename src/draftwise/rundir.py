@@ -7,6 +7,8 @@ temporary file and renamed over, so a kill never leaves one half written.
 
 Fault injection (tests only): `DRAFTWISE_FAULT=append:N` makes this process write the first half of its N-th
 record's line (N counts from 1, per process) and then SIGKILL itself: a kill inside a record write, on demand.
+`DRAFTWISE_FAULT=file:NAME:N` does the same inside its N-th atomic write of a file called NAME (a stage's final file:
+summary.json, grid.json, done.json, ...), half of it in the temporary file, before the rename.
 """
 
 from __future__ import annotations
@@ -86,6 +88,9 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
     new one, never half of one."""
     path = Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")
+    if _file_fault_now(path.name):
+        tmp.write_text(text[: len(text) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
     tmp.write_text(text)
     os.replace(tmp, path)
     return path
@@ -93,6 +98,7 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
 
 FAULT = "DRAFTWISE_FAULT"
 _appended = 0  # records this process has appended (to any run folder): what `append:N` counts
+_written: dict[str, int] = {}  # atomic writes per file name: what `file:NAME:N` counts
 
 
 def _fault_now() -> bool:
@@ -101,6 +107,16 @@ def _fault_now() -> bool:
     _appended += 1
     kind, _, n = os.environ.get(FAULT, "").partition(":")
     return kind == "append" and n.strip().isdigit() and int(n) == _appended
+
+
+def _file_fault_now(name: str) -> bool:
+    """Count one atomic write of `name`; True when `DRAFTWISE_FAULT=file:NAME:N` names this one."""
+    kind, _, rest = os.environ.get(FAULT, "").partition(":")
+    if kind != "file":
+        return False
+    target, _, n = rest.rpartition(":")
+    _written[name] = _written.get(name, 0) + 1
+    return target == name and n.strip().isdigit() and int(n) == _written[name]
 
 
 def _with_defaults(saved: dict, config) -> dict:

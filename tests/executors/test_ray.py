@@ -106,7 +106,7 @@ def test_ray_design_runs_each_candidate_as_a_task(cluster, tiny_dir, tmp_path):
     from draftwise.config import DesignConfig
     from draftwise.stages import design
 
-    config = DesignConfig(target=tiny_dir, minutes=0.2, wide_layers=(1,), narrow_factor=2, bench_limit=2, headline_limit=2,
+    config = DesignConfig(target=tiny_dir, minutes=0.2, plan=False, wide_layers=(1,), narrow_factor=2, bench_limit=2, headline_limit=2,
                           max_new_tokens=6, accuracy_items=2, draft_vocabs=(16,), adaptive=False, memory="1GiB",
                           context=32, batch_cap=2, threads=1)
     out = design.run(config, tmp_path / "d", cluster)

@@ -97,7 +97,7 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     context = 64
     per_seq = max(target.kv_bytes(context) + s.kv_bytes(context) for s in trained)
     memory = target.weight_bytes() + max(s.weight_bytes() for s in trained) + 3 * per_seq  # ≥ 3 sequences fit
-    config = DesignConfig(target=tiny_dir, minutes=0.3, wide_layers=(1,), narrow_factor=2, bench_limit=3, refine_limit=2,
+    config = DesignConfig(target=tiny_dir, minutes=0.3, plan=False, wide_layers=(1,), narrow_factor=2, bench_limit=3, refine_limit=2,
                           headline_limit=2, tune_prompts=6, max_new_tokens=8, accuracy_items=3, draft_vocabs=(32, 16),
                           memory=str(memory), context=context, batch_cap=2, threads=1)
     out = tmp_path / "design"
@@ -209,7 +209,7 @@ def decision_spec(records: list[dict], name: str) -> str:
 def test_batched_bench_runs_at_the_gamma_predicted_for_its_batch(tiny_dir, tmp_path):
     """The profile covers each trained candidate's feasible batch, and the batched bench uses γ* predicted there."""
     target = _shape(tiny_dir)
-    config = DesignConfig(target=tiny_dir, minutes=0.2, wide_layers=(1,), narrow_factor=2, bench_limit=2, refine_limit=2,
+    config = DesignConfig(target=tiny_dir, minutes=0.2, plan=False, wide_layers=(1,), narrow_factor=2, bench_limit=2, refine_limit=2,
                           headline_limit=2, max_new_tokens=6, accuracy_items=2, draft_vocabs=(32,), adaptive=True,
                           context=32, batch_cap=3, lookups=False,
                           memory=str(10 * target.weight_bytes() + 100 * target.kv_bytes(32)), threads=1)
@@ -434,7 +434,7 @@ def test_an_export_that_lost_to_plain_decoding_says_so(tiny_dir, tmp_path):
 def test_tuned_lookup_settings_are_decided_with_intervals(tiny_dir, tmp_path):
     """In the end-to-end run above each method's settings are its paired decision over the replayed, priced settings:
     the leader, or the cheapest of a tie within noise."""
-    config = DesignConfig(target=tiny_dir, minutes=0.2, wide_layers=(1,), narrow_factor=2, bench_limit=2, refine_limit=2,
+    config = DesignConfig(target=tiny_dir, minutes=0.2, plan=False, wide_layers=(1,), narrow_factor=2, bench_limit=2, refine_limit=2,
                           headline_limit=2, tune_prompts=4, max_new_tokens=6, accuracy_items=2, draft_vocabs=(),
                           adaptive=False, memory="1", threads=1)
     out = design.run(config, tmp_path / "d")
@@ -515,7 +515,7 @@ def test_shapes_come_from_the_fitted_step_model():
 def test_a_tie_tells_one_story_in_headline_wide_vs_deep_and_export(tiny_dir, tmp_path):
     """Two trained drafters measured identically: the selection calls it a tie and takes the cheaper step, and the
     headline, the wide-vs-deep section and the export all name that drafter."""
-    config = DesignConfig(target=tiny_dir, minutes=0.2, wide_layers=(1,), narrow_factor=2, bench_limit=3, refine_limit=2,
+    config = DesignConfig(target=tiny_dir, minutes=0.2, plan=False, wide_layers=(1,), narrow_factor=2, bench_limit=3, refine_limit=2,
                           headline_limit=2, max_new_tokens=6, accuracy_items=2, draft_vocabs=(), adaptive=False,
                           lookups=False, memory="1", select_repeats=0, threads=1)
     out = design.run(config, tmp_path / "d")
@@ -580,7 +580,7 @@ def test_lookup_settings_tie_goes_to_the_cheaper_settings():
 def test_design_runs_on_a_gemma3_target(tiny_gemma_dir, tmp_path):
     """Every stage on another family: the sweep's shapes, prune, gen-data, distill, agree, profile, lookups, benches,
     the verdict and the export, on a local/global Gemma 3."""
-    config = DesignConfig(target=tiny_gemma_dir, minutes=0.2, wide_layers=(1,), narrow_factor=2, bench_limit=2,
+    config = DesignConfig(target=tiny_gemma_dir, minutes=0.2, plan=False, wide_layers=(1,), narrow_factor=2, bench_limit=2,
                           refine_limit=2, headline_limit=2, tune_prompts=4, max_new_tokens=6, accuracy_items=2,
                           draft_vocabs=(32,), adaptive=False, memory="1", threads=1)
     out = design.run(config, tmp_path / "d")

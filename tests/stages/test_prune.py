@@ -187,3 +187,16 @@ def test_prune_every_family_reloads_in_transformers_and_runs_in_the_engine(kind,
         ids = torch.tensor([[1, 5, 9, 4, 7, 3, 2, 8, 6]])
         drafter.lm.reset(1, 16)
         torch.testing.assert_close(drafter.lm(ids, 0), hf(ids).logits, atol=2e-4, rtol=2e-4)
+
+
+def test_elimination_subset_takes_whole_rows_up_to_the_positions_asked():
+    from draftwise.stages.prune import _subset
+
+    scored = torch.tensor([[True] * 5 + [False], [True] * 6, [True] * 3 + [False] * 3])  # 5, 6, 3 scored positions
+    batch = ((torch.zeros(3, 9, dtype=torch.long), [0, 1, 2], scored, 6), torch.arange(14.0)[:, None])
+    assert [b[0][0].shape[0] for b in _subset([batch, batch], 4)] == [1]  # one row holds 5 >= 4
+    two = _subset([batch, batch], 9)
+    assert len(two) == 1 and two[0][0][0].shape[0] == 2 and two[0][0][1] == [0, 1]
+    assert two[0][1].flatten().tolist() == list(range(11))  # log p of those rows' scored positions, in order
+    more = _subset([batch, batch], 16)
+    assert [b[0][0].shape[0] for b in more] == [3, 1] and sum(len(b[1]) for b in more) == 14 + 5

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 from ..errors import DraftwiseError
 
@@ -64,6 +65,7 @@ def engine_args(p, backends=BACKENDS, default: str = "auto") -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()  # a command's clock (the design's budget counts from here)
     from . import bench, design, stages
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub
@@ -74,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     for module in (bench, stages, design):
         commands.update(module.add(sub))
     args = parser.parse_args(argv)
+    args.started = started
     try:
         commands[args.command](args)
     except DraftwiseError as e:

@@ -35,7 +35,11 @@ def _design_parser(sub) -> None:
     p = sub.add_parser("design", help="the whole study: candidates, prune, distill, bench, select drafter and γ*, report, export",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--target", default="default")
-    p.add_argument("--minutes", type=float, default=30.0, help="sizes data generation and distillation (the rest is fixed)")
+    p.add_argument("--minutes", type=float, default=30.0,
+                   help="the whole run's budget: every stage is sized to it from timings measured as the run goes, "
+                        "optional stages left out when it is short (the report says which)")
+    p.add_argument("--fixed-sizes", action="store_true",
+                   help="run every stage at the sizes given here instead (--minutes then sizes only data and distillation)")
     p.add_argument("--budget", default="", help="drafters' non-embedding parameters (default: the target's first 2 layers')")
     p.add_argument("--wide-layers", type=ints, default=(),
                    help="override the cost model's shapes: k full-width layers and their deep-narrow twin")
@@ -84,12 +88,13 @@ def _design(args) -> None:
                             scheduler=not args.no_scheduler, loss=args.loss, temperatures=temps,
                             bench_suites=args.bench_suites, bench_limit=args.bench_limit,
                             refine_limit=args.refine_limit, tune_prompts=args.tune_prompts, corpus_gain=args.corpus_gain,
-                            select_repeats=args.select_repeats,
+                            select_repeats=args.select_repeats, plan=not args.fixed_sizes,
                             max_new_tokens=args.max_new_tokens, memory=args.memory,
                             context=args.context, batch_cap=args.batch_cap, seed=args.seed,
                             engines=_list(args.engines), gguf_quants=_list(args.gguf_quants),
                             llama_server=args.llama_server,
-                            dtype=args.dtype, device=args.device, threads=args.threads), args.out, executor(args))
+                            dtype=args.dtype, device=args.device, threads=args.threads), args.out, executor(args),
+               started=args.started)
 
 
 def _list(text: str) -> tuple[str, ...]:

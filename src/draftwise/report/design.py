@@ -12,8 +12,9 @@ import shlex
 from pathlib import Path
 
 from .. import cost, metrics
-from . import design_engines, design_lookup, design_plots, design_schedule
+from . import design_budget, design_engines, design_lookup, design_plots, design_schedule
 from ..stages.design.measure import SCHEDULED as SCHEDULED_NAME
+from ..stages.design.measure import limit_of
 from .fmt import interval as _interval
 from .fmt import num as _f
 from .plots import plot_profile, plot_sweep
@@ -118,6 +119,7 @@ def write(p, cands, specs: dict[str, str]) -> Path:
     _verdict(doc, p)
     design_engines.section(doc, p, plots, footer)
     doc.p(f"Reproduce: `{command}`. Every stage's raw records are in `stages/`. {DEFINITIONS}")
+    design_budget.section(doc, p, plots, footer)
     _headline(doc, p, chosen, gamma, specs)
     tasks = design_lookup.tasks_section(doc, p, plots, footer)
 
@@ -140,7 +142,8 @@ def write(p, cands, specs: dict[str, str]) -> Path:
     doc.table(["task"] + [f"TAR at T={t:g}" for t in tar], [[s] + [_f(tar[t].get(s)) for t in tar] for s in suites])
     doc.table(["T", "γ", "SD tokens/s", "AR tokens/s", "SD / AR", "TAR", "α"], speed_rows)
     design_schedule.section(doc, p, plots, footer)
-    doc.p(f"T=0: the selection grid ({c.bench_limit} prompts); T>0: {c.refine_limit} prompts, sampled SD (lossless: each "
+    refine = limit_of(p, "bench-temps") if "bench-temps" in p.done else None
+    doc.p(f"T=0: the selection grid ({limit_of(p, 'bench-select')} prompts); T>0: {_f(refine, 'd')} prompts, sampled SD (lossless: each "
           "emitted token follows the target's distribution), the same seeds for SD and AR.")
     doc.img(design_plots.tar_per_task(tar, plots, footer), "TAR per task and temperature")
 
@@ -221,6 +224,8 @@ def write(p, cands, specs: dict[str, str]) -> Path:
 
     # --- accuracy sanity check ---
     doc.h("Accuracy sanity check: task accuracy vs TAR")
+    if "accuracy" not in p.done:
+        doc.p("Not measured: the time budget left it out (see *Time budget*).")
     path, corr = design_plots.accuracy_vs_tar(acc_points, plots, footer)
     doc.p("Pearson correlation of drafter accuracy with greedy TAR(γ=4): "
           + ", ".join(f"{t}: {_f(r)}" for t, r in corr.items()) + f" (over {len(acc_points)} drafters). "
@@ -245,6 +250,8 @@ def write(p, cands, specs: dict[str, str]) -> Path:
 
 def _headline(doc: Doc, p, chosen: str, gamma: int, specs: dict[str, str]) -> None:
     """The chosen drafter on the spec_bench eval mix against draftwise AR and transformers' own methods."""
+    if "bench-headline" not in p.done:
+        return  # left out by the time budget (its section says so)
     headline = _json(p.folder("bench-headline") / "summary.json")["methods"]
     ar, hf = headline["ar"]["tokens_per_s"], headline.get("hf-generate", {}).get("tokens_per_s")
     decision, g = p.done["select-drafter"], p.done["select-gamma"]
@@ -389,11 +396,14 @@ def _shapes(doc: Doc, p, cands, specs, b1) -> None:
     doc.h("Shapes chosen by the cost model")
     measured = sorted((x for x in trained.values()), key=lambda x: b1["drafters"][specs[x.name]]["step_ms"])
     order = " < ".join(f"{x.name} {b1['drafters'][specs[x.name]]['step_ms']:.2f} ms" for x in measured)
-    pairs = sorted(zip(d["predicted_ms"], (trained[cost.Shape(**s)].name for s in d["shapes"])))
+    pairs = sorted((ms, trained[cost.Shape(**s)].name) for ms, s in zip(d["predicted_ms"], d["shapes"])
+                   if cost.Shape(**s) in trained)
     held = [n for _, n in pairs] == [x.name for x in measured]
+    control = "and its equal-parameter control" if len(pairs) > 1 else \
+        "only (the time budget left out its equal-parameter control)"
     doc.p(f"Before any training, the sweep's fitted step model (batch 1, {d['head']:,}-token head) ranked every shape of "
-          f"{d['budget'] / 1e6:.2f}M non-embedding parameters; the design trained the predicted-fastest and its "
-          "equal-parameter control (predicted " + ", ".join(f"{n} {ms:.2f} ms" for ms, n in pairs) + "). Measured draft "
+          f"{d['budget'] / 1e6:.2f}M non-embedding parameters; the design trained the predicted-fastest {control} "
+          "(predicted " + ", ".join(f"{n} {ms:.2f} ms" for ms, n in pairs) + "). Measured draft "
           f"steps (profile): {order} — the predicted order {'held' if held else 'did not hold'}.")
     doc.table(["predicted rank", "shape", "predicted step ms", "trained as", "measured step ms", "measured SD / AR [95 %]"],
               rows)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .. import metrics
 from ..stages.bench_grid import as_method
-from ..stages.design.measure import method_of
+from ..stages.design.measure import limit_of, method_of
 from . import design_plots
 from .fmt import num as _f
 
@@ -36,7 +36,7 @@ def tasks_section(doc, p, plots: Path, footer: str) -> dict[str, dict[str, dict]
                                      ar) for name, spec in specs.items()}
     suites = sorted({s for t in tasks.values() for s in t})
     doc.h("TAR and speedup per task (T=0)")
-    doc.p(f"Every benchmarked candidate beside AR on the same {c.bench_limit} eval prompts ({c.bench_suites}), interleaved "
+    doc.p(f"Every benchmarked candidate beside AR on the same {limit_of(p, 'bench-select')} eval prompts ({c.bench_suites}), interleaved "
           f"prompt by prompt, {c.max_new_tokens} new tokens at most, prefill included; per task: the candidate's tokens/s "
           "over AR's on that task's prompts, and its TAR. Cells: TAR / speedup.")
     doc.table(["task"] + list(tasks), [[s] + [f"{_f(t[s]['tar'])} / {_f(t[s]['speedup_vs_ar'], '.2f', 'x')}" if s in t else "-"
@@ -58,7 +58,7 @@ def lookup_section(doc, p) -> list[dict]:
           "the target's own continuations of train prompts) propose a run of up to γ tokens where their index matches, "
           "q one-hot on each proposed token (the acceptance rule stays exact). Settings were chosen before any benchmark: "
           "each was replayed exactly over the target's greedy text of "
-          f"{p.config.tune_prompts} eval prompts (greedy SD emits exactly that text) and priced with the profile's verify "
+          f"{limit_of(p, 'agree-lookup')} eval prompts (greedy SD emits exactly that text) and priced with the profile's verify "
           "times. Best settings per method (predicted), then measured in the selection grid:")
     rows, pred_rows = [], []
     for method in ("ngram", "suffix", "hybrid"):

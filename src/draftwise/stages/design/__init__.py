@@ -12,12 +12,16 @@ Every stage writes its own run folder under `stages/` and, when finished, one `d
 records.jsonl; a rerun skips finished stages and resumes the unfinished one from its own folder, so a kill at any
 point loses no finished work. Decisions (chosen drafter, γ*, lookup settings, more gen-data) are records too, so a
 rerun never re-decides them.
+
+`--minutes` is the whole run's budget (`plan`): before each phase the stages still to come are sized to the time
+left, from timings measured as the run goes; each phase's plan is a record too.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,6 +36,7 @@ from ...rundir import RunDir, write_atomic
 from ...specs import split_hybrid
 from .. import accuracy, agree, bench, distill, gen_data, profile, prune, sweep  # noqa: F401  (the stages a run calls)
 from . import engines, export_engines, lookup, measure, verdict
+from .plan import Planner, Sizes, nominal
 from .candidates import Candidate, budget_shapes, candidates, choose_shapes
 from .measure import batch_dividend, feasible_batch  # noqa: F401  (the design's API)
 
@@ -45,20 +50,26 @@ class Stages:
     one of these without the run folder: it returns its records to the driver, which alone appends to
     records.jsonl; a done.json whose item never returned (a kill) is collected by the next `Pipeline`."""
 
-    def __init__(self, config: DesignConfig, stages: Path, done: dict[str, dict], on_done: Callable[[dict], None]):
-        self.config, self.stages, self.done, self.on_done = config, stages, done, on_done
+    def __init__(self, config: DesignConfig, stages: Path, done: dict[str, dict], on_done: Callable[[dict], None],
+                 sizes: Sizes):
+        self.config, self.stages, self.done, self.on_done, self.sizes = config, stages, done, on_done, sizes
 
     def folder(self, name: str) -> Path:
         return self.stages / name
+
+    def progress(self) -> str:
+        return ""
 
     def stage(self, name: str, work, **decision) -> dict:
         """Run `work(folder)` unless `name` is finished; returns the stage's done record."""
         if name in self.done:
             return self.done[name]
-        print(f"[design] {name} ...", file=sys.stderr, flush=True)
+        print(f"[design] {name} ...{self.progress()}", file=sys.stderr, flush=True)
+        start = time.perf_counter()
         result = work(self.folder(name))
         result = result if isinstance(result, dict) else {}  # stage runs return their folder; decisions a dict
-        record = {"event": "done", "stage": name, "folder": str(self.folder(name)), **decision, **result}
+        record = {"event": "done", "stage": name, "folder": str(self.folder(name)), **decision, **result,
+                  "seconds": time.perf_counter() - start}
         self.folder(name).mkdir(parents=True, exist_ok=True)
         write_atomic(self.folder(name) / "done.json", json.dumps(record) + "\n")
         self.done[name] = record
@@ -67,27 +78,50 @@ class Stages:
 
 
 class Pipeline(Stages):
-    """The design run folder: config.json, and one done record per finished stage in records.jsonl."""
+    """The design run folder: config.json, and one done record per finished stage in records.jsonl. `base`: the
+    config the user gave; `config`: the one the current phase's stages read (its planned sizes)."""
 
-    def __init__(self, config: DesignConfig, out: str | Path, executor: Executor | None = None):
+    def __init__(self, config: DesignConfig, out: str | Path, executor: Executor | None = None,
+                 started: float | None = None):
         self.dir, self.executor = RunDir(out, config), executor or InProcess()  # where every stage's items run
-        done = {r["stage"]: r for r in self.dir.records() if r.get("event") == "done"}
-        super().__init__(config, self.dir.path / "stages", done, self.dir.append)
+        self.base, records = config, self.dir.records()
+        done = {r["stage"]: r for r in records if r.get("event") == "done"}
+        super().__init__(config, self.dir.path / "stages", done, self._append, nominal(config, 2))
+        self.planner = Planner(self, records, started) if config.plan else None
         for marker in sorted(self.stages.glob("*/done.json")):  # finished in an item that was killed before returning
             self.add(json.loads(marker.read_text()))
+
+    def _append(self, record: dict) -> None:
+        if self.planner:  # its kind, prediction and time, which the planner's corrections learn from
+            record = self.done[record["stage"]] = self.planner.stamp(record)
+        self.dir.append(record)
 
     def add(self, record: dict) -> None:
         """A done record a worker returned."""
         if record["stage"] not in self.done:
             self.done[record["stage"]] = record
-            self.dir.append(record)
+            self._append(record)
 
+    def progress(self) -> str:
+        return self.planner.progress() if self.planner else ""
 
-def budgets(config: DesignConfig, n_trained: int) -> dict:
-    """How `minutes` is shared: target data ~11 %, distillation ~28 % split over the trained candidates; the
-    rest (profile, sweep, pruning, agreement, benchmarks, accuracy) is sized to fit the default 30 minutes."""
-    return {"gen_prompts": max(8, round(3 * config.minutes)),
-            "distill_minutes": round(0.28 * config.minutes / max(1, n_trained), 2)}
+    def know(self, **outline) -> None:
+        """Figures of the run's shape now known (`plan.Outline`)."""
+        self.trained = outline.get("trained", getattr(self, "trained", 2))
+        if self.planner:
+            self.planner.know(**outline)
+
+    def replan(self, phase: str, **outline) -> None:
+        """Size the stages from `phase` on (`plan`); without a budget plan, the full sizes and nothing dropped."""
+        self.know(**outline)
+        if self.planner is None:
+            self.sizes = nominal(self.base, self.trained)
+            return
+        self.sizes = self.planner.plan(phase)
+        self.config = self.sizes.config(self.base)
+
+    def dropped(self, name: str) -> bool:
+        return name in self.sizes.dropped
 
 
 def _options(config: DesignConfig) -> dict:
@@ -99,17 +133,18 @@ def spec_of(p: Stages, cand: Candidate) -> str:
     return str(p.folder(f"distill-{cand.name}")) if cand.trained else cand.spec
 
 
-def candidate_stages(p: Stages, cand: Candidate, n_trained: int) -> None:
+def candidate_stages(p: Stages, cand: Candidate) -> None:
     """One candidate's own stages: prune and distill (trained candidates), then teacher-forced agreement."""
     c, opts = p.config, _options(p.config)
     if cand.trained:
         p.stage(f"prune-{cand.name}", lambda f: prune.run(PruneConfig(
-            target=c.target, shape=cand.prune_shape(), calib_tokens=384, elimination_tokens=96, seed=c.seed, **opts), f))
+            target=c.target, shape=cand.prune_shape(), calib_tokens=384, elimination_tokens=p.sizes.elimination_tokens,
+            seed=c.seed, **opts), f))
         p.stage(f"distill-{cand.name}", lambda f: distill.run(DistillConfig(
             target=c.target, drafter=str(p.folder(f"prune-{cand.name}")), data=str(p.folder("gen-data")), loss=c.loss,
-            minutes=budgets(c, n_trained)["distill_minutes"], eval_prompts=16, eval_every=50, seed=c.seed, **opts), f))
+            minutes=p.sizes.distill_minutes, eval_prompts=16, eval_every=50, seed=c.seed, **opts), f))
     p.stage(f"agree-{cand.name}", lambda f: agree.run(AgreeConfig(
-        target=c.target, drafter=spec_of(p, cand), limit=24, max_new_tokens=c.max_new_tokens, gammas=GAMMAS, **opts), f))
+        target=c.target, drafter=spec_of(p, cand), limit=p.sizes.agree_limit, max_new_tokens=c.max_new_tokens, gammas=GAMMAS, **opts), f))
 
 
 @dataclass(frozen=True)
@@ -119,7 +154,7 @@ class CandidateWork:
 
     config: DesignConfig
     stages: str
-    n_trained: int
+    sizes: Sizes
 
     def __call__(self):
         if self.config.threads:
@@ -128,7 +163,7 @@ class CandidateWork:
         def run_candidate(item: tuple[Candidate, dict]) -> list[dict]:
             cand, done = item
             records: list[dict] = []
-            candidate_stages(Stages(self.config, Path(self.stages), dict(done), records.append), cand, self.n_trained)
+            candidate_stages(Stages(self.config, Path(self.stages), dict(done), records.append, self.sizes), cand)
             return records
 
         return run_candidate
@@ -136,12 +171,12 @@ class CandidateWork:
 
 def build(p: Pipeline, cands: list[Candidate]) -> dict[str, str]:
     """Target data, then every candidate's own stages (each candidate an executor item); {name: drafter spec}."""
-    c, opts = p.config, _options(p.config)
-    n_trained = sum(x.trained for x in cands)
-    p.stage("gen-data", lambda f: gen_data.run(lookup.gen_data_config(p, opts, budgets(c, n_trained)["gen_prompts"]), f))
+    opts = _options(p.config)
+    p.stage("gen-data", lambda f: gen_data.run(lookup.gen_data_config(p, opts, p.sizes.gen_prompts), f))
+    p.replan("train")
     todo = [(cand, dict(p.done)) for cand in cands if f"agree-{cand.name}" not in p.done]
-    work = CandidateWork(c, str(p.stages), n_trained)
-    for _, records in p.executor.map(work, todo, exclusive(c.device, c.threads)):
+    work = CandidateWork(p.config, str(p.stages), p.sizes)
+    for _, records in p.executor.map(work, todo, exclusive(p.config.device, p.config.threads)):
         for record in records:
             p.add(record)
     return {cand.name: spec_of(p, cand) for cand in cands}
@@ -185,7 +220,7 @@ def measure_costs(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str], 
     """Profile at batch 1 and at each trained candidate's feasible batch (for γ* there)."""
     c, opts = p.config, _options(p.config)
     depths = tuple(k for k in (1, 2, 4, 8) if k < target_shape.layers)
-    batches = (1,) + tuple(sorted({b for x in cands if x.trained
+    batches = (1,) + tuple(sorted({b for x in cands if x.trained and not p.dropped("batch")
                                    for b in [feasible_batch(c, target_shape, x.shape)[1]] if b > 1}))
     p.stage("profile", lambda f: profile.run(ProfileConfig(
         target=c.target, drafters=tuple(specs.values()), depths=depths, gammas=GAMMAS, batches=batches, warmup=2,
@@ -221,9 +256,9 @@ def screen(cands: list[Candidate], best: dict[str, tuple[int, float]]) -> list[C
 def lookup_candidates(p: Pipeline, target, cands: list[Candidate], specs: dict[str, str],
                       best: dict[str, tuple[int, float]]) -> list[Candidate]:
     """Texts, corpus gain (and gen-data-more), the suffix index, then tuned n-gram, suffix and hybrid candidates."""
-    c, opts = p.config, _options(p.config)
+    opts = _options(p.config)
     lookup.lookup_text(p, opts)
-    lookup.corpus_gain(p, opts, budgets(c, sum(x.trained for x in cands))["gen_prompts"])
+    lookup.corpus_gain(p, opts, p.sizes.gen_prompts)
     lookup.suffix_index(p, target)
     top = max(cands, key=lambda x: best[x.name][1])
     tuned = lookup.tune(p, target, (top.name, specs[top.name], best[top.name][0]))
@@ -242,48 +277,74 @@ def kv_bytes(p: Pipeline, cands: list[Candidate], specs: dict[str, str]) -> dict
     return {**model, **hybrid}
 
 
-def run(config: DesignConfig, out: str | Path, executor: Executor | None = None) -> Path:
+def run(config: DesignConfig, out: str | Path, executor: Executor | None = None, started: float | None = None) -> Path:
+    """`started`: when the budget's clock started (`time.monotonic()`; the CLI's start, default now)."""
     if config.threads:
         torch.set_num_threads(config.threads)
-    p = Pipeline(config, out, executor)
+    p = Pipeline(config, out, executor, started)
     options = ModelOptions(config.dtype, config.device)
     target = load(config.target, options)
+    if p.planner:
+        p.planner.measure(target)
+    p.replan("start")  # a budget too small is refused here, before any stage
     target_shape = cost.Shape.of(target.config)
-    shapes = sweep_shapes(p, target_shape)
-    cands = candidates(target_shape, config.wide_layers, config.narrow_factor, config.drafter, shapes)
+    shapes = sweep_shapes(p, target_shape) if not p.dropped("training") else None
+    p.replan("build")
+    trains = not p.dropped("training")  # the budget may leave only untrained and lookup drafters
+    shapes = shapes[:1] if shapes and trains and p.dropped("control") else shapes if trains else None
+    cands = candidates(target_shape, config.wide_layers if trains else (), config.narrow_factor, config.drafter, shapes)
+    n_trained = sum(x.trained for x in cands)
+    p.know(trained=n_trained, untrained=len(cands) - n_trained, benched=n_trained + bool(config.drafter), built=True)
     specs = build(p, cands)
     measure_costs(p, target_shape, specs, cands)
     best = {x.name: best_gamma(p, specs[x.name], x.name) for x in cands}
     benched = screen(cands, best)
     gammas = {x.name: best[x.name][0] for x in cands}
     scheduled: dict[str, str] = {}  # scheduled option -> its static candidate
+    p.replan("lookups", benched=len(benched))
     if config.lookups:
         tuned = lookup_candidates(p, target, cands, specs, best)
         done = p.done["tune-lookup"]
         specs.update({x.name: x.spec for x in tuned})
         gammas.update({x.name: done[x.name]["gamma"] for x in tuned})
         cands, benched = cands + tuned, benched + tuned
-        if config.scheduler:
+        if p.config.scheduler:
             lookup.calibrate_lookups(p, target, done)
             scheduled = lookup.scheduled_options(done)
     kv = kv_bytes(p, cands, specs)
+    p.replan("select")
     selectable = {**{x.name: specs[x.name] for x in benched}, **{s: specs[m] for s, m in scheduled.items()}}
     chosen, gamma = measure.select(p, selectable, {n: gammas[scheduled.get(n, n)] for n in selectable}, kv, scheduled)
     specs.update({s: specs[m] for s, m in scheduled.items()})
+    p.replan("temperatures", chosen_model=drafter_kind(specs[chosen]) == "model")
     measure.temperatures(p, specs[chosen], gamma)
-    measure.batch_dividend(p, target_shape, specs, cands, predicted)
-    measure.headline(p, specs[chosen], gamma, measure.method_of(p, chosen))
+    p.replan("batch")
+    if not p.dropped("batch"):
+        measure.batch_dividend(p, target_shape, specs, cands, predicted)
+    p.replan("headline")
+    if not p.dropped("headline"):
+        measure.headline(p, specs[chosen], gamma, measure.method_of(p, chosen))
     outcome = p.stage("verdict", lambda f: verdict.decide(p, gamma))
     lean_models = {x.name: specs[x.name] for x in benched if x.role not in ("lookup", "hybrid")}
-    rows = [engines.run_row(p, e, target, lean_models, config.lookups, predicted) for e in engines.rows(config)]
+    rows = []
+    p.replan("rows")
+    for i, e in enumerate(engines.rows(p.config)):
+        if i:  # each further row planned with what the ones before it took
+            p.replan(f"row-{e.name}")
+            if p.dropped("extra-rows") or p.dropped("llama.cpp"):
+                break
+        rows.append(engines.run_row(p, e, target, lean_models, config.lookups, predicted))
     models = {x.name: specs[x.name] for x in cands if x.role not in ("lookup", "hybrid")}
-    p.stage("accuracy", lambda f: measure_accuracy(config, target, models, f, options))
+    p.replan("accuracy")
+    if not p.dropped("accuracy"):
+        p.stage("accuracy", lambda f: measure_accuracy(p.config, target, models, f, options))
     from ...report import design as report
     from .export import export, export_reduced
 
     full = export(p, target, outcome)
-    export_engines.export_rows(p.dir.path / "export", rows, config)
-    if drafter_kind(specs[chosen]) == "model" and (config.draft_vocabs or config.adaptive):
+    export_engines.export_rows(p.dir.path / "export", rows, p.base)
+    p.replan("reduced-heads")
+    if drafter_kind(specs[chosen]) == "model" and (p.config.draft_vocabs or p.config.adaptive):
         spec, n = measure.tune_head(p, full, target_shape.vocab, gamma)
         if n:
             export_reduced(p, Path(spec))

@@ -137,8 +137,9 @@ def corpus_gain(p, opts: dict, prompts: int) -> None:
         return {"corpus_tokens": tokens, "predicted_tokens_per_s": [curve[t] for t in tokens], "gain_last_doubling": gain,
                 "threshold": c.corpus_gain, "more": gain >= c.corpus_gain, "gen_data_seconds": seconds}
 
-    if p.stage("corpus-gain", decide)["more"]:
-        p.stage("gen-data-more", lambda f: gen_data.run(gen_data_config(p, opts, prompts, skip=prompts), f))
+    if p.stage("corpus-gain", decide)["more"] and not p.dropped("gen-data-more"):
+        skip = json.loads((p.folder("gen-data") / "config.json").read_text())["limit"]  # the prompts gen-data took
+        p.stage("gen-data-more", lambda f: gen_data.run(gen_data_config(p, opts, prompts, skip=skip), f))
 
 
 def suffix_index(p, target) -> None:
@@ -214,7 +215,7 @@ def calibrate_lookups(p, target, tuned: dict, stage: str = "calibrate-lookup") -
     def build(folder: Path) -> dict:
         lookups = {tuned[m]["spec"]: (specs.parse_lookup(tuned[m]["spec"], target), tuned[m]["gamma"])
                    for m in SCHEDULED_METHODS if m in tuned}
-        temps = sorted({0.0, *p.config.temperatures})
+        temps = sorted({0.0, *p.base.temperatures})  # all of them, whatever the budget leaves to measure
         content = calibrate.calibrate(target.lm, texts(p), lookups, temps)
         calibrate.write(folder, content)
         return {"positions": {t: v["positions"] for t, v in content["temperatures"].items()}}

@@ -50,6 +50,12 @@ def run_grid(p, name: str, grid: BenchGridConfig, **decision) -> dict:
     return p.stage(name, lambda f: bench_grid.run(grid, f, p.executor), **decision)
 
 
+def limit_of(p, stage: str) -> int:
+    """The prompts a finished bench, grid or agree stage ran on (its own config: a planned run's sizes vary by phase)."""
+    config = json.loads((p.folder(stage) / "config.json").read_text())
+    return config.get("bench", config)["limit"]
+
+
 def summary(p, stage: str) -> dict:
     return json.loads((Path(p.done[stage]["folder"]) / "summary.json").read_text())
 

@@ -57,7 +57,7 @@ def decide(p, gamma: int) -> dict:
     cands = {n: candidate(points[specs[n]], drafter_kind(specs[n]), decision["speedup"][n], t_verify, method_of(p, n))
              for n in decision["speedup"]}
     speedup, method = decision["speedup"][chosen], method_of(p, chosen)
-    headline = summary(p, "bench-headline")["methods"][method]["speedup_vs_ar"]
+    headline = summary(p, "bench-headline")["methods"][method]["speedup_vs_ar"] if "bench-headline" in p.done else None
     return {"recommend": speedup[1] > 1.0, "drafter": chosen, "spec": specs[chosen], "kind": drafter_kind(specs[chosen]),
             "method": method, "gamma": gamma, "grid_gamma": cands[chosen]["gamma"], "speedup": speedup,
             "headline_speedup": headline, "per_task": as_method(points[specs[chosen]], method).get("by_suite") or {},
@@ -79,7 +79,8 @@ def sentence(v: dict, describe_spec=lambda spec: label(spec, 80)) -> str:
         at += " with the round scheduler (each round verifies the prefix its verify curve and calibration price best)"
     if v["recommend"]:
         return (f"Deploy {v['drafter']} ({describe_spec(v['spec'])}, γ = {v['gamma']}): {pt:.2f}× plain decoding on "
-                f"this machine [95 % interval {lo:.2f}–{hi:.2f}]{at} over the eval mix of every task, "
-                f"{v['headline_speedup']:.2f}× on spec_bench" + (f"; per task: {tasks}." if tasks else "."))
+                f"this machine [95 % interval {lo:.2f}–{hi:.2f}]{at} over the eval mix of every task"
+                + (f", {v['headline_speedup']:.2f}× on spec_bench" if v.get("headline_speedup") is not None else "")
+                + (f"; per task: {tasks}." if tasks else "."))
     return (f"Use plain decoding: no candidate beats it here beyond noise. The best, {v['drafter']} "
             f"({describe_spec(v['spec'])}, γ = {v['gamma']}), measured {pt:.2f}× [{lo:.2f}–{hi:.2f}]{at}.")

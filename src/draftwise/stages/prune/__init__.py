@@ -39,10 +39,14 @@ def calibration(run_dir: RunDir, target, config: PruneConfig) -> list[continuati
 
 
 def _subset(calib, n_scored: int):
+    """The first calibration rows holding at least `n_scored` scored positions (the last batch cut to its rows)."""
     out, total = [], 0
-    for batch in calib:
-        out.append(batch)
-        total += len(batch[1])
+    for (ids, start, scored, n), log_p in calib:
+        per_row = scored.sum(1).tolist()
+        k = next((i + 1 for i in range(len(per_row)) if total + sum(per_row[: i + 1]) >= n_scored), len(per_row))
+        rows = sum(per_row[:k])
+        out.append(((ids[:k], start[:k], scored[:k], n), log_p[:rows]))  # log_p: the scored positions, row by row
+        total += rows
         if total >= n_scored:
             break
     return out

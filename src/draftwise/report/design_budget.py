@@ -1,0 +1,92 @@
+"""The `design` report's section on the time budget (`stages/design/plan`): what each phase's plan set, what it left
+out, how its predictions held, and the elapsed time against `--minutes`, from the run's own plan and done records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..stages.design.costs import FAMILY, STAGE_S
+from ..stages.design.plan import DECIDED, FLOORS
+from .fmt import num as _f
+from .plots import _save, plt
+
+DROPPED = {"repeats": "re-measuring passes of tied options", "accuracy": "the accuracy sanity check",
+           "batch": "the batch dividend", "gen-data-more": "more gen-data for the suffix corpus",
+           "headline": "the headline against transformers", "temperatures": "the temperatures above 0",
+           "extra-rows": "the llama.cpp rows beyond the target's own file", "reduced-heads": "reduced draft heads and "
+           "adaptive lookahead", "llama.cpp": "every llama.cpp row", "scheduler": "the scheduled lookup candidates",
+           "control": "the deep-narrow control (only the predicted-fastest shape was trained)",
+           "training": "every trained candidate (sweep, pruning, distillation): untrained and lookup drafters only"}
+SHOWN = ("gen_prompts", "distill_minutes", "elimination_tokens", "agree_limit", "tune_prompts", "bench_limit", "refine_limit",
+         "headline_limit", "accuracy_items")
+
+
+def section(doc, p, plots: Path, footer: str) -> None:
+    planner = getattr(p, "planner", None)
+    records = p.dir.records()
+    plans = [r for r in records if r.get("event") == "plan"]
+    doc.h("Time budget")
+    if planner is None or not plans:
+        doc.p(f"Sizes fixed (`--fixed-sizes`): `--minutes {p.base.minutes:g}` sized only the data and distillation.")
+        return
+    budget, used = 60 * p.base.minutes, planner.elapsed()
+    dropped = left_out(plans)
+    probe = next((r for r in records if r.get("event") == "probe"), {})
+    doc.p(f"`--minutes {p.base.minutes:g}`: the stages took {used / 60:.1f} minutes up to this report "
+          f"({used / budget:.0%} of the budget; export and report writing come after). Before each phase the plan "
+          f"sized every stage still to come to the time left, from a probe AR step of {_f(probe.get('step_ms'))} ms and "
+          "the measured ÷ predicted time of the stages already finished (per family of stages).")
+    doc.p("Left out by the budget: " + ("; ".join(DROPPED.get(d, d) for d in dropped) + "." if dropped else "nothing."))
+    rows = []
+    for r in plans:
+        s = r["sizes"]
+        rows.append([r["phase"], _f(r["elapsed_s"] / 60, ".1f"), _f(r["left_s"] / 60, ".1f"),
+                     _f(r["predicted_s"] / 60, ".1f"), _f(s["sigma"], ".2f")] + [_f(s[k], "g") for k in SHOWN])
+    doc.table(["phase", "min used", "min left", "min planned", "σ", "gen prompts", "distill min", "eliminated positions",
+               "agree prompts",
+               "tune prompts", "bench prompts", "refine prompts", "headline prompts", "accuracy items"], rows)
+    doc.p("σ scales every count from its full size (the config's) down to its floor ("
+          + ", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in FLOORS.items()) + "); above 1 only data and "
+          "distillation grow. A phase's sizes hold for its stages (a resumed run reuses its plan).")
+    fam: dict[str, list[float]] = {}
+    step_s = (probe.get("step_ms") or 0) / 1e3
+    for r in p.done.values():
+        if "predicted_steps" in r and "seconds" in r:
+            f = fam.setdefault(FAMILY.get(r["kind"], r["kind"]), [0, 0.0, 0.0])
+            f[0] += 1
+            f[1] += r["seconds"]
+            f[2] += r["predicted_steps"] * step_s + STAGE_S + r["predicted_exact_s"]
+    doc.table(["family", "stages", "measured min", "predicted min (before corrections)", "measured ÷ predicted"],
+              [[k, n, _f(a / 60, ".2f"), _f(b / 60, ".2f"), _f(a / b if b else None, ".2f")]
+               for k, (n, a, b) in sorted(fam.items(), key=lambda kv: -kv[1][1])])
+    doc.img(timeline(p, plans, budget, plots, footer), "Elapsed time per finished stage against the budget")
+
+
+def left_out(plans: list[dict]) -> list[str]:
+    """The drops that took effect: each in the plan of the phase where its stages were due (`plan.DECIDED`; a further
+    llama.cpp row in its own phase)."""
+    out = []
+    for r in plans:
+        for d in r["sizes"]["dropped"]:
+            if DECIDED.get(d) == r["phase"] or d == "extra-rows" and r["phase"].startswith("row-"):
+                out.append(d)
+    return list(dict.fromkeys(out))
+
+
+def timeline(p, plans: list[dict], budget: float, folder: Path, footer: str) -> Path:
+    """Elapsed minutes at each finished stage, each phase's planned finish, and the budget with its ±10 % band."""
+    done = sorted((r["elapsed_s"], r["stage"]) for r in p.done.values() if "elapsed_s" in r)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.axhspan(0.9 * budget / 60, 1.1 * budget / 60, color="0.9", label="budget ±10 %")
+    ax.axhline(budget / 60, color="0.4", lw=1)
+    ax.plot(range(1, len(done) + 1), [t / 60 for t, _ in done], marker=".", label="elapsed at each finished stage")
+    xs, ys = [], []
+    for r in plans:
+        at = sum(1 for t, _ in done if t <= r["elapsed_s"])
+        xs.append(at + 0.5)
+        ys.append((r["elapsed_s"] + r["predicted_s"]) / 60)
+    ax.scatter(xs, ys, marker="x", color="C3", label="a phase's planned finish")
+    ax.set(xlabel="finished stages", ylabel="minutes", ylim=(0, max([budget / 60 * 1.2] + ys + [t / 60 for t, _ in done]) * 1.05),
+           title=f"Time budget: {budget / 60:g} minutes")
+    ax.legend(fontsize=7, loc="upper left")
+    return _save(fig, folder / "time_budget.png", footer)

@@ -1,0 +1,130 @@
+"""What each stage of a design costs, for the time budget (`plan`): a stage's time in target decode steps from its
+size, plus the seconds it is told to take (distillation's minutes). The figures per unit were measured on the
+default target on a 2-core CPU; `plan.Planner` corrects them with what the run's own stages took.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ...config import DesignConfig
+
+if TYPE_CHECKING:
+    from .plan import Sizes
+
+REF_TOKENS = 96  # new tokens per prompt the token-based costs below were measured at
+STAGE_S = 0.5  # per stage, whatever the model: loading, files, process start
+# the families whose stages share one correction (measured ÷ predicted); any other kind is a family of its own
+FAMILY = {"bench-select": "bench", "bench-select-repeat": "bench", "bench-gamma": "bench", "bench-gamma-repeat": "bench",
+          "bench-temps": "bench", "bench-batch": "bench", "bench-headline": "bench", "reduced-heads": "bench",
+          "gen-data-more": "gen-data", "profile@": "llama.cpp", "tune-lookup@": "llama.cpp"}
+
+
+@dataclass(frozen=True)
+class Outline:
+    """What the plan knows of the run's shape; `design.run` fills in each figure once it is known."""
+
+    trained: int  # pruned and distilled candidates
+    untrained: int  # first-k, self-speculative, the user's
+    benched: int  # model drafters in the selection grid
+    lookups: int  # tuned n-gram, suffix and hybrid candidates
+    rows: int  # llama.cpp rows
+    chosen_model: bool = False  # the chosen drafter is a model (reduced heads follow)
+    trained_control: bool = True  # the trained count includes the deep-narrow control (`control` drops it)
+    built: bool = False  # the candidates are known: `training` and `control` no longer change anything
+
+    @classmethod
+    def of(cls, config: DesignConfig) -> Outline:
+        trained = 2 * len(config.wide_layers) if config.wide_layers else 2
+        user = 1 if config.drafter else 0
+        rows = (1 + len(config.gguf_quants)) if "llama.cpp" in config.engines else 0
+        return cls(trained, 2 + user, trained + user, 3 if config.lookups else 0, rows,
+                   trained_control=not config.wide_layers)
+
+
+@dataclass(frozen=True)
+class Item:
+    """`count` stages of one kind still to run, each `steps` target decode steps plus `exact_s` seconds."""
+
+    kind: str
+    count: int
+    steps: float
+    exact_s: float = 0.0
+
+
+def items(o: Outline, s: Sizes, c: DesignConfig) -> list[Item]:
+    """Every stage of a design of this outline at sizes `s`, with its cost (module docstring)."""
+    d, cfg, tok = set(s.dropped), s.config(c), c.max_new_tokens
+    t = tok / REF_TOKENS
+    trained = o.trained if o.built else 0 if "training" in d else o.trained - ("control" in d and o.trained_control)
+    benched = o.benched - (o.trained - trained)  # the benched model drafters count the trained ones
+    cands = trained + o.untrained
+    temps = sum(1 for x in cfg.temperatures if x)
+    sched = 2 if cfg.scheduler and o.lookups else 0
+    # a benchmark's methods per new token, in AR steps (prefill included): AR 1, a model drafter's SD 1.2, a lookup's
+    # 0.8, a hybrid's 0.9, transformers' generate() and its own SD about 2 each (measured on the default target)
+    chosen = 1.2 if o.chosen_model or not o.lookups else 0.8
+    out = [Item("sweep", 0 if "training" in d and not o.built else 1, 300), Item("gen-data", 1, 100 + 52 * s.gen_prompts),
+           Item("prune", trained, 600 + 1100 * math.ceil(s.elimination_tokens / 64)),  # per calibration row
+           Item("distill", trained, 400, 60 * s.distill_minutes),  # its minutes, then loading and evaluations
+           Item("agree", cands, 100 + 32 * s.agree_limit * t),
+           Item("profile", 1, 100 + 80 * cands + (0 if "batch" in d else 500 * trained))]
+    if o.lookups:
+        all_temps = sum(1 for x in c.temperatures if x)  # the calibration covers every temperature asked for
+        out += [Item("agree-lookup", 1, 150 + 72 * s.tune_prompts * t), Item("tune", 3, 50)]
+        out += [] if "gen-data-more" in d else [Item("gen-data-more", 1, 100 + 52 * s.gen_prompts)]
+        out += [Item("calibrate", 1, s.tune_prompts * t * (10 + 15 * all_temps))] if sched else []
+    lookups = 0.8 * min(2, o.lookups) + 0.9 * max(0, o.lookups - 2)  # n-gram and suffix, then the hybrid
+    out += [Item("bench-select", 1, 100 + tok * s.bench_limit * (1 + 1.2 * benched + lookups + 0.8 * sched)),
+            Item("bench-gamma", 1, 100 + tok * s.refine_limit * (1 + 3 * chosen))]
+    if cfg.select_repeats:  # a tie re-measured: about two options beside AR
+        out += [Item("bench-select-repeat", 1, tok * s.bench_limit * 3),
+                Item("bench-gamma-repeat", 1, tok * s.refine_limit * (1 + 2 * chosen))]
+    if temps:  # sampling: AR and SD about 1.1 each, the scheduled variant beside a lookup
+        out.append(Item("bench-temps", 1, 100 + 1.1 * tok * s.refine_limit * temps * (3 if sched else 2)))
+    if "batch" not in d:
+        out.append(Item("bench-batch", trained, 100 + 18.4 * tok))
+    if "headline" not in d:
+        out.append(Item("bench-headline", 1, 200 + tok * s.headline_limit * (1 + chosen + 4 + (0.8 if sched else 0))))
+    rows = 0 if "llama.cpp" in d else 1 if "extra-rows" in d else o.rows
+    # a row's grid: draftwise AR, llama-cpp-python, llama-server plain, --spec-default and 4 spec types, each
+    # candidate and its nearest built-in (model drafters rarely within reach of a lookup there), the scheduled ones;
+    # about 0.7 AR steps of the lean engine per method and token (prompts ending early at EOS included)
+    row_models = 0 if o.lookups else benched
+    row_methods = 2 + 6 + 2 * (o.lookups + row_models) + sched
+    out += [Item("profile@", rows, 1500 + 300 * benched), Item("tune-lookup@", rows, 300),
+            Item("bench-select@", rows, 200 + 0.7 * tok * s.bench_limit * row_methods)] if rows else []
+    if "accuracy" not in d:
+        out.append(Item("accuracy", 1, 9.2 * s.accuracy_items * 2 * (1 + cands)))
+    if o.chosen_model and "reduced-heads" not in d:
+        out.append(Item("reduced-heads", 1, 400 + 1.3 * tok * s.headline_limit * (4 + len(c.draft_vocabs))))
+    out.append(Item("finish", 1, 450 if o.chosen_model else 150))  # export (a model drafter's files) and report
+    return out
+
+
+def kind_of(stage: str) -> str | None:
+    """The cost kind of a finished stage (None: a decision, free)."""
+    for prefix in ("profile@", "tune-lookup@", "bench-select@"):
+        if stage.startswith(prefix):
+            return prefix
+    if stage.startswith("bench-select-repeat"):
+        return "bench-select-repeat"
+    if stage.startswith("bench-gamma-repeat"):
+        return "bench-gamma-repeat"
+    if stage in ("corpus-gain", "suffix-index", "tune-lookup"):
+        return "tune"
+    if stage == "calibrate-lookup":
+        return "calibrate"
+    if stage.startswith("bench-") and stage.endswith("-batch"):
+        return "bench-batch"
+    if stage in ("bench-vocab", "bench-adaptive"):
+        return "reduced-heads"
+    if stage.startswith(("prune-", "distill-")):
+        return stage.split("-")[0]
+    if stage.startswith("agree-") and stage != "agree-lookup":
+        return "agree"
+    known = {"sweep", "gen-data", "gen-data-more", "profile", "agree-lookup", "bench-select", "bench-gamma",
+             "bench-temps", "bench-headline", "accuracy"}
+    return stage if stage in known else None

@@ -1,0 +1,260 @@
+"""`--minutes` as the whole design's budget: data, training, benchmarks, grids, export and report.
+
+Before each phase (`design.run` names them) the design plans every stage still to come. A stage's predicted time is
+its size in target decode steps (`costs`: prompts × new tokens × methods for a benchmark, prompts for data,
+calibration rows for pruning's layer elimination, plus the distillation minutes themselves) times the step measured
+on this machine by a probe at the start (`probe`), times a correction learnt from the stages already finished
+(measured ÷ predicted, per family of stages; `Planner.kappa`).
+
+The plan then picks the sizes (`Sizes`) that fill the time left: one scale σ for every prompt count and for the data
+and distillation (σ > 1 grows only these two), each count kept at or above its floor (`FLOORS`). When even
+σ = SIGMA_KEEP does not fit, optional stages go first, in `DROPS` order (an earlier phase's drop is provisional: a
+later phase plans afresh, and a drop takes effect in the phase `DECIDED` names; the report names those). A budget
+that the floors cannot meet with every optional stage left out is refused at the start, with the smallest that
+fits. Each phase's plan is a record (event "plan"), so a resumed run reuses it and every stage starts from the
+config it had; the probe is a record too. Elapsed time counts from the command's start and across resumes.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+
+import torch
+
+from ...config import DesignConfig
+from ...errors import DraftwiseError
+from .costs import FAMILY, STAGE_S, Item, Outline, items, kind_of
+
+SIGMA_KEEP = 0.5  # below this share of the full sizes, optional stages are dropped before counts shrink further
+SIGMA_MAX = 4.0  # above 1 only data and distillation grow: the benchmarks keep their full sizes
+PRIOR_S = 30.0  # the weight of the prior in a correction, in seconds of predicted time
+FLOORS = {"gen_prompts": 8, "distill_minutes": 0.5, "elimination_tokens": 32, "agree_limit": 8, "tune_prompts": 9,
+          "bench_limit": 6, "refine_limit": 3, "headline_limit": 3, "accuracy_items": 10}
+TRAINING = ("gen_prompts", "distill_minutes")  # the sizes σ > 1 grows
+# optional stages, first dropped first: what a verdict on this machine can do without
+DROPS = ("repeats", "accuracy", "batch", "gen-data-more", "headline", "temperatures", "extra-rows", "reduced-heads",
+         "control", "scheduler", "llama.cpp", "training")
+# the phase whose plan a drop takes effect in (earlier phases' drops are provisional): `design.run` names them
+DECIDED = {"training": "build", "control": "build", "gen-data-more": "lookups", "scheduler": "lookups",
+           "repeats": "select", "temperatures": "temperatures", "batch": "batch", "headline": "headline",
+           "llama.cpp": "rows", "extra-rows": "rows", "accuracy": "accuracy", "reduced-heads": "reduced-heads"}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What the budget sets for the stages still to come; `dropped`: optional stages left out (`DROPS`)."""
+
+    gen_prompts: int
+    distill_minutes: float  # per trained candidate
+    elimination_tokens: int  # scored positions of pruning's layer elimination (whole calibration rows of 64)
+    agree_limit: int
+    tune_prompts: int
+    bench_limit: int
+    refine_limit: int
+    headline_limit: int
+    accuracy_items: int
+    sigma: float = 1.0
+    dropped: tuple[str, ...] = ()
+
+    def config(self, base: DesignConfig) -> DesignConfig:
+        """The design config the planned stages read: counts, and the drops a config field expresses."""
+        d = set(self.dropped)
+        return replace(base, tune_prompts=self.tune_prompts, bench_limit=self.bench_limit,
+                       refine_limit=self.refine_limit, headline_limit=self.headline_limit,
+                       accuracy_items=self.accuracy_items,
+                       select_repeats=0 if "repeats" in d else base.select_repeats,
+                       temperatures=(0.0,) if "temperatures" in d else base.temperatures,
+                       gguf_quants=() if d & {"extra-rows", "llama.cpp"} else base.gguf_quants,
+                       engines=("lean",) if "llama.cpp" in d else base.engines,
+                       scheduler=base.scheduler and "scheduler" not in d,
+                       draft_vocabs=() if "reduced-heads" in d else base.draft_vocabs,
+                       adaptive=base.adaptive and "reduced-heads" not in d)
+
+
+def nominal(config: DesignConfig, trained: int) -> Sizes:
+    """The sizes at σ = 1: the config's counts; data ~3 prompts and distillation ~28 % of the budget per minute."""
+    return Sizes(gen_prompts=max(8, round(3 * config.minutes)),
+                 distill_minutes=round(0.28 * config.minutes / max(1, trained), 2), elimination_tokens=96,
+                 agree_limit=24, tune_prompts=config.tune_prompts, bench_limit=config.bench_limit,
+                 refine_limit=config.refine_limit, headline_limit=config.headline_limit,
+                 accuracy_items=config.accuracy_items)
+
+
+def scale(full: Sizes, sigma: float, dropped: tuple[str, ...]) -> Sizes:
+    """`full` at σ: each size σ × its full value (at most 1 × for the measurements), never below its floor (nor
+    below the full value where that is smaller than the floor: a user's small count is kept)."""
+    out = {}
+    for name, floor in FLOORS.items():
+        v = getattr(full, name)
+        x = v * (sigma if name in TRAINING else min(sigma, 1.0))
+        x = max(min(floor, v), x)
+        out[name] = round(x, 2) if isinstance(v, float) else int(round(x))
+    return Sizes(**out, sigma=round(sigma, 4), dropped=dropped)
+
+
+def probe(target, tokens: int = 24, repeats: int = 3) -> float:
+    """Seconds per greedy decode step of the target on this machine (median of `repeats` short generations)."""
+    from ...sd.engine import generate
+    from ...sd.sampling import SamplingParams
+
+    prompt = list(range(1, 33))
+    times = []
+    for i in range(repeats + 1):  # the first is a warm-up
+        gen = generate(target.lm, prompt, SamplingParams(), tokens, torch.Generator().manual_seed(i))
+        if i:
+            times.append((gen.seconds - gen.prefill_s) / max(1, len(gen.tokens)))
+    return sorted(times)[len(times) // 2]
+
+
+def bisect(total, lo: float, hi: float, left_s: float) -> float:
+    """The largest σ in [lo, hi] whose plan `total(σ)` fits in `left_s` (total(lo) fits); σ > 1 only where growing
+    data and distillation still changes anything (else the full sizes, σ = 1)."""
+    if total(hi) <= left_s:
+        return 1.0 if hi > 1 >= lo and total(1.0) == total(hi) else hi
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if total(mid) <= left_s else (lo, mid)
+    return lo
+
+
+def solve(total, full: Sizes, left_s: float) -> Sizes | None:
+    """The plan (module docstring): drops in `DROPS` order until σ = SIGMA_KEEP fits, then back in whichever of them
+    still fits at that σ (the later, the more wanted), then the largest σ that fits; with every drop, σ down to the
+    floors; None when even that does not fit. A drop that saves nothing is not taken. A later phase plans afresh: a
+    stage left out for now comes back when the time is there (`DECIDED` says where each drop takes effect)."""
+    dropped: tuple[str, ...] = ()
+
+    def fits(d: tuple[str, ...]) -> bool:
+        return total(scale(full, SIGMA_KEEP, d)) <= left_s
+
+    for name in (None, *DROPS):
+        if name is not None:
+            trial = (*dropped, name)
+            if total(scale(full, SIGMA_KEEP, trial)) >= total(scale(full, SIGMA_KEEP, dropped)):
+                continue  # nothing of it in this design
+            dropped = trial
+        if fits(dropped):
+            for back in reversed(dropped[:-1]):
+                trial = tuple(x for x in dropped if x != back)
+                dropped = trial if fits(trial) else dropped
+            return scale(full, bisect(lambda x: total(scale(full, x, dropped)), SIGMA_KEEP, SIGMA_MAX, left_s), dropped)
+    if total(scale(full, 0.0, dropped)) > left_s:
+        return None
+    return scale(full, bisect(lambda x: total(scale(full, x, dropped)), 0.0, SIGMA_KEEP, left_s), dropped)
+
+
+class Planner:
+    """The budget of one design run folder (`design.Pipeline` holds it): elapsed time across resumes, the probe,
+    per-family corrections, and each phase's plan (a record)."""
+
+    def __init__(self, pipeline, records: list[dict], started: float | None = None):
+        self.p, self.records = pipeline, records
+        self.start = time.monotonic() if started is None else started
+        self.before = max((r.get("elapsed_s", 0.0) for r in records), default=0.0)  # spent by earlier processes
+        self.step_s = next((r["step_ms"] / 1e3 for r in records if r.get("event") == "probe"), None)
+        self.plans = {r["phase"]: r for r in records if r.get("event") == "plan"}
+        self.outline = Outline.of(pipeline.base)
+        self.current: Sizes | None = None
+
+    @property
+    def budget_s(self) -> float:
+        return 60 * self.p.base.minutes
+
+    def elapsed(self) -> float:
+        return self.before + time.monotonic() - self.start
+
+    def measure(self, target) -> None:
+        if self.step_s is None:
+            self.step_s = probe(target)
+            self.p.dir.append({"event": "probe", "step_ms": 1e3 * self.step_s, "elapsed_s": self.elapsed()})
+
+    def kappa(self) -> dict[str, float]:
+        """Measured ÷ predicted per family over the finished stages ('*': all of them), each within [0.25, 4]. Each
+        is shrunk toward its prior by PRIOR_S seconds of predictions that held (the global toward 1, a family toward
+        the global): one short stage does not re-plan the run."""
+        sums: dict[str, list[float]] = {}
+        for r in self.p.done.values():
+            if "predicted_steps" not in r or "seconds" not in r:
+                continue
+            fam = FAMILY.get(r["kind"], r["kind"])
+            spent, pred = r["seconds"] - r["predicted_exact_s"], r["predicted_steps"] * self.step_s + STAGE_S
+            for key in (fam, "*"):
+                s = sums.setdefault(key, [0.0, 0.0])
+                s[0], s[1] = s[0] + max(spent, 0.0), s[1] + pred
+        a, b = sums.pop("*", [0.0, 0.0])
+        out = {"*": min(4.0, max(0.25, (a + PRIOR_S) / (b + PRIOR_S)))} if b else {}
+        out.update({k: min(4.0, max(0.25, (a + PRIOR_S * out["*"]) / (b + PRIOR_S))) for k, (a, b) in sums.items()})
+        return out
+
+    def remaining(self, sizes: Sizes) -> list[Item]:
+        """The items of `sizes` not yet run."""
+        done: dict[str, int] = {}
+        for name in self.p.done:
+            k = kind_of(name)
+            if k:
+                done[k] = done.get(k, 0) + 1
+        return [replace(i, count=i.count - done.get(i.kind, 0)) for i in items(self.outline, sizes, self.p.base)
+                if i.count > done.get(i.kind, 0) and i.steps + i.exact_s > 0]
+
+    def seconds(self, item: Item, kappa: dict[str, float]) -> float:
+        k = kappa.get(FAMILY.get(item.kind, item.kind), kappa.get("*", 1.0))
+        return item.count * (k * (item.steps * self.step_s + STAGE_S) + item.exact_s)
+
+    def ahead_s(self) -> float:
+        """Predicted seconds of what the current plan still has to run."""
+        if self.current is None or self.step_s is None:
+            return 0.0
+        kappa = self.kappa()
+        return sum(self.seconds(i, kappa) for i in self.remaining(self.current))
+
+    def know(self, **outline) -> None:
+        """Figures of the run's shape now known (`Outline` fields)."""
+        self.outline = replace(self.outline, **outline)
+
+    def plan(self, phase: str) -> Sizes:
+        """The sizes of the stages from `phase` on (reused from its record on a resumed run)."""
+        if phase in self.plans:
+            r = self.plans[phase]
+            self.current = Sizes(**{k: tuple(v) if k == "dropped" else v for k, v in r["sizes"].items()})
+            return self.current
+        kappa, left = self.kappa(), self.budget_s - self.elapsed()
+        full = nominal(self.p.base, self.outline.trained)
+
+        def total(s: Sizes) -> float:
+            return sum(self.seconds(i, kappa) for i in self.remaining(s))
+
+        sizes = solve(total, full, left)
+        if sizes is None:
+            every = tuple(x for x in DROPS if total(scale(full, 0.0, (x,))) < total(scale(full, 0.0, ())))
+            floor = scale(full, 0.0, every)
+            need = self.elapsed() + total(floor)
+            if not self.p.done:
+                raise DraftwiseError(
+                    f"--minutes {self.p.base.minutes:g} is too small for a design of {self.p.base.target} on this "
+                    f"machine: its smallest plan (every count at its floor; {', '.join(every) or 'nothing'} left out) "
+                    f"is predicted at {need / 60:.1f} minutes; use --minutes {math.ceil(need / 30) / 2:g} or more")
+            print(f"[design] over budget: {need / 60:.1f} of {self.p.base.minutes:g} minutes predicted at the floors",
+                  file=sys.stderr, flush=True)
+            sizes = floor
+        self.current = sizes
+        record = {"event": "plan", "phase": phase, "elapsed_s": self.elapsed(), "left_s": left,
+                  "predicted_s": total(sizes), "kappa": kappa, "step_ms": 1e3 * self.step_s, "sizes": asdict(sizes)}
+        self.plans[phase] = record
+        self.p.dir.append(record)
+        return sizes
+
+    def stamp(self, record: dict) -> dict:
+        """A finished stage's done record with its kind, this plan's prediction and the elapsed time."""
+        kind = kind_of(record["stage"])
+        pred = next((i for i in items(self.outline, self.current, self.p.base) if i.kind == kind), None) \
+            if self.current and kind else None
+        extra = {"kind": kind, "predicted_steps": pred.steps, "predicted_exact_s": pred.exact_s} if pred else {}
+        return {**record, **extra, "elapsed_s": self.elapsed()}
+
+    def progress(self) -> str:
+        if self.current is None:
+            return ""
+        return f" ({self.elapsed() / 60:.1f} of {self.p.base.minutes:g} min used, ~{self.ahead_s() / 60:.1f} min ahead)"

@@ -1,0 +1,135 @@
+"""The design's time budget (stages/design/plan.py, costs.py): sizes, drops, refusal, and a planned run resumed after
+a kill."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from draftwise.config import DesignConfig
+from draftwise.errors import DraftwiseError
+from draftwise.stages import design
+from draftwise.stages.design import costs, plan
+
+STEP_S = 0.0257  # the default target's AR step on a 2-core CPU
+
+
+def _total(config: DesignConfig, outline: costs.Outline, step_s: float = STEP_S):
+    def total(s: plan.Sizes) -> float:
+        return sum(i.count * (i.steps * step_s + costs.STAGE_S + i.exact_s) for i in costs.items(outline, s, config))
+    return total
+
+
+def test_scale_keeps_floors_and_small_counts_and_grows_only_training():
+    full = plan.nominal(DesignConfig(minutes=30, bench_limit=4), trained=2)
+    low = plan.scale(full, 0.0, ())
+    assert low.bench_limit == 4  # a count below its floor is the user's: kept
+    assert low.refine_limit == plan.FLOORS["refine_limit"] and low.gen_prompts == plan.FLOORS["gen_prompts"]
+    assert low.distill_minutes == plan.FLOORS["distill_minutes"]
+    high = plan.scale(full, 2.0, ())
+    assert high.bench_limit == 4 and high.refine_limit == full.refine_limit  # measurements stop at their full size
+    assert high.gen_prompts == 2 * full.gen_prompts and high.distill_minutes == pytest.approx(2 * full.distill_minutes)
+
+
+def test_plan_total_grows_with_sigma_and_shrinks_with_each_drop():
+    config = DesignConfig(minutes=30, gguf_quants=("q8_0",))
+    outline = replace(costs.Outline.of(config), chosen_model=True)  # reduced heads follow a chosen model drafter
+    total, full = _total(config, outline), plan.nominal(config, 2)
+    sigmas = [0.0, 0.25, 0.5, 1.0, 2.0]
+    assert [total(plan.scale(full, s, ())) for s in sigmas] == sorted(total(plan.scale(full, s, ())) for s in sigmas)
+    for i, name in enumerate(plan.DROPS):
+        assert total(plan.scale(full, 0.5, plan.DROPS[: i + 1])) < total(plan.scale(full, 0.5, plan.DROPS[:i])), name
+
+
+def test_solve_drops_only_what_it_must_and_fills_the_budget():
+    config = DesignConfig(minutes=30)
+    total, full = _total(config, costs.Outline.of(config)), plan.nominal(config, 2)
+    roomy = plan.solve(total, full, 600 * 60)
+    assert roomy.dropped == () and roomy.sigma == plan.SIGMA_MAX  # more time than even σ max needs
+    for minutes in (8, 16, 30):
+        s = plan.solve(total, full, minutes * 60)
+        assert s is not None and total(s) <= minutes * 60
+        assert total(s) >= 0.9 * minutes * 60  # it fills the budget: within 10 % below
+        assert set(s.dropped) <= set(plan.DROPS)
+        for name in s.dropped:  # each drop was needed: with it back in, σ = SIGMA_KEEP would not fit
+            kept = tuple(x for x in s.dropped if x != name)
+            assert total(plan.scale(full, plan.SIGMA_KEEP, kept)) > minutes * 60 or s.sigma < plan.SIGMA_KEEP, name
+    assert plan.solve(total, full, 60) is None  # one minute: not even the floors
+
+
+def test_kind_of_names_every_stage_a_design_writes():
+    for name, kind in {"sweep": "sweep", "gen-data-more": "gen-data-more", "prune-wide-L2": "prune",
+                       "distill-narrow-L8": "distill", "agree-self-spec": "agree", "agree-lookup": "agree-lookup",
+                       "corpus-gain": "tune", "calibrate-lookup": "calibrate", "bench-select-repeat-2": "bench-select-repeat",
+                       "bench-wide-L2-batch": "bench-batch", "profile@llama.cpp-Q4_1": "profile@",
+                       "bench-select@llama.cpp-F32": "bench-select@", "bench-vocab": "reduced-heads",
+                       "select-drafter": None, "verdict@llama.cpp-Q8_0": None, "max-batch-wide-L2": None}.items():
+        assert costs.kind_of(name) == kind, name
+
+
+def _config(tiny_dir, minutes: float) -> DesignConfig:
+    return DesignConfig(target=tiny_dir, minutes=minutes, wide_layers=(1,), narrow_factor=2, bench_limit=3,
+                        refine_limit=2, headline_limit=2, tune_prompts=6, max_new_tokens=8, accuracy_items=3,
+                        engines=("lean",), threads=1)
+
+
+def test_a_budget_too_small_is_refused_before_any_stage_with_the_smallest_that_fits(tiny_dir, tmp_path):
+    out = tmp_path / "design"
+    with pytest.raises(DraftwiseError, match=r"--minutes 0.01 is too small .* use --minutes [0-9.]+ or more"):
+        design.run(_config(tiny_dir, 0.01), out)
+    assert not (out / "stages").exists()
+    assert [r["event"] for r in map(json.loads, (out / "records.jsonl").read_text().splitlines())] == ["probe"]
+
+
+def test_a_planned_design_killed_and_resumed_reuses_its_plans(tiny_dir, tmp_path, monkeypatch):
+    """A probe step ~30× this machine's makes the start plan drop stages; the run is killed in the selection grid and
+    rerun: no phase is planned twice, the dropped stages never run, and the report names them."""
+    step = 0.02
+    monkeypatch.setattr(plan, "probe", lambda target: step)
+    config = _config(tiny_dir, 1.0)
+    total, full = _total(config, costs.Outline.of(config), step), plan.nominal(config, 2)
+    lo, hi = total(plan.scale(full, 0.0, plan.DROPS)), total(full)
+    config = _config(tiny_dir, round((lo + (hi - lo) / 3) / 60, 2))  # between the floors and the full sizes
+    out = tmp_path / "design"
+    grid_run = design.measure.bench_grid.run
+
+    def killed(grid, folder, *a, **k):
+        if folder.name == "bench-select":
+            raise RuntimeError("killed")
+        return grid_run(grid, folder, *a, **k)
+
+    monkeypatch.setattr(design.measure.bench_grid, "run", killed)
+    with pytest.raises(RuntimeError, match="killed"):
+        design.run(config, out)
+    monkeypatch.setattr(design.measure.bench_grid, "run", grid_run)
+    before = [r for r in map(json.loads, (out / "records.jsonl").read_text().splitlines()) if r["event"] == "plan"]
+    design.run(config, out)
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    plans = [r for r in records if r["event"] == "plan"]
+    assert [r["phase"] for r in plans] == list(dict.fromkeys(r["phase"] for r in plans))  # each phase planned once
+    assert plans[: len(before)] == before and {"start", "select", "accuracy"} <= {r["phase"] for r in plans}
+    dropped = set(plans[0]["sizes"]["dropped"])
+    assert dropped, "the start plan left nothing out"
+    stages = {r["stage"] for r in records if r["event"] == "done"}
+    assert not ("headline" in dropped and "bench-headline" in stages)
+    assert not ("accuracy" in dropped and "accuracy" in stages)
+    assert not ("training" in dropped and any(s.startswith("distill-") for s in stages))
+    done = [r for r in records if r["event"] == "done" and r.get("kind")]
+    assert all(r["seconds"] >= 0 and r["elapsed_s"] > 0 for r in done)
+    bench = json.loads((out / "stages" / "bench-select" / "config.json").read_text())
+    select = next(r for r in plans if r["phase"] == "select")
+    assert bench["bench"]["limit"] == select["sizes"]["bench_limit"]  # the stage ran at its phase's planned size
+    report = (out / "report.md").read_text()
+    assert "## Time budget" in report and "Left out by the budget: " in report and "nothing." not in report
+    assert (out / "plots" / "time_budget.png").exists()
+
+
+def test_once_the_candidates_are_built_dropping_training_saves_nothing():
+    config = DesignConfig(minutes=30)
+    built = replace(costs.Outline.of(config), benched=3, built=True)
+    full = plan.nominal(config, 2)
+    total = _total(config, built)
+    assert total(plan.scale(full, 0.5, ("training",))) == total(plan.scale(full, 0.5, ()))
+    assert total(plan.scale(full, 0.5, ("control",))) == total(plan.scale(full, 0.5, ()))
+    before = _total(config, costs.Outline.of(config))
+    assert before(plan.scale(full, 0.5, ("training",))) < before(plan.scale(full, 0.5, ()))
