@@ -63,7 +63,7 @@ class RunDir:
     def append(self, record: dict) -> None:
         line = json.dumps(record) + "\n"
         with open(self.records_path, "a") as f:
-            if _fault_now():
+            if _fault_now("append"):
                 line = line[: len(line) // 2]  # the torn line a kill mid-write leaves, then the kill
             f.write(line)
             f.flush()
@@ -88,7 +88,7 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
     new one, never half of one."""
     path = Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    if _file_fault_now(path.name):
+    if _fault_now("file", path.name):
         tmp.write_text(text[: len(text) // 2])
         os.kill(os.getpid(), signal.SIGKILL)
     tmp.write_text(text)
@@ -97,26 +97,17 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
 
 
 FAULT = "DRAFTWISE_FAULT"
-_appended = 0  # records this process has appended (to any run folder): what `append:N` counts
-_written: dict[str, int] = {}  # atomic writes per file name: what `file:NAME:N` counts
+_counts: dict[tuple[str, str], int] = {}  # this process's appends (any run folder) and atomic writes per file name
 
 
-def _fault_now() -> bool:
-    """Count one append; True when `DRAFTWISE_FAULT=append:N` names this one."""
-    global _appended
-    _appended += 1
-    kind, _, n = os.environ.get(FAULT, "").partition(":")
-    return kind == "append" and n.strip().isdigit() and int(n) == _appended
-
-
-def _file_fault_now(name: str) -> bool:
-    """Count one atomic write of `name`; True when `DRAFTWISE_FAULT=file:NAME:N` names this one."""
-    kind, _, rest = os.environ.get(FAULT, "").partition(":")
-    if kind != "file":
-        return False
+def _fault_now(kind: str, name: str = "") -> bool:
+    """Count one `kind` event (an append; an atomic write of file `name`); True when `DRAFTWISE_FAULT` names this
+    one: `append:N` or `file:NAME:N`."""
+    key = (kind, name)
+    _counts[key] = _counts.get(key, 0) + 1
+    want, _, rest = os.environ.get(FAULT, "").partition(":")
     target, _, n = rest.rpartition(":")
-    _written[name] = _written.get(name, 0) + 1
-    return target == name and n.strip().isdigit() and int(n) == _written[name]
+    return want == kind and target == name and n.strip().isdigit() and int(n) == _counts[key]
 
 
 def _with_defaults(saved: dict, config) -> dict:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..stages.design.costs import FAMILY, STAGE_S
 from ..stages.design.plan import DECIDED, FLOORS
 from .fmt import num as _f
 from .plots import _save, plt
@@ -22,19 +21,17 @@ SHOWN = ("gen_prompts", "distill_minutes", "elimination_tokens", "agree_limit", 
 
 
 def section(doc, p, plots: Path, footer: str) -> None:
-    planner = getattr(p, "planner", None)
-    records = p.dir.records()
-    plans = [r for r in records if r.get("event") == "plan"]
+    planner = p.planner
+    plans = list(planner.plans.values()) if planner else []  # in the order they were made
     doc.h("Time budget")
-    if planner is None or not plans:
+    if not plans:
         doc.p(f"Sizes fixed (`--fixed-sizes`): `--minutes {p.base.minutes:g}` sized only the data and distillation.")
         return
     budget, used = 60 * p.base.minutes, planner.elapsed()
     dropped = left_out(plans)
-    probe = next((r for r in records if r.get("event") == "probe"), {})
     doc.p(f"`--minutes {p.base.minutes:g}`: the stages took {used / 60:.1f} minutes up to this report "
           f"({used / budget:.0%} of the budget; export and report writing come after). Before each phase the plan "
-          f"sized every stage still to come to the time left, from a probe AR step of {_f(probe.get('step_ms'))} ms and "
+          f"sized every stage still to come to the time left, from a probe AR step of {_f(1e3 * planner.step_s)} ms and "
           "the measured ÷ predicted time of the stages already finished (per family of stages).")
     doc.p("Left out by the budget: " + ("; ".join(DROPPED.get(d, d) for d in dropped) + "." if dropped else "nothing."))
     rows = []
@@ -48,14 +45,8 @@ def section(doc, p, plots: Path, footer: str) -> None:
     doc.p("σ scales every count from its full size (the config's) down to its floor ("
           + ", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in FLOORS.items()) + "); above 1 only data and "
           "distillation grow. A phase's sizes hold for its stages (a resumed run reuses its plan).")
-    fam: dict[str, list[float]] = {}
-    step_s = (probe.get("step_ms") or 0) / 1e3
-    for r in p.done.values():
-        if "predicted_steps" in r and "seconds" in r:
-            f = fam.setdefault(FAMILY.get(r["kind"], r["kind"]), [0, 0.0, 0.0])
-            f[0] += 1
-            f[1] += r["seconds"]
-            f[2] += r["predicted_steps"] * step_s + STAGE_S + r["predicted_exact_s"]
+    fam = {k: (int(s["stages"]), s["seconds"], s["predicted"] + s["exact"]) for k, s in planner.families().items()
+           if k != "*"}
     doc.table(["family", "stages", "measured min", "predicted min (before corrections)", "measured ÷ predicted"],
               [[k, n, _f(a / 60, ".2f"), _f(b / 60, ".2f"), _f(a / b if b else None, ".2f")]
                for k, (n, a, b) in sorted(fam.items(), key=lambda kv: -kv[1][1])])

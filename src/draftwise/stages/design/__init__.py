@@ -84,7 +84,7 @@ class Pipeline(Stages):
     def __init__(self, config: DesignConfig, out: str | Path, executor: Executor | None = None,
                  started: float | None = None):
         self.dir, self.executor = RunDir(out, config), executor or InProcess()  # where every stage's items run
-        self.base, records = config, self.dir.records()
+        self.base, records, self.trained = config, self.dir.records(), 2  # trained: `know` updates it
         done = {r["stage"]: r for r in records if r.get("event") == "done"}
         super().__init__(config, self.dir.path / "stages", done, self._append, nominal(config, 2))
         self.planner = Planner(self, records, started) if config.plan else None
@@ -107,7 +107,7 @@ class Pipeline(Stages):
 
     def know(self, **outline) -> None:
         """Figures of the run's shape now known (`plan.Outline`)."""
-        self.trained = outline.get("trained", getattr(self, "trained", 2))
+        self.trained = outline.get("trained", self.trained)
         if self.planner:
             self.planner.know(**outline)
 
@@ -291,7 +291,10 @@ def run(config: DesignConfig, out: str | Path, executor: Executor | None = None,
     shapes = sweep_shapes(p, target_shape) if not p.dropped("training") else None
     p.replan("build")
     trains = not p.dropped("training")  # the budget may leave only untrained and lookup drafters
-    shapes = shapes[:1] if shapes and trains and p.dropped("control") else shapes if trains else None
+    if not trains:
+        shapes = None
+    elif shapes and p.dropped("control"):
+        shapes = shapes[:1]
     cands = candidates(target_shape, config.wide_layers if trains else (), config.narrow_factor, config.drafter, shapes)
     n_trained = sum(x.trained for x in cands)
     p.know(trained=n_trained, untrained=len(cands) - n_trained, benched=n_trained + bool(config.drafter), built=True)

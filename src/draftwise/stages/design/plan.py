@@ -151,7 +151,7 @@ class Planner:
     per-family corrections, and each phase's plan (a record)."""
 
     def __init__(self, pipeline, records: list[dict], started: float | None = None):
-        self.p, self.records = pipeline, records
+        self.p = pipeline
         self.start = time.monotonic() if started is None else started
         self.before = max((r.get("elapsed_s", 0.0) for r in records), default=0.0)  # spent by earlier processes
         self.step_s = next((r["step_ms"] / 1e3 for r in records if r.get("event") == "probe"), None)
@@ -171,19 +171,27 @@ class Planner:
             self.step_s = probe(target)
             self.p.dir.append({"event": "probe", "step_ms": 1e3 * self.step_s, "elapsed_s": self.elapsed()})
 
+    def families(self) -> dict[str, dict[str, float]]:
+        """Per family of the finished stages ('*': all of them): stages, seconds, seconds beyond their exact part
+        (`spent`), that exact part, and the predicted rest (`predicted`: before any correction)."""
+        sums: dict[str, dict[str, float]] = {}
+        for r in self.p.done.values():
+            if "predicted_steps" not in r or "seconds" not in r:
+                continue
+            for key in (FAMILY.get(r["kind"], r["kind"]), "*"):
+                s = sums.setdefault(key, dict.fromkeys(("stages", "seconds", "spent", "exact", "predicted"), 0.0))
+                s["stages"] += 1
+                s["seconds"] += r["seconds"]
+                s["spent"] += max(r["seconds"] - r["predicted_exact_s"], 0.0)
+                s["exact"] += r["predicted_exact_s"]
+                s["predicted"] += r["predicted_steps"] * self.step_s + STAGE_S
+        return sums
+
     def kappa(self) -> dict[str, float]:
         """Measured ÷ predicted per family over the finished stages ('*': all of them), each within [0.25, 4]. Each
         is shrunk toward its prior by PRIOR_S seconds of predictions that held (the global toward 1, a family toward
         the global): one short stage does not re-plan the run."""
-        sums: dict[str, list[float]] = {}
-        for r in self.p.done.values():
-            if "predicted_steps" not in r or "seconds" not in r:
-                continue
-            fam = FAMILY.get(r["kind"], r["kind"])
-            spent, pred = r["seconds"] - r["predicted_exact_s"], r["predicted_steps"] * self.step_s + STAGE_S
-            for key in (fam, "*"):
-                s = sums.setdefault(key, [0.0, 0.0])
-                s[0], s[1] = s[0] + max(spent, 0.0), s[1] + pred
+        sums = {k: [s["spent"], s["predicted"]] for k, s in self.families().items()}
         a, b = sums.pop("*", [0.0, 0.0])
         out = {"*": min(4.0, max(0.25, (a + PRIOR_S) / (b + PRIOR_S)))} if b else {}
         out.update({k: min(4.0, max(0.25, (a + PRIOR_S * out["*"]) / (b + PRIOR_S))) for k, (a, b) in sums.items()})

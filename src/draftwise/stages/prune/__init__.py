@@ -12,6 +12,7 @@ L0 steps). A rerun skips calibration once saved and resumes the layer eliminatio
 from __future__ import annotations
 
 import json
+from itertools import accumulate
 from pathlib import Path
 
 import torch
@@ -43,7 +44,7 @@ def _subset(calib, n_scored: int):
     out, total = [], 0
     for (ids, start, scored, n), log_p in calib:
         per_row = scored.sum(1).tolist()
-        k = next((i + 1 for i in range(len(per_row)) if total + sum(per_row[: i + 1]) >= n_scored), len(per_row))
+        k = next((i + 1 for i, upto in enumerate(accumulate(per_row)) if total + upto >= n_scored), len(per_row))
         rows = sum(per_row[:k])
         out.append(((ids[:k], start[:k], scored[:k], n), log_p[:rows]))  # log_p: the scored positions, row by row
         total += rows
