@@ -35,6 +35,8 @@ def llama_server_args(baseline: str) -> list[str] | None:
 LOOKUP_DRAFTERS = ("ngram", "suffix")
 
 GGUF_QUANTS = ("f32", "f16", "q8_0")
+# --dtype: a float dtype, or the lean engine's int8 (int8 weights, activations quantized per token; lossy, labelled)
+PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 
 
 def _check_gguf_quant(quant: str) -> None:

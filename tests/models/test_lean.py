@@ -99,14 +99,16 @@ FAMILY_CASES = ["llama-gqa-tied", "mistral-window", "qwen3-window", "phi3-window
                 "gemma3-local-global-two-ropes"]
 
 
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
 @pytest.mark.parametrize("name", FAMILY_CASES)
-def test_every_family_verify_rows_equal_decoding_steps_bitwise(name):
+def test_every_family_verify_rows_equal_decoding_steps_bitwise(name, precision):
     """What makes greedy SD reproduce greedy AR exactly: a (γ+1)-token pass computes each row as a 1-token step does —
-    with q/k norms, GeGLU, soft-caps and windows too (a context of 12 tokens against windows of 4-5)."""
+    with q/k norms, GeGLU, soft-caps and windows too (a context of 12 tokens against windows of 4-5), at either
+    precision of the lean engine."""
     if not kernels.kernel_available():
         pytest.skip("CPU kernel not available")
     config = tiny_config(**CONFIGS[name])
-    lean = LeanLM(config, tiny_model(config, seed=8).state_dict())
+    lean = LeanLM(config, tiny_model(config, seed=8).state_dict(), precision=precision)
     ids = torch.randint(0, config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(3))
     lean.reset(1, 16)
     lean(ids[:, :7], 0, 0)
@@ -133,3 +135,26 @@ def test_every_family_layer_subset_equals_transformers_subset(name):
     sub.reset(1, 16)
     with torch.no_grad():
         torch.testing.assert_close(sub(ids, 0), ref_model(ids).logits, atol=2e-4, rtol=2e-4)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+@pytest.mark.parametrize("name", ["llama-bias", "qwen3-qk-norm", "gemma2-softcap-local-global",
+                                  "gemma3-local-global-two-ropes"])
+def test_a_fused_layer_gives_the_bits_of_its_kernels_called_one_by_one(name, precision, monkeypatch):
+    """`kernels.layer` (one C call per layer) is the unfused fast path without Python between the kernels: the same
+    bits, for steps, verify passes and left-padded batches (biases, q/k norms, sandwich norms, windows, soft-caps)."""
+    if not kernels.kernel_available():
+        pytest.skip("CPU kernel not available")
+    config = tiny_config(**CONFIGS[name])
+    lean = LeanLM(config, tiny_model(config, seed=9).state_dict(), precision=precision)
+    assert all(layer.fused() is not None for layer in lean.layers)
+    ids = torch.randint(3, config.vocab_size, (2, 10), generator=torch.Generator().manual_seed(4))
+
+    def run():
+        lean.reset(2, 16)
+        return torch.cat([lean(ids[:, :5], 0, start=[0, 2]), lean(ids[:, 5:6], 5, start=[0, 2]),
+                          lean(ids[:, 6:], 6, start=[0, 2])], dim=1)
+
+    fused = run()
+    monkeypatch.setattr(type(lean.layers[0]), "fused", lambda self: None)
+    assert torch.equal(run(), fused)

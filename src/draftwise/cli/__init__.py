@@ -11,6 +11,7 @@ import os
 import sys
 import time
 
+from ..config import PRECISIONS
 from ..errors import DraftwiseError
 
 
@@ -46,7 +47,7 @@ def floats(text: str) -> tuple[float, ...]:
 
 
 def model_args(p) -> None:
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--dtype", default="fp32", choices=PRECISIONS)
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     engine_args(p)
     p.add_argument("--threads", type=int, help="torch (and llama.cpp) threads (default: torch's choice)")

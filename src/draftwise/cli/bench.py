@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from ..config import PRECISIONS
 from ..errors import DraftwiseError
 from . import engine_args, executor, executor_args, floats, ints
 
@@ -52,7 +53,7 @@ def _bench_parser(sub) -> None:
                         "folder (same drafter and temperature) instead of from nothing")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warmup", type=int, default=1, help="untimed runs of each method before measuring")
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--dtype", default="fp32", choices=PRECISIONS)
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     engine_args(p)
     p.add_argument("--llama-exact", action="store_true",

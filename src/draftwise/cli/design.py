@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..config import PRECISIONS
 from . import executor, executor_args, floats, ints
 
 
@@ -71,7 +72,7 @@ def _design_parser(sub) -> None:
                         "each a lossy choice you make)")
     p.add_argument("--llama-server", help="the llama-server binary of the llama.cpp rows (default: PATH, then .venv/bin)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--dtype", default="fp32", choices=PRECISIONS)
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     executor_args(p)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..config import PRECISIONS
 from . import engine_args, executor, executor_args, floats, ints, model_args
 
 
@@ -59,7 +60,7 @@ def _sweep_parser(sub) -> None:
     p.add_argument("--batch", type=ints, default=(1, 4))
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=10)
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--dtype", default="fp32", choices=PRECISIONS)
     p.add_argument("--device", default="cpu")
     engine_args(p, ["lean", "llama.cpp"], "lean")
     p.add_argument("--threads", type=int)

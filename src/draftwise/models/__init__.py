@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 
 from ..errors import DraftwiseError
-from . import hf, kernels, llamacpp_load, random, vocab
+from . import hf, int8, kernels, llamacpp_load, random, vocab
 from .lean import LeanLM, unsupported_reason
 from .llamacpp_load import LLAMA_CPP
 from .source import resolve
@@ -29,7 +29,7 @@ BACKENDS = ("auto", "lean", "transformers", "llama.cpp")
 
 @dataclass(frozen=True)
 class ModelOptions:
-    dtype: str = "fp32"  # fp32 | bf16 | fp16
+    dtype: str = "fp32"  # fp32 | bf16 | fp16 | int8 (the lean engine's W8A8 precision, lossy: `int8.py`)
     device: str = "cpu"  # cpu | cuda | cuda:N
     backend: str = "auto"  # auto: lean when the architecture allows, else transformers
     compile: bool = False  # torch.compile each layer of the lean forward (it then bypasses the CPU C kernels)
@@ -120,11 +120,13 @@ def _engine_lm(config, state_dict, options: ModelOptions, hf_factory) -> tuple[o
     reason = unsupported_reason(config)
     if options.backend == "lean" and reason:
         raise DraftwiseError(f"backend 'lean' cannot run this model: {reason}")
+    if options.dtype == int8.NAME and reason:
+        raise DraftwiseError(f"--dtype int8 runs on the lean engine, which cannot run this model: {reason}")
     if options.backend == "transformers" or reason:
         if options.backend == "auto":
             print(f"draftwise: using the transformers backend ({reason})", file=sys.stderr)
         return hf.HFCausalLM(hf_factory()), "transformers"
-    return LeanLM(config, state_dict, compile=options.compile), "lean"
+    return LeanLM(config, state_dict, compile=options.compile, precision=options.dtype), "lean"
 
 
 def _to(state_dict: dict[str, torch.Tensor], options: ModelOptions) -> dict[str, torch.Tensor]:
@@ -137,6 +139,9 @@ def load(spec: str, options: ModelOptions = ModelOptions()) -> Model:
     if options.backend not in BACKENDS:
         raise DraftwiseError(f"unknown backend {options.backend!r}: choose one of {', '.join(BACKENDS)}")
     _check_device(options.device)
+    hf.torch_dtype(options.dtype)  # an unknown precision: one line, before anything loads
+    if options.dtype == int8.NAME:
+        int8.check_supported(options.device, options.backend)
     if options.backend == LLAMA_CPP:
         if options.device != "cpu":
             raise DraftwiseError("the llama.cpp backend runs on the CPU here (device cpu)")
@@ -146,7 +151,7 @@ def load(spec: str, options: ModelOptions = ModelOptions()) -> Model:
         return _random_model(spec, None, options)
     path = resolve(spec)
     config, tokenizer = _config_and_tokenizer(path, options)
-    dtype = hf.torch_dtype(options.dtype)
+    dtype = hf.torch_dtype(options.dtype)  # int8: the transformers twin (baselines) in fp32, as users run it
     factory = lambda: hf.from_pretrained(path, dtype, options.device, options.trust_remote_code)  # noqa: E731
     reduced = vocab.read_map(path)
     if reduced is not None:  # a reduced-vocabulary drafter: the lean forward, seen through the target's vocabulary
@@ -164,7 +169,7 @@ def _reduced_head_lm(path: Path, config, options: ModelOptions, ids: list[int], 
     state = _to(read_weights(path), options)
     if state["lm_head.weight"].shape[0] != len(ids):
         raise DraftwiseError(f"{path}: LM head has {state['lm_head.weight'].shape[0]} rows but {vocab.MAP_FILE} maps {len(ids)}")
-    return vocab.ReducedHead(LeanLM(config, state, compile=options.compile), ids, vocab_size)
+    return vocab.ReducedHead(LeanLM(config, state, compile=options.compile, precision=options.dtype), ids, vocab_size)
 
 
 def _no_hf_twin(path: Path):
@@ -182,7 +187,8 @@ def _random_model(spec: str, target: "Model | None", options: ModelOptions) -> M
     start = time.perf_counter()
     shape = random.parse(spec, random.shape_of(target.config) if target else None)
     config = random.llama_config(shape, target.config if target else None)
-    lm = random.random_lm(config, hf.torch_dtype(options.dtype), options.device, shape["seed"], options.compile)
+    lm = random.random_lm(config, hf.torch_dtype(options.dtype), options.device, shape["seed"], options.compile,
+                          options.dtype)
     tokenizer = target.tokenizer if target else random.ByteTokenizer(shape["vocab"])
 
     def refuse():
@@ -304,6 +310,8 @@ def engine(model: Model, options: ModelOptions) -> str:
     name = model.backend
     if name == LLAMA_CPP:
         return name
+    if options.dtype == int8.NAME:  # which path the int8 matrices take (torch's is the same function, slower)
+        return f"{name}+int8-{kernels.INT8_ISAS.get(kernels.int8_isa(), 'torch')}"
     if options.device == "cpu" and options.dtype == "fp32" and not options.compile and kernels.kernel_available():
         name += "+c-kernels"  # the transformers fallback's linear layers run on them too (`hf.route_linears`)
     return name + ("+compile" if options.compile else "")

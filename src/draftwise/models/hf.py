@@ -12,21 +12,30 @@ from pathlib import Path
 
 import torch
 
+from ..config import PRECISIONS
 from ..errors import DraftwiseError
-from . import kernels
+from . import int8, kernels
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def torch_dtype(name: str) -> torch.dtype:
+    """The dtype a model's activations, KV cache and float weights are held in (int8: fp32 around its int8 matrices)."""
+    if name == int8.NAME:
+        return torch.float32
     if name not in DTYPES:
-        raise DraftwiseError(f"unknown dtype {name!r}: choose one of {', '.join(DTYPES)}")
+        raise DraftwiseError(f"unknown dtype {name!r}: choose one of {', '.join(PRECISIONS)}")
     return DTYPES[name]
 
 
 def bytes_per_value(name: str) -> int:
-    """Bytes of one weight or KV value stored in dtype `name` (4 fp32, 2 bf16/fp16)."""
+    """Bytes of one KV value stored at precision `name` (4 fp32 and int8, 2 bf16/fp16)."""
     return torch_dtype(name).itemsize
+
+
+def weight_bytes_per_value(name: str) -> int:
+    """Bytes of one weight of a matrix at precision `name` (1 at int8; its per-row scales are negligible)."""
+    return 1 if name == int8.NAME else torch_dtype(name).itemsize
 
 
 def from_pretrained(path: Path, dtype: torch.dtype, device: str, trust_remote_code: bool = False):

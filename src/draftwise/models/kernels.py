@@ -1,5 +1,6 @@
 """The lean forward's kernels with a CPU fast path for decoding: `linear`, `rms_norm`, `attention`, `silu_mul`,
-`gelu_tanh_mul`, `softcap`.
+`gelu_tanh_mul`, `softcap`, `int8_gemm` (the int8 precision's linear layers, see `int8.py`), and `layer`: a whole
+decoder layer in one call (`cpu_layer.c`, the same kernels in the same order, without a Python call between them).
 
 On CPU in fp32 with a few rows (a decoding step, or a (γ+1)-token verify pass) they call `cpu_kernels.c`, compiled
 once with the system C compiler into the draftwise cache and loaded with ctypes: at batch 1 a torch op costs
@@ -24,9 +25,11 @@ import torch
 import torch.nn.functional as F
 
 from ..paths import cache_dir
+from .int8 import Int8Weight, reference_linear
 
 MAX_ROWS = 64  # above this (long prefill) the work is compute-bound and torch's BLAS and SDPA do well
-_FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC"]
+_FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC"]  # AVX-512 code paths say so per function
+_SOURCES = ("cpu_kernels.c", "cpu_int8.c", "cpu_layer.c")
 
 
 @lru_cache(maxsize=1)
@@ -40,15 +43,17 @@ def _kernel():
     if compiler is None:
         warnings.warn("draftwise: no C compiler found; CPU decoding falls back to torch matmul (slower)")
         return None
-    source = files("draftwise.models").joinpath("cpu_kernels.c").read_text()
-    key = hashlib.sha256((source + " ".join(_FLAGS) + compiler).encode()).hexdigest()[:16]
+    sources = {name: files("draftwise.models").joinpath(name).read_text() for name in _SOURCES}
+    key = hashlib.sha256(("".join(sources.values()) + " ".join(_FLAGS) + compiler).encode()).hexdigest()[:16]
     lib = cache_dir("kernels") / f"cpu_kernels-{key}.so"
     if not lib.exists():
         with tempfile.TemporaryDirectory() as tmp:
-            src, out = os.path.join(tmp, "cpu_kernels.c"), os.path.join(tmp, "cpu_kernels.so")
-            with open(src, "w") as f:
-                f.write(source)
-            done = subprocess.run([compiler, *_FLAGS, src, "-o", out], capture_output=True, text=True)
+            for name, text in sources.items():
+                with open(os.path.join(tmp, name), "w") as f:
+                    f.write(text)
+            out = os.path.join(tmp, "cpu_kernels.so")
+            paths = [os.path.join(tmp, name) for name in sources]
+            done = subprocess.run([compiler, *_FLAGS, *paths, "-o", out], capture_output=True, text=True)
             if done.returncode != 0:
                 warnings.warn(f"draftwise: compiling the CPU kernel failed, falling back to torch: {done.stderr.strip()[:300]}")
                 return None
@@ -61,6 +66,10 @@ def _kernel():
     dll.draftwise_silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
     dll.draftwise_gelu_tanh_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
     dll.draftwise_softcap.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 2 + [ctypes.c_float]
+    dll.draftwise_int8_gemm.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 4 + [ctypes.c_int] * 2
+    dll.draftwise_int8_isa.restype = ctypes.c_int
+    dll.draftwise_layer.argtypes = [ctypes.POINTER(LayerStruct)] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + \
+        [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int]
     return dll
 
 
@@ -68,12 +77,36 @@ def kernel_available() -> bool:
     return _kernel() is not None
 
 
+INT8_ISAS = {2: "avx512-vnni", 1: "avx2"}
+
+
+def int8_isa() -> int:
+    """The int8 kernel's best path on this CPU: 2 AVX-512 VNNI, 1 AVX2, 0 none (torch computes the same function)."""
+    return _kernel().draftwise_int8_isa() if _kernel() is not None else 0
+
+
+def int8_available() -> bool:
+    return int8_isa() > 0 and not torch.compiler.is_compiling()
+
+
+def int8_gemm(x: torch.Tensor, w, isa: int | None = None) -> torch.Tensor:
+    """x [M, K] fp32 contiguous (CPU) times the int8 weight `w` (`int8.Int8Weight`) -> [M, N] fp32, each row of x
+    quantized with its own scale (`cpu_int8.c`). `isa`: a path other than the best (tests compare them)."""
+    m, n = x.shape[0], w.out_features
+    y = torch.empty(m, n, dtype=torch.float32)
+    _kernel().draftwise_int8_gemm(x.data_ptr(), w.q.data_ptr(), w.scale.data_ptr(), w.row_sum.data_ptr(), y.data_ptr(),
+                                  m, n, w.in_features, w.padded_in, torch.get_num_threads(), isa or int8_isa())
+    return y
+
+
 def _on_fast_path(x: torch.Tensor, w: torch.Tensor) -> bool:
     return fast_path(x) and w.dtype == torch.float32 and w.is_contiguous() and not (torch.is_grad_enabled() and w.requires_grad)
 
 
-def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-    """x [..., K] @ w[N, K]^T (+ b) -> [..., N]."""
+def linear(x: torch.Tensor, w, b: torch.Tensor | None = None) -> torch.Tensor:
+    """x [..., K] @ w[N, K]^T (+ b) -> [..., N]; `w` an fp32 tensor or an `int8.Int8Weight`."""
+    if isinstance(w, Int8Weight):
+        return _int8_linear(x, w, b)
     n_out, k = w.shape
     rows = x.numel() // k
     if rows > MAX_ROWS or k % 8 or n_out % 4 or not _on_fast_path(x, w):
@@ -84,6 +117,17 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
     if b is not None:
         y += b
     return y.view(*x.shape[:-1], n_out)
+
+
+def _int8_linear(x: torch.Tensor, w: Int8Weight, b: torch.Tensor | None) -> torch.Tensor:
+    """x [..., K] @ w^T (+ b) -> [..., N] fp32, each row quantized on its own (`int8.py`)."""
+    k = w.in_features
+    rows = x.numel() // k
+    x2 = x.reshape(rows, k).float().contiguous()
+    y = int8_gemm(x2, w) if int8_available() and x2.device.type == "cpu" else reference_linear(x2, w)
+    if b is not None:
+        y += b
+    return y.view(*x.shape[:-1], w.out_features)
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -129,6 +173,64 @@ def attention(qkv, rot, k_cache, v_cache, pos: int, n_heads: int, head_dim: int,
            T, pos, start[b] if start else 0, n_heads, kv, head_dim, S, scale, torch.get_num_threads(),
            qn, kn, norm_eps, window or 0, softcap or 0.0)
     return out
+
+
+class _Matrix(ctypes.Structure):
+    """cpu_layer.c's dw_matrix: an fp32 weight (w) or an int8 one (q, scale, row_sum), its bias or NULL."""
+
+    _fields_ = [("w", ctypes.c_void_p), ("q", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("row_sum", ctypes.c_void_p),
+                ("bias", ctypes.c_void_p), ("N", ctypes.c_int64), ("K", ctypes.c_int64), ("Kp", ctypes.c_int64)]
+
+
+class LayerStruct(ctypes.Structure):
+    """cpu_layer.c's dw_layer: pointers into one `lean.Layer`'s buffers, and its settings."""
+
+    _fields_ = [("qkv", _Matrix), ("o", _Matrix), ("gu", _Matrix), ("down", _Matrix)] + \
+        [(n, ctypes.c_void_p) for n in ("ln_attn", "ln_attn_out", "ln_mlp", "ln_mlp_out", "q_norm", "k_norm")] + \
+        [(n, ctypes.c_int64) for n in ("H", "KV", "hd", "window")] + \
+        [(n, ctypes.c_float) for n in ("eps", "scale", "softcap")] + [("gelu", ctypes.c_int)]
+
+
+def _ptr(t: torch.Tensor | None):
+    return None if t is None else t.data_ptr()
+
+
+def _matrix(w, b: torch.Tensor | None) -> _Matrix | None:
+    """A weight as cpu_layer.c takes it, or None where the unfused path would not take the C kernel either."""
+    if isinstance(w, Int8Weight):
+        return _Matrix(None, w.q.data_ptr(), w.scale.data_ptr(), w.row_sum.data_ptr(), _ptr(b), w.out_features,
+                       w.in_features, w.padded_in) if int8_available() else None
+    n, k = w.shape
+    if w.dtype != torch.float32 or not w.is_contiguous() or k % 8 or n % 4 or w.requires_grad:
+        return None
+    return _Matrix(w.data_ptr(), None, None, None, _ptr(b), n, k, k)
+
+
+def layer_struct(layer, gelu: bool) -> LayerStruct | None:
+    """`layer`'s fused form (its tensors stay where they are: the struct points into them), or None when a part
+    of it would take a torch path (a shape the kernels do not take, another dtype)."""
+    s = layer.shape
+    mats = [_matrix(getattr(layer, w), getattr(layer, b)) for w, b in
+            (("wqkv", "bqkv"), ("wo", "bo"), ("wgu", "bgu"), ("wd", "bd"))]
+    norms = [getattr(layer, n) for n in ("ln_attn", "ln_attn_out", "ln_mlp", "ln_mlp_out", "q_norm", "k_norm")]
+    floats = [t for t in norms + [layer.bqkv, layer.bo, layer.bgu, layer.bd] if t is not None]
+    if any(m is None for m in mats) or s.head_dim % 8 or any(t.dtype != torch.float32 for t in floats):
+        return None
+    return LayerStruct(*mats, *map(_ptr, norms), s.num_heads, s.num_kv_heads, s.head_dim, layer.window or 0,
+                       s.rms_eps, s.attn_scale, s.attn_softcap or 0.0, int(gelu))
+
+
+def layer(struct: LayerStruct, x: torch.Tensor, rot: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+          pos: int, start: list[int] | None) -> torch.Tensor:
+    """A whole decoder layer (`lean.Layer.forward`'s fast path): x [B, T, D] -> [B, T, D]; k_cache, v_cache
+    [B, KV, S, hd] (this layer's), written at pos..pos+T-1; start[b]: row b's first real position."""
+    B, T, _ = x.shape
+    x = x.contiguous().clone()  # updated in place by the kernel
+    starts = None if start is None else torch.tensor(start, dtype=torch.int64)
+    _kernel().draftwise_layer(ctypes.byref(struct), x.data_ptr(), rot.data_ptr(), k_cache.data_ptr(),
+                              v_cache.data_ptr(), B, T, pos, _ptr(starts), k_cache.shape[2], torch.get_num_threads(),
+                              int8_isa())
+    return x
 
 
 def silu_mul(gu: torch.Tensor) -> torch.Tensor:

@@ -19,23 +19,44 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import kernels
+from .int8 import NAME as INT8, Int8Weight
 from .family import FAMILIES, Shape, layer_tensors, rope_keys, rope_table, unsupported_reason, windows
 from .kernels import gelu_tanh_mul, linear, rms_norm, silu_mul
 
 __all__ = ["LeanLM", "Layer", "Shape", "attend", "rope_table", "rotate", "unsupported_reason"]
 
 
+LINEARS = ("wqkv", "wo", "wgu", "wd")  # a layer's matrices: int8 at the int8 precision (norms and biases stay fp32)
+
+
+def hold(module: nn.Module, name: str, t: torch.Tensor | None, precision: str = "fp32") -> None:
+    """Give `module` a weight named `name`: a buffer, or at the int8 precision an `Int8Weight` submodule."""
+    if t is not None and precision == INT8:
+        setattr(module, name, t if isinstance(t, Int8Weight) else Int8Weight(t))
+    else:
+        module.register_buffer(name, None if t is None else t.contiguous(), persistent=False)
+
+
 class Layer(nn.Module):
     """One decoder block with fused projections; holds weights and its own attention settings (window, RoPE table
-    key), not the cache (that lives in the model), so a layer keeps them when it serves in another model (`subset`)."""
+    key), not the cache (that lives in the model), so a layer keeps them when it serves in another model (`subset`).
+    `precision` int8: its matrices in int8 (`int8.py`)."""
 
     def __init__(self, sd: dict[str, torch.Tensor], prefix: str, shape: Shape, family, window: int | None = None,
-                 rope_key: str | None = None):
+                 rope_key: str | None = None, precision: str = "fp32"):
         super().__init__()
         for name, t in layer_tensors(sd, prefix, family, shape).items():
-            self.register_buffer(name, None if t is None else t.contiguous(), persistent=False)
+            hold(self, name, t, precision if name in LINEARS else "fp32")
         self.shape, self.window, self.rope_key = shape, window, rope_key
         self.act_mul = gelu_tanh_mul if family.activation == "gelu_tanh" else silu_mul
+        self._fused: tuple | None = None  # (the wqkv it was made for, kernels.LayerStruct or None)
+
+    def fused(self):
+        """This layer as one C call (`kernels.layer_struct`), or None; remade if its weights were replaced."""
+        key = self.wqkv.q.data_ptr() if isinstance(self.wqkv, Int8Weight) else self.wqkv.data_ptr()
+        if self._fused is None or self._fused[0] != key:
+            self._fused = (key, kernels.layer_struct(self, self.act_mul is gelu_tanh_mul))
+        return self._fused[1]
 
     def forward(self, x, rot, k_cache, v_cache, pos: int, mask, start: list[int] | None, positions=None):
         # x [B, T, D]; rot [S, hd/2] complex; k_cache, v_cache [B, KV, S, hd]; mask [B or 1, 1, T, pos+T] bool or None
@@ -43,6 +64,8 @@ class Layer(nn.Module):
         # slots and positions differ (batched SD)
         s = self.shape
         T = x.shape[1]
+        if positions is None and T <= kernels.MAX_ROWS and kernels.fast_path(x) and self.fused() is not None:
+            return kernels.layer(self.fused(), x, rot, k_cache, v_cache, pos, start)  # the same kernels, one call
         qkv = linear(rms_norm(x, self.ln_attn, s.rms_eps), self.wqkv, self.bqkv)  # [B, T, (H+2KV)*hd]
         if positions is not None:
             att = self.attention(qkv, rot[positions][:, :, None, :], k_cache, v_cache, pos, mask)
@@ -106,7 +129,8 @@ class LeanLM(nn.Module):
     discards everything from `pos` on: that is the whole rollback.
     """
 
-    def __init__(self, config, state_dict: dict[str, torch.Tensor], layers: list[Layer] | None = None, compile: bool = False):
+    def __init__(self, config, state_dict: dict[str, torch.Tensor], layers: list[Layer] | None = None, compile: bool = False,
+                 precision: str = "fp32"):
         super().__init__()
         reason = unsupported_reason(config)
         if reason:
@@ -119,12 +143,13 @@ class LeanLM(nn.Module):
         self.norm_weight = norm = sd["model.norm.weight"]  # as checkpoints store it (`norm` has the offset folded in)
         self.register_buffer("norm", self.family.norm_scale(norm), persistent=False)
         head = sd["model.embed_tokens.weight"] if config.tie_word_embeddings else sd["lm_head.weight"]
-        self.register_buffer("head", head.contiguous(), persistent=False)
+        self.precision = precision  # fp32 (or the weights' float dtype) | int8: matrices and head in int8
+        hold(self, "head", head, precision)
         if layers is None:
-            layers = [Layer(sd, f"model.layers.{i}.", self.shape, self.family, window, key)
+            layers = [Layer(sd, f"model.layers.{i}.", self.shape, self.family, window, key, precision)
                       for i, (window, key) in enumerate(zip(windows(config), rope_keys(config)))]
         self.layers = nn.ModuleList(layers)
-        self.vocab_size = self.head.shape[0]
+        self.vocab_size = self.head.shape[0]  # an Int8Weight has a shape too
         self.embed_scale = self.family.embedding_scale(self.shape.hidden_size, self.dtype)
         if compile:  # fuses each layer's elementwise ops (a win where op launches dominate, e.g. a GPU at batch 1)
             for layer in self.layers:
@@ -227,4 +252,4 @@ class LeanLM(nn.Module):
     def subset(self, layer_ids: list[int], config) -> "LeanLM":
         """A model made of some of these layers (renumbered 0..k-1), sharing all weights with this one."""
         sd = {"model.embed_tokens.weight": self.embed, "model.norm.weight": self.norm_weight, "lm_head.weight": self.head}
-        return LeanLM(config, sd, layers=[self.layers[i] for i in layer_ids])
+        return LeanLM(config, sd, layers=[self.layers[i] for i in layer_ids], precision=self.precision)

@@ -113,6 +113,8 @@ def random_state_dict(config, dtype: torch.dtype, device: str, seed: int = 0) ->
     return sd
 
 
-def random_lm(config, dtype: torch.dtype, device: str, seed: int = 0, compile: bool = False) -> LeanLM:
-    """A LeanLM of `config`'s shape and family with the weights of `random_state_dict`."""
-    return LeanLM(config, random_state_dict(config, dtype, device, seed), compile=compile)
+def random_lm(config, dtype: torch.dtype, device: str, seed: int = 0, compile: bool = False,
+              precision: str = "fp32") -> LeanLM:
+    """A LeanLM of `config`'s shape and family with the weights of `random_state_dict` (`precision` int8: its
+    matrices quantized from them)."""
+    return LeanLM(config, random_state_dict(config, dtype, device, seed), compile=compile, precision=precision)

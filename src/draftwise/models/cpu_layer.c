@@ -1,0 +1,89 @@
+/* One decoder layer of the lean forward in one call: the kernels of cpu_kernels.c and cpu_int8.c in the order
+ * `lean.Layer.forward` calls them, for a decoding step or a verify pass (a few rows).
+ *
+ * Why: at batch 1 a layer is ~10 kernel calls and ~10 torch ops, each a few microseconds of Python and dispatch;
+ * with int8 weights the layer's own work is ~0.1 ms, so that overhead was a third of a step. Every value is computed
+ * by the same functions in the same order as the unfused path (rms_norm, gemm + bias, attention, residual adds), so
+ * the two give the same bits; what changes is only who calls them.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+void draftwise_small_gemm(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K, int nthreads);
+void draftwise_int8_gemm(const float* x, const int8_t* w, const float* sw, const int32_t* wsum, float* y, int64_t M,
+                         int64_t N, int64_t K, int64_t Kp, int nthreads, int isa);
+void draftwise_rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t D, float eps);
+void draftwise_attention(float* qkv, const float* rot, float* k_cache, float* v_cache, float* out, int64_t T,
+                         int64_t pos, int64_t start, int64_t H, int64_t KV, int64_t hd, int64_t S, float scale,
+                         int nthreads, const float* q_norm, const float* k_norm, float norm_eps, int64_t window,
+                         float softcap);
+void draftwise_silu_mul(const float* gu, float* out, int64_t rows, int64_t F);
+void draftwise_gelu_tanh_mul(const float* gu, float* out, int64_t rows, int64_t F);
+
+/* a weight y = x @ w^T (+ bias): fp32 (w) or int8 (q, scale, row_sum; w NULL) */
+typedef struct {
+    const float* w;
+    const int8_t* q;
+    const float* scale;
+    const int32_t* row_sum;
+    const float* bias;
+    int64_t N, K, Kp;
+} dw_matrix;
+
+/* a layer's weights and settings (NULL norms: the family has none); mirrors kernels.LayerStruct */
+typedef struct {
+    dw_matrix qkv, o, gu, down;
+    const float *ln_attn, *ln_attn_out, *ln_mlp, *ln_mlp_out, *q_norm, *k_norm;
+    int64_t H, KV, hd, window;
+    float eps, scale, softcap;
+    int gelu;
+} dw_layer;
+
+static void matmul(const dw_matrix* m, const float* x, float* y, int64_t rows, int nthreads, int isa) {
+    if (m->w)
+        draftwise_small_gemm(x, m->w, y, rows, m->N, m->K, nthreads);
+    else
+        draftwise_int8_gemm(x, m->q, m->scale, m->row_sum, y, rows, m->N, m->K, m->Kp, nthreads, isa);
+    if (m->bias)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t n = 0; n < m->N; n++) y[r * m->N + n] += m->bias[n];
+}
+
+static void add(float* x, const float* y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* x [B, T, D] (updated in place), rot [*, hd/2] complex, k_cache / v_cache [B, KV, S, hd] (this layer's), start [B]
+ * (first real position of each row; NULL: 0) */
+void draftwise_layer(const dw_layer* L, float* x, const float* rot, float* k_cache, float* v_cache, int64_t B,
+                     int64_t T, int64_t pos, const int64_t* start, int64_t S, int nthreads, int isa) {
+    const int64_t rows = B * T, D = L->o.N, F = L->down.K, nqkv = L->qkv.N, natt = L->H * L->hd;
+    float* h = (float*)malloc(rows * D * sizeof(float));
+    float* qkv = (float*)malloc(rows * nqkv * sizeof(float));
+    float* att = (float*)malloc(rows * natt * sizeof(float));
+    float* out = (float*)malloc(rows * D * sizeof(float));
+    float* gu = (float*)malloc(rows * 2 * F * sizeof(float));
+    float* act = (float*)malloc(rows * F * sizeof(float));
+
+    draftwise_rms_norm(x, L->ln_attn, h, rows, D, L->eps);
+    matmul(&L->qkv, h, qkv, rows, nthreads, isa);
+    for (int64_t b = 0; b < B; b++)
+        draftwise_attention(qkv + b * T * nqkv, rot, k_cache + b * L->KV * S * L->hd, v_cache + b * L->KV * S * L->hd,
+                            att + b * T * natt, T, pos, start ? start[b] : 0, L->H, L->KV, L->hd, S, L->scale,
+                            nthreads, L->q_norm, L->k_norm, L->eps, L->window, L->softcap);
+    matmul(&L->o, att, out, rows, nthreads, isa);
+    if (L->ln_attn_out) draftwise_rms_norm(out, L->ln_attn_out, out, rows, D, L->eps);
+    add(x, out, rows * D);
+
+    draftwise_rms_norm(x, L->ln_mlp, h, rows, D, L->eps);
+    matmul(&L->gu, h, gu, rows, nthreads, isa);
+    if (L->gelu)
+        draftwise_gelu_tanh_mul(gu, act, rows, F);
+    else
+        draftwise_silu_mul(gu, act, rows, F);
+    matmul(&L->down, act, out, rows, nthreads, isa);
+    if (L->ln_mlp_out) draftwise_rms_norm(out, L->ln_mlp_out, out, rows, D, L->eps);
+    add(x, out, rows * D);
+
+    free(h), free(qkv), free(att), free(out), free(gu), free(act);
+}
