@@ -154,17 +154,28 @@ class BenchGridConfig:
     drafter_gammas: tuple[int, ...] = ()  # each drafter's own γ (aligned with `drafters`) instead of the γ axis
     scheduled: tuple[str, ...] = ()  # with bench.schedule: the drafters whose points also run the round scheduler
     # (the others run static SD only); empty = every drafter's
+    rows: tuple[BenchConfig, ...] = ()  # whole benches on other runtimes (target file, backend, precision), each with
+    # its drafter (or none) and baselines, interleaved prompt by prompt with the grid's points on the same prompts
+    row_names: tuple[str, ...] = ()  # one per row: its runtime's name in the records (e.g. lean-int8)
 
     def __post_init__(self):
         if isinstance(self.bench, dict):  # read back from config.json
             object.__setattr__(self, "bench", from_dict(BenchConfig, self.bench))
-        for name in ("drafters", "gammas", "temperatures", "batch_sizes", "drafter_gammas", "scheduled"):
+        object.__setattr__(self, "rows", tuple(from_dict(BenchConfig, r) if isinstance(r, dict) else r
+                                               for r in self.rows))
+        for name in ("drafters", "gammas", "temperatures", "batch_sizes", "drafter_gammas", "scheduled", "row_names"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        if len(self.row_names) != len(self.rows) or len(set(self.row_names)) != len(self.row_names):
+            raise DraftwiseError("a bench grid's rows need one distinct name each (row_names)")
+        same = ("suite", "split", "prompts", "limit", "max_new_tokens", "seed")
+        for name, row in zip(self.row_names, self.rows):
+            if any(getattr(row, k) != getattr(self.bench, k) for k in same):
+                raise DraftwiseError(f"row {name} must run the grid's prompts ({', '.join(same)} as its bench)")
         object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
         _positive("gammas", self.gammas)
         _positive("batch_sizes", self.batch_sizes)
         _positive("drafter_gammas", self.drafter_gammas)
-        if not (self.drafters or self.bench.drafter):
+        if not (self.drafters or self.bench.drafter or self.rows):
             raise DraftwiseError("a bench grid needs at least one drafter")
         if self.drafter_gammas and (len(self.drafter_gammas) != len(self.drafters) or self.gammas):
             raise DraftwiseError("drafter_gammas gives one γ per drafter, instead of a γ axis")
@@ -172,10 +183,15 @@ class BenchGridConfig:
             raise DraftwiseError("scheduled names drafters of the grid, and needs bench.schedule (a profile folder)")
         self.points()  # every point must be a valid BenchConfig
 
+    def runtimes(self) -> list[str | None]:
+        """The runtime name of each point of `points()`: None for the grid's own, then the rows' names."""
+        return [None] * (len(self.points()) - len(self.rows)) + list(self.row_names)
+
     def points(self) -> list[BenchConfig]:
-        """SD points (one per drafter, γ, temperature, batch size), then one baseline point per (temperature, batch)."""
+        """SD points (one per drafter, γ, temperature, batch size), then one baseline point per (temperature, batch),
+        then the rows."""
         b = self.bench
-        drafters, gammas = self.drafters or (b.drafter,), self.gammas or (b.gamma,)
+        drafters, gammas = self.drafters or ((b.drafter,) if b.drafter else ()), self.gammas or (b.gamma,)
         temps, sizes = self.temperatures or (b.temperature,), self.batch_sizes or (b.batch_size,)
         def per_point(drafter: str, n: int) -> tuple[str, ...]:
             own = {"hf-assisted": drafter_kind(drafter) == "model", "hf-prompt-lookup": True,
@@ -199,7 +215,7 @@ class BenchGridConfig:
                     base.append(dataclasses.replace(b, drafter=None, gamma=1, synthetic_alpha=None, schedule=None,
                                                     calibration=None, temperature=t,
                                                     batch_size=n, baselines=names))
-        return sd + base
+        return sd + base + list(self.rows)
 
 
 def _positive(name: str, values) -> None:
@@ -338,6 +354,37 @@ class AgreeConfig:
 
 
 @dataclass(frozen=True)
+class QualityConfig:
+    """`draftwise quality`: each runtime's top-1 agreement with, and NLL beside, the target on the lean engine at fp32,
+    teacher-forced on eval prompt texts (stages/quality: the runtime names and what they run)."""
+
+    target: str = "default"
+    runtimes: tuple[str, ...] = ("lean:int8", "llama.cpp")  # lean:PRECISION, llama.cpp, llama.cpp:QUANT
+    suites: str = "all"
+    limit: int = 24  # eval prompts (round-robin over suites and categories)
+    max_prompt_tokens: int = 256  # longer prompts are skipped
+    threads: int | None = None  # torch (and llama.cpp) threads; None = torch's default
+
+    def __post_init__(self):
+        from .stages.quality import check_runtime
+
+        runtimes = self.runtimes.split(",") if isinstance(self.runtimes, str) else self.runtimes
+        object.__setattr__(self, "runtimes", tuple(r.strip() for r in runtimes if r.strip()))
+        if not self.runtimes:
+            raise DraftwiseError("give at least one runtime to compare with fp32 (e.g. lean:int8,llama.cpp)")
+        for r in self.runtimes:
+            check_runtime(r)
+        twice = [r for i, r in enumerate(self.runtimes) if r in self.runtimes[:i]]
+        if twice:
+            raise DraftwiseError(f"runtime {twice[0]!r} is given twice")
+        if self.limit < 1 or self.max_prompt_tokens < 2:
+            raise DraftwiseError(f"limit must be >= 1 and max_prompt_tokens >= 2, got {self.limit}, "
+                                 f"{self.max_prompt_tokens}")
+        if self.threads is not None and self.threads < 1:
+            raise DraftwiseError(f"threads must be >= 1, got {self.threads}")
+
+
+@dataclass(frozen=True)
 class GenDataConfig:
     """`draftwise gen-data`: the target's continuations of train prompts, with its top-k distribution."""
 
@@ -446,7 +493,8 @@ class DesignConfig:
     memory: str = "1GiB"  # budget for target + drafter weights and both KV caches: the largest batch that fits with SD on
     context: int = 1024  # KV positions per sequence in that footprint
     batch_cap: int = 8  # the largest batch benchmarked here (the feasible batch is capped to it, and the report says so)
-    engines: tuple[str, ...] = ("lean", "llama.cpp")  # where verdicts are measured (llama.cpp: the target's own GGUF)
+    engines: tuple[str, ...] = ("lean", "lean-int8", "llama.cpp")  # where verdicts are measured (lean-int8: the lean
+    # engine at int8, a lossy choice; llama.cpp: the target's own GGUF)
     gguf_quants: tuple[str, ...] = ()  # further llama.cpp rows: the target written at these precisions (lossy choices)
     llama_server: str | None = None  # the llama-server binary of the llama.cpp rows' built-ins (None: PATH, .venv/bin)
     seed: int = 0
@@ -461,9 +509,9 @@ class DesignConfig:
             object.__setattr__(self, name, tuple(getattr(self, name)))
         for q in self.gguf_quants:
             _check_gguf_quant(q)
-        if "lean" not in self.engines or set(self.engines) - {"lean", "llama.cpp"}:
-            raise DraftwiseError(f"engines must include lean (where candidates are built) and may add llama.cpp, got "
-                                 f"{','.join(self.engines)}")
+        if "lean" not in self.engines or set(self.engines) - {"lean", "lean-int8", "llama.cpp"}:
+            raise DraftwiseError(f"engines must include lean (where candidates are built) and may add lean-int8 and "
+                                 f"llama.cpp, got {','.join(self.engines)}")
         if self.gguf_quants and "llama.cpp" not in self.engines:
             raise DraftwiseError("gguf_quants are llama.cpp rows: add llama.cpp to engines")
 

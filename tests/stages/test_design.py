@@ -158,9 +158,12 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
         assert json.loads((bench_folder / "config.json").read_text())["batch_size"] == 2
         summary = json.loads((bench_folder / "summary.json").read_text())["methods"]
         assert summary["sd"]["tokens_per_s"] > 0 and summary["ar"]["tokens_per_s"] > 0
-    # one verdict per engine: the lean engine's, and llama.cpp's on an f32 GGUF of the (HF-dir) target
+    # one verdict per engine: the lean engine's, lean-int8's, and llama.cpp's on an f32 GGUF of the (HF-dir) target
     row = next(r for r in records if r["stage"] == "verdict@llama.cpp-F32")
-    assert [r["stage"] for r in records if r["stage"].startswith("verdict@")] == ["verdict@llama.cpp-F32"]
+    assert [r["stage"] for r in records if r["stage"].startswith("verdict@")] == ["verdict@lean-int8",
+                                                                                 "verdict@llama.cpp-F32"]
+    int8 = next(r for r in records if r["stage"] == "verdict@lean-int8")
+    assert int8["identical"] == 1.0 and int8["builtins"] == {}  # int8 greedy SD reproduces int8 AR, bit for bit
     assert row["recommend"] == (row["speedup"][1] > 1.0) and row["quant"] == "F32" and not row["shipped"]
     assert {"llama-server", "llama-server:--spec-default"} <= set(row["builtins"])
     assert row["identical"] == 1.0  # greedy SD on llama.cpp at f32 reproduces its AR
@@ -171,7 +174,17 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     for method in ("ar", "llama-cpp", "llama-server", "llama-server:--spec-type ngram-mod"):  # all on the same prompts
         assert {r["prompt_id"] for r in grid if r["method"] == method} == prompts
     table = report.split("## Per engine")[1].split("\n\n")[1].splitlines()
-    assert [line.split("|")[1].strip() for line in table[2:]] == ["draftwise lean (fp32)", "llama.cpp-F32 (an F32 copy)"]
+    assert [line.split("|")[1].strip() for line in table[2:]] == ["draftwise lean (fp32)",
+                                                                   "lean-int8 (requantized: a lossy choice)",
+                                                                   "llama.cpp-F32 (an F32 copy)"]
+    # the design's answer: every runtime's plain decoding and each row's choice in one grid, against the fastest plain
+    final = next(r for r in records if r["stage"] == "fastest")
+    plain = {n for n, o in final["options"].items() if o["plain"]}
+    assert plain == {"lean-fp32/ar", "lean-int8/ar", "llama.cpp-F32/ar", "llama.cpp-F32/llama-server"}
+    assert final["fastest_plain"] == max(plain, key=lambda n: final["options"][n]["tokens_per_s"])
+    assert final["recommend"] == (final["option"] not in plain)
+    assert "the fastest plain decoding measured on this machine" in report.split("\n## ")[1]
+    assert (out / "export" / "README.md").read_text().startswith("# What to run on this machine")
     engine_readme = (out / "export" / "engines" / "llama.cpp-F32" / "README.md").read_text()
     assert "llama-server -m target-f32.gguf" in engine_readme and "measured here" in engine_readme
     for png in ("tar_per_task", "speedup_per_task", "tokens_per_s", "predicted_vs_measured", "kv_footprint",

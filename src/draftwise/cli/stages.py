@@ -1,19 +1,19 @@
-"""The stage subcommands: profile, sweep, predict, prune, agree, gen-data, distill."""
+"""The stage subcommands: profile, sweep, predict, prune, agree, quality, gen-data, distill."""
 
 from __future__ import annotations
 
 import argparse
 
-from ..config import PRECISIONS
+from ..config import GGUF_QUANTS, PRECISIONS
 from . import engine_args, executor, executor_args, floats, ints, model_args
 
 
 def add(sub) -> dict:
-    for parser in (_profile_parser, _sweep_parser, _predict_parser, _prune_parser, _agree_parser, _gen_data_parser,
-                   _distill_parser):
+    for parser in (_profile_parser, _sweep_parser, _predict_parser, _prune_parser, _agree_parser, _quality_parser,
+                   _gen_data_parser, _distill_parser):
         parser(sub)
     return {"profile": _profile, "sweep": _sweep, "predict": _predict, "prune": _prune, "agree": _agree,
-            "gen-data": _gen_data, "distill": _distill}
+            "quality": _quality, "gen-data": _gen_data, "distill": _distill}
 
 
 def _profile_parser(sub) -> None:
@@ -148,6 +148,32 @@ def _agree(args) -> None:
     agree.run(AgreeConfig(target=args.target, drafter=args.drafter, suites=args.suites, split=args.split, limit=args.limit,
                           max_new_tokens=args.max_new_tokens, gammas=args.gammas, backend=args.backend,
                           gguf_quant=args.gguf_quant, threads=args.threads), args.out)
+
+
+def _quality_parser(sub) -> None:
+    p = sub.add_parser("quality", help="what lossy runtimes (int8, bf16, quantized GGUF) cost: top-1 agreement with "
+                                       "the fp32 lean engine and NLL, teacher-forced on eval prompts",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--target", default="default", help="'default', a .gguf file or a Hugging Face model directory")
+    p.add_argument("--runtimes", default="lean:int8,llama.cpp",
+                   help=f"comma list, each compared with the fp32 lean reference: lean:{'|'.join(PRECISIONS)}, "
+                        f"llama.cpp (the target's own GGUF: Q4_1 for 'default') or llama.cpp:{'|'.join(GGUF_QUANTS)} "
+                        "(the target written as GGUF at that precision)")
+    p.add_argument("--suites", default="all", help="packaged suites whose eval prompts are scored: a name, a comma list "
+                                                   "or 'all'")
+    p.add_argument("--limit", type=int, default=24, help="eval prompts (round-robin over suites and categories)")
+    p.add_argument("--max-prompt-tokens", type=int, default=256, help="longer prompts are skipped")
+    p.add_argument("--threads", type=int, help="torch (and llama.cpp) threads; unset: torch's choice")
+    p.add_argument("--out", required=True, help="run folder; rerun the same command to resume")
+
+
+def _quality(args) -> None:
+    from ..config import QualityConfig
+    from ..stages import quality
+
+    runtimes = tuple(x.strip() for x in args.runtimes.split(",") if x.strip())
+    quality.run(QualityConfig(target=args.target, runtimes=runtimes, suites=args.suites, limit=args.limit,
+                              max_prompt_tokens=args.max_prompt_tokens, threads=args.threads), args.out)
 
 
 def _gen_data_parser(sub) -> None:

@@ -434,12 +434,24 @@ def _decision_text(d: dict) -> str:
 
 
 def _verdict(doc: Doc, p) -> None:
-    """The decision first: deploy or plain decoding, then every candidate's costs and break-even."""
+    """The decision first: what to run on this machine against the fastest plain decoding here, then the lean
+    engine's own verdict and every candidate's costs and break-even."""
+    from ..stages.design import fastest
     from ..stages.design.verdict import sentence
 
-    v = p.done["verdict"]
+    v, f = p.done["verdict"], p.done.get("fastest")
     doc.h("Verdict")
-    doc.p(sentence(v))
+    if f:
+        doc.p(fastest.sentence(f, fastest.row_verdicts(p)))
+        doc.table(["option (one interleaved grid, the selection prompts)", "tokens/s", "over the fastest plain [95 %]"],
+                  [[fastest.describe(n) + (" (plain)" if o["plain"] else ""), _f(o["tokens_per_s"], ".1f"),
+                    _interval(o["speedup"])]
+                   for n, o in sorted(f["options"].items(), key=lambda kv: -kv[1]["tokens_per_s"])])
+        doc.p("The rule: " + f["rule"] + ". Each engine's own verdict, below and under *Per engine*, compares a method "
+              "with that engine's AR.")
+        doc.h(f"The draftwise lean engine at {p.config.dtype}", 3)
+    method = v.get("method", "sd") if v["recommend"] else "ar"
+    doc.p(sentence(v) + fastest.versus(f, fastest.lean_name(p.config), method))
     rows = []
     for name, x in v["candidates"].items():
         lookup = x["kind"] != "model"

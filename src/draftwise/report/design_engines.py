@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from ..stages.bench_grid import label
-from ..stages.design import engines
+from ..stages.design import engines, fastest
 from .fmt import interval as _interval
 from .fmt import num as _f
 from .plots import _save, plt
@@ -44,7 +44,7 @@ def section(doc, p, plots: Path, footer: str) -> None:
     lean = p.done["verdict"]
     lean_pt = next(iter(json.loads((p.folder("bench-select") / "grid.json").read_text())["points"]))
     doc.h("Per engine: where the verdict is deployed")
-    table = [["draftwise lean (fp32)", _f(lean_pt["methods"]["ar"]["tokens_per_s"], ".1f"),
+    table = [[f"draftwise lean ({p.config.dtype})", _f(lean_pt["methods"]["ar"]["tokens_per_s"], ".1f"),
               _what(lean), _interval(lean["speedup"]), "-", "-", "-", "-", "-"]]
     for v in rows:
         b = v["builtins"].get(v["best_builtin"]) if v["best_builtin"] else None
@@ -62,7 +62,8 @@ def section(doc, p, plots: Path, footer: str) -> None:
           "defaults and, for each draftwise candidate, its nearest built-in with its settings; their tokens/s come from "
           "the server's own timings (prompt + generation).")
     for v in rows:
-        doc.p(engines.sentence(v))
+        doc.p(engines.sentence(v) + fastest.versus(p.done.get("fastest"), v["engine"],
+                                                   v.get("method", "sd") if v["recommend"] else "ar"))
         doc.p(_fidelity(v))
         tuned = p.done.get(f"tune-lookup@{v['engine']}", {})
         decode = {r["drafter"]: r["methods"]["sd"].get("decode_tokens_per_s")
@@ -72,12 +73,14 @@ def section(doc, p, plots: Path, footer: str) -> None:
                   [[f"{n} ({label(c['spec'], 48)}, γ={c['gamma']})", _interval(c["speedup"]), _f(c["tar"]),
                     _f(c["alpha"], ".3f"), _f((tuned.get(n) or {}).get("predicted_tokens_per_s"), ".1f"),
                     _f(decode.get(c["spec"]), ".1f")] for n, c in v["candidates"].items()])
+        if not v["builtins"]:
+            continue
         doc.table(["llama-server built-in", "tok/s", "over draftwise AR [95 %]", "over llama-server plain [95 %]",
                    "drafted", "accepted"],
                   [[f"`{engines.short_args(m)}`", _f(b["tokens_per_s"], ".1f"), _interval(b["speedup"]),
                     _interval(b.get("over_server_plain")), _f(b.get("drafted"), "d"), _f(b.get("accepted"), "d")]
                    for m, b in v["builtins"].items()])
-    curves = {"draftwise lean (fp32)": _curve(p.folder("profile") / "profile.json")}
+    curves = {f"draftwise lean ({p.config.dtype})": _curve(p.folder("profile") / "profile.json")}
     curves.update({v["engine"]: _curve(p.folder(f"profile@{v['engine']}") / "profile.json") for v in rows})
     doc.img(verify_curves(curves, plots, footer), "Verify pass over γ+1 tokens in AR steps, per engine")
     doc.p("Verify cost per engine (γ: AR steps): " + "; ".join(
@@ -106,6 +109,9 @@ def _fidelity(v: dict) -> str:
     if same < 1 and div.get("first"):
         text += (f"; where they differ, the first difference came after {div['first_min']}–{div['first_max']} "
                  f"identical tokens (median {div['first_median']})")
+    if v.get("backend", "llama.cpp") != "llama.cpp":
+        return text + (". On the lean engine each row of a verify pass has its one-token step's bits (per-token int8 "
+                       "scales, exact integer sums), so greedy SD must reproduce AR: anything below 100 % is a bug.")
     if v["quant"] in ("F32",):
         return text + ". At F32 the two should agree: a difference means llama.cpp's multi-token pass rounds " \
                       "differently from its one-token step here."

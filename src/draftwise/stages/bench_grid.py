@@ -1,7 +1,8 @@
 """`draftwise bench` over a grid (drafters × γ × temperature × batch size): one run folder, one records.jsonl.
 
-Every record is a `bench` record plus its point (drafter, gamma, temperature, batch_size; baselines have drafter
-None and gamma 0). Items are (point, unit, method), ordered unit by unit so that the points of one temperature and
+Every record is a `bench` record plus its point (drafter, gamma, temperature, batch_size, runtime; baselines have
+drafter None and gamma 0; runtime is None but for the grid's `rows`: whole benches on other runtimes — another
+target file, backend or precision — run on the same prompts, whose records carry the row's name). Items are (point, unit, method), ordered unit by unit so that the points of one temperature and
 batch size are interleaved on the same prompts (drift hits all alike); through the Ray executor each item is a task.
 A rerun skips the records that are there. grid.json holds one bench summary per SD point, derived from the records.
 """
@@ -20,12 +21,16 @@ from ..executors import Executor, InProcess, exclusive
 from ..rundir import RunDir
 from . import bench
 
-AXES = ("drafter", "gamma", "temperature", "batch_size")
+AXES = ("drafter", "gamma", "temperature", "batch_size", "runtime")
 
 
-def point_of(config: BenchConfig) -> dict:
+def point_of(config: BenchConfig, runtime: str | None = None) -> dict:
     return {"drafter": config.drafter, "gamma": config.gamma if config.drafter else 0,
-            "temperature": config.temperature, "batch_size": config.batch_size}
+            "temperature": config.temperature, "batch_size": config.batch_size, "runtime": runtime}
+
+
+def _same(record: dict, point: dict) -> bool:
+    return all(record.get(a) == point[a] for a in AXES)  # records written before `runtime` existed: None
 
 
 class GridRunner:
@@ -35,15 +40,18 @@ class GridRunner:
         if grid.bench.threads:
             torch.set_num_threads(grid.bench.threads)
         self.points, self.loaded, self.runners, self.done = grid.points(), {}, {}, done
+        self.names = grid.runtimes()
+
+    def point(self, index: int) -> dict:
+        return point_of(self.points[index], self.names[index])
 
     def __call__(self, item: tuple[int, tuple[int, ...], str]) -> dict:
         index, unit, method = item
         if index not in self.runners:
             config = self.points[index]
-            point = point_of(config)
-            mine = [r for r in self.done if all(r[a] == point[a] for a in AXES)]
+            mine = [r for r in self.done if _same(r, self.point(index))]
             self.runners[index] = bench.Runner(config, *bench.load_models(config, self.loaded), mine)
-        return {**point_of(self.points[index]), **self.runners[index]((unit, method))}
+        return {**self.point(index), **self.runners[index]((unit, method))}
 
     def close(self) -> None:
         for runner in self.runners.values():
@@ -60,7 +68,7 @@ class GridWork:
 
 
 def _key(record: dict) -> tuple:
-    return tuple(record[a] for a in AXES) + (record["method"], record["prompt_id"])
+    return tuple(record.get(a) for a in AXES) + (record["method"], record["prompt_id"])
 
 
 def run(grid: BenchGridConfig, out: str | Path, executor: Executor | None = None) -> Path:
@@ -77,7 +85,7 @@ def run(grid: BenchGridConfig, out: str | Path, executor: Executor | None = None
     for index, config in enumerate(points):
         for order, unit in enumerate(bench.units(config, encoded)):
             for method in bench.method_names(config):
-                rec = {**point_of(config), "method": method, "prompt_id": "+".join(prompts[i].id for i in unit)}
+                rec = {**runner.point(index), "method": method, "prompt_id": "+".join(prompts[i].id for i in unit)}
                 if _key(rec) not in done:
                     items.append(((config.temperature, config.batch_size, order, index), (index, unit, method)))
     todo = [item for _, item in sorted(items, key=lambda x: x[0])]
@@ -91,7 +99,7 @@ def run(grid: BenchGridConfig, out: str | Path, executor: Executor | None = None
     finally:  # servers and llama.cpp models the baselines started are stopped, finished or not
         runner.close()
         bar.close()
-    summary = summarize(run_dir.records(), points)
+    summary = summarize(run_dir.records(), points, grid.runtimes())
     run_dir.write_json("grid.json", summary)
     print(format_grid(summary))
     print(f"run folder: {run_dir.path}")
@@ -114,14 +122,17 @@ def label(spec: str | None, width: int = 32) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def summarize(records: list[dict], points: list[BenchConfig]) -> dict:
-    """One `bench.summarize` per SD point, over its own records and its (temperature, batch size)'s baselines."""
+def summarize(records: list[dict], points: list[BenchConfig], runtimes: list[str | None] | None = None) -> dict:
+    """One `bench.summarize` per SD point, over its own records and its (temperature, batch size, runtime)'s
+    baselines."""
     rows = []
-    for config in (p for p in points if p.drafter):
-        point = point_of(config)
-        mine = [r for r in records if all(r[a] == point[a] for a in AXES)]
+    for config, runtime in zip(points, runtimes or [None] * len(points)):
+        if not config.drafter:
+            continue
+        point = point_of(config, runtime)
+        mine = [r for r in records if _same(r, point)]
         baselines = [r for r in records if r["drafter"] is None and r["temperature"] == config.temperature
-                     and r["batch_size"] == config.batch_size]
+                     and r["batch_size"] == config.batch_size and r.get("runtime") == runtime]
         if mine:
             rows.append({**point, "synthetic_alpha": config.synthetic_alpha,
                          **bench.summarize(mine + baselines, config)})

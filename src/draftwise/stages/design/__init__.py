@@ -5,8 +5,10 @@ which settings, and how fast.
   profile → lookup candidates (texts, corpus gain,
   gen-data-more, suffix index, tuned n-gram / suffix / hybrid settings; see `lookup`) → bench (one interleaved grid of
   every candidate beside AR, then γ*, temperatures, the batch dividend and the headline against transformers; see
-  `measure`) → per engine (llama.cpp rows: profile, lookup tuning, one grid beside llama-server's built-ins, a verdict
-  each; see `engines`) → accuracy → export → reduced heads (model drafters) → report
+  `measure`) → per engine (lean-int8 and llama.cpp rows: profile, lookup tuning, one grid — on llama.cpp beside
+  llama-server's built-ins — a verdict each; see `engines`) → the fastest (every runtime's plain decoding and each
+  row's choice in one grid: the design's answer, see `fastest`) → accuracy → export → reduced heads (model drafters)
+  → report
 
 Every stage writes its own run folder under `stages/` and, when finished, one `done` record in this folder's
 records.jsonl; a rerun skips finished stages and resumes the unfinished one from its own folder, so a kill at any
@@ -35,7 +37,7 @@ from ...models import ModelOptions, hf, load, load_drafter
 from ...rundir import RunDir, write_atomic
 from ...specs import split_hybrid
 from .. import accuracy, agree, bench, distill, gen_data, profile, prune, sweep  # noqa: F401  (the stages a run calls)
-from . import engines, export_engines, lookup, measure, verdict
+from . import engines, export_engines, fastest, lookup, measure, verdict
 from .plan import Planner, Sizes, nominal
 from .candidates import Candidate, budget_shapes, candidates, choose_shapes
 from .measure import batch_dividend, feasible_batch  # noqa: F401  (the design's API)
@@ -207,10 +209,10 @@ def sweep_shapes(p: Pipeline, target: cost.Shape) -> tuple[cost.Shape, cost.Shap
         fit = json.loads((p.folder("sweep") / "sweep.json").read_text())["fits"]["1"]
         model = cost.StepModel.from_dict(fit)
         ranking = sorted(budget_shapes(target, n), key=model.predict_ms)
-        fastest, control = choose_shapes(target, n, model, c.narrow_factor)
-        return {"budget": n, "head": target.vocab, "fit": fit, "shapes": [fastest.__dict__, control.__dict__],
+        fast, control = choose_shapes(target, n, model, c.narrow_factor)
+        return {"budget": n, "head": target.vocab, "fit": fit, "shapes": [fast.__dict__, control.__dict__],
                 "ranking": [{**s.__dict__, "predicted_ms": model.predict_ms(s)} for s in ranking],
-                "predicted_ms": [model.predict_ms(fastest), model.predict_ms(control)]}
+                "predicted_ms": [model.predict_ms(fast), model.predict_ms(control)]}
 
     chosen = p.stage("choose-shapes", decide)["shapes"]
     return cost.Shape(**chosen[0]), cost.Shape(**chosen[1])
@@ -334,9 +336,10 @@ def run(config: DesignConfig, out: str | Path, executor: Executor | None = None,
     for i, e in enumerate(engines.rows(p.config)):
         if i:  # each further row planned with what the ones before it took
             p.replan(f"row-{e.name}")
-            if p.dropped("extra-rows") or p.dropped("llama.cpp"):
-                break
-        rows.append(engines.run_row(p, e, target, lean_models, config.lookups, predicted))
+        if not engines.dropped(p, e):
+            rows.append(engines.run_row(p, e, target, lean_models, config.lookups, predicted))
+    p.replan("fastest")
+    final = fastest.run(p)  # every runtime's plain decoding and each row's choice, side by side
     models = {x.name: specs[x.name] for x in cands if x.role not in ("lookup", "hybrid")}
     p.replan("accuracy")
     if not p.dropped("accuracy"):
@@ -344,8 +347,8 @@ def run(config: DesignConfig, out: str | Path, executor: Executor | None = None,
     from ...report import design as report
     from .export import export, export_reduced
 
-    full = export(p, target, outcome)
-    export_engines.export_rows(p.dir.path / "export", rows, p.base)
+    full = export(p, target, outcome, final)
+    export_engines.export_rows(p.dir.path / "export", rows, p.base, final, fastest.row_verdicts(p))
     p.replan("reduced-heads")
     if drafter_kind(specs[chosen]) == "model" and (p.config.draft_vocabs or p.config.adaptive):
         spec, n = measure.tune_head(p, full, target_shape.vocab, gamma)

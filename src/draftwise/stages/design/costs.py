@@ -19,7 +19,8 @@ STAGE_S = 0.5  # per stage, whatever the model: loading, files, process start
 # the families whose stages share one correction (measured ÷ predicted); any other kind is a family of its own
 FAMILY = {"bench-select": "bench", "bench-select-repeat": "bench", "bench-gamma": "bench", "bench-gamma-repeat": "bench",
           "bench-temps": "bench", "bench-batch": "bench", "bench-headline": "bench", "reduced-heads": "bench",
-          "gen-data-more": "gen-data", "profile@": "llama.cpp", "tune-lookup@": "llama.cpp"}
+          "gen-data-more": "gen-data", "profile@": "llama.cpp", "tune-lookup@": "llama.cpp", "bench-fastest": "bench",
+          "bench-select@lean": "bench", "profile@lean": "profile", "tune-lookup@lean": "tune"}
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class Outline:
     benched: int  # model drafters in the selection grid
     lookups: int  # tuned n-gram, suffix and hybrid candidates
     rows: int  # llama.cpp rows
+    int8_row: bool = False  # the lean engine at int8 is a row of its own
     chosen_model: bool = False  # the chosen drafter is a model (reduced heads follow)
     trained_control: bool = True  # the trained count includes the deep-narrow control (`control` drops it)
     built: bool = False  # the candidates are known: `training` and `control` no longer change anything
@@ -40,7 +42,8 @@ class Outline:
         trained = 2 * len(config.wide_layers) if config.wide_layers else 2
         user = 1 if config.drafter else 0
         rows = (1 + len(config.gguf_quants)) if "llama.cpp" in config.engines else 0
-        return cls(trained, 2 + user, trained + user, 3 if config.lookups else 0, rows,
+        int8 = "lean-int8" in config.engines and config.dtype != "int8"
+        return cls(trained, 2 + user, trained + user, 3 if config.lookups else 0, rows, int8_row=int8,
                    trained_control=not config.wide_layers)
 
 
@@ -96,6 +99,15 @@ def items(o: Outline, s: Sizes, c: DesignConfig) -> list[Item]:
     row_methods = 2 + 6 + 2 * (o.lookups + row_models) + sched
     out += [Item("profile@", rows, 1500 + 300 * benched), Item("tune-lookup@", rows, 300),
             Item("bench-select@", rows, 200 + 0.7 * tok * s.bench_limit * row_methods)] if rows else []
+    # lean-int8: the lean engine's profile and grid at about a third of its fp32 step, no llama.cpp peers
+    int8 = o.int8_row and "lean-int8" not in d
+    out += [Item("profile@lean", 1, 300 + 80 * benched), Item("tune-lookup@lean", 1, 300),
+            Item("bench-select@lean", 1, 100 + 0.35 * tok * s.bench_limit * (1 + 1.2 * row_models + lookups + sched))] \
+        if int8 else []
+    # the last grid, whatever was dropped: every runtime's plain decoding (draftwise AR, and llama-server on each
+    # llama.cpp file) and each row's choice, about half an fp32 AR step per method and token on average
+    options = 2 * (1 + o.int8_row) + 3 * o.rows
+    out.append(Item("bench-fastest", 1, 100 + 0.5 * tok * s.bench_limit * options))
     if "accuracy" not in d:
         out.append(Item("accuracy", 1, 9.2 * s.accuracy_items * 2 * (1 + cands)))
     if o.chosen_model and "reduced-heads" not in d:
@@ -108,7 +120,7 @@ def kind_of(stage: str) -> str | None:
     """The cost kind of a finished stage (None: a decision, free)."""
     for prefix in ("profile@", "tune-lookup@", "bench-select@"):
         if stage.startswith(prefix):
-            return prefix
+            return prefix + "lean" if stage.endswith("@lean-int8") else prefix
     if stage.startswith("bench-select-repeat"):
         return "bench-select-repeat"
     if stage.startswith("bench-gamma-repeat"):
@@ -126,5 +138,5 @@ def kind_of(stage: str) -> str | None:
     if stage.startswith("agree-") and stage != "agree-lookup":
         return "agree"
     known = {"sweep", "gen-data", "gen-data-more", "profile", "agree-lookup", "bench-select", "bench-gamma",
-             "bench-temps", "bench-headline", "accuracy"}
+             "bench-temps", "bench-headline", "accuracy", "bench-fastest"}
     return stage if stage in known else None

@@ -1,22 +1,27 @@
 """`design` on the engines users deploy on: one verdict per engine, beside what llama-server already has.
 
-The pipeline (candidates, training, lookup tuning, the lean engine's verdict) runs once; each llama.cpp row then
+The pipeline (candidates, training, lookup tuning, the lean engine's verdict) runs once; each further row then
 measures the candidates where a user would run them. Costs — the verify curve above all — belong to (engine,
 precision, machine), so a γ, a drafter or a verdict chosen on one engine does not transfer to another:
 
-  rows             llama.cpp running the target's own GGUF (for `default`, the Q4_1 file it ships as), and one row per
-                   `--gguf-quants` precision: the target written at that precision from the weights draftwise loads
-                   (a lossy choice the user makes; F32 of a dequantised Q4_1 file computes that file's own function)
+  rows             the lean engine at int8 (`lean-int8`: int8 weights, activations quantized per token — a lossy
+                   choice, its quality measured by the design's `quality` stage); llama.cpp running the target's own
+                   GGUF (for `default`, the Q4_1 file it ships as), and one row per `--gguf-quants` precision: the
+                   target written at that precision from the weights draftwise loads (a lossy choice the user makes;
+                   F32 of a dequantised Q4_1 file computes that file's own function)
   profile@E        E's verify curve, and each model candidate's step (drafters written as GGUF at E's precision)
   tune-lookup@E    the lookup settings replayed over the target's text, priced with E's verify times
   bench-select@E   one interleaved grid on E at T = 0: the tuned lookups, the hybrid, and the model candidates the cost
-                   model cannot rule out on E, at their γ for E; draftwise AR on E; llama-cpp-python's generate; and
-                   llama-server on the same token ids: plain, --spec-default, each --spec-type with its defaults, and
-                   the nearest built-in of each draftwise candidate with its settings (`nearest_builtin`)
+                   model cannot rule out on E, at their γ for E; draftwise AR on E; on a llama.cpp row also
+                   llama-cpp-python's generate and llama-server on the same token ids: plain, --spec-default, each
+                   --spec-type with its defaults, and the nearest built-in of each draftwise candidate with its settings
+                   (`nearest_builtin`)
   verdict@E        the fastest draftwise method beyond noise (paired bootstrap over prompts, a tie to the cheaper), to
                    deploy when its interval over E's AR lies above 1, else plain decoding; beside it the best llama-server
                    built-in with its interval, and how often greedy SD reproduced AR's tokens on E (a quantized
-                   multi-token pass may round differently from a one-token step)
+                   multi-token pass of llama.cpp may round differently from a one-token step; lean-int8's cannot)
+
+Which row to deploy on is `fastest`'s question: every row's choice against the fastest plain decoding of any row.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 
 from ... import metrics, specs as spec_lib
 from ...config import BenchConfig, BenchGridConfig, ProfileConfig, drafter_kind
+from ...models.int8 import NAME as INT8
 from ...models.llamacpp_load import LLAMA_CPP, gguf_file, quant_name, written
 from .. import profile
 from ..bench import SCHEDULED
@@ -38,23 +44,35 @@ SCREEN = 0.9  # a model candidate predicted below this share of the best draftwi
 SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache")  # llama-server's draft-free built-ins
 
 
+LEAN_INT8 = "lean-int8"  # the lean engine at int8, a row of its own
+
+
 @dataclass(frozen=True)
 class Engine:
-    """One verdict row: llama.cpp running `target` (a GGUF file)."""
+    """One verdict row: llama.cpp running `target` (a GGUF file), or the lean engine at another precision."""
 
-    name: str  # e.g. llama.cpp-Q4_1: stage names and the report's rows
-    target: str  # the GGUF file it runs
-    quant: str  # its file type (F32, F16, Q8_0, Q4_1, ...)
-    drafter_quant: str  # what draftwise writes model drafters at for this row (f32 | f16 | q8_0)
-    shipped: bool  # the target's own file (False: a copy written at a precision the user chose)
+    name: str  # e.g. llama.cpp-Q4_1, lean-int8: stage names and the report's rows
+    target: str  # what the row loads: a GGUF file (llama.cpp), the design's target (lean)
+    quant: str  # its precision as labelled: the file type (F32, F16, Q8_0, Q4_1, ...), INT8
+    drafter_quant: str  # llama.cpp: what draftwise writes model drafters at for this row (f32 | f16 | q8_0)
+    shipped: bool  # the target's own file (False: a copy written, or weights requantized, at a precision the user chose)
+    backend: str = LLAMA_CPP
+    dtype: str = "fp32"  # the lean engine's precision on a lean row
+
+    @property
+    def lean(self) -> bool:
+        return self.backend != LLAMA_CPP
 
 
 def rows(config) -> list[Engine]:
-    """The llama.cpp rows of a design: the target's own file, then each `gguf_quants` copy."""
-    if LLAMA_CPP not in config.engines:
-        return []
-    own = gguf_file(config.target)
+    """The rows of a design beyond the lean engine at its own precision: lean-int8, then llama.cpp's — the target's
+    own file, then each `gguf_quants` copy."""
     out: list[Engine] = []
+    if LEAN_INT8 in config.engines and config.dtype != INT8:
+        out.append(Engine(LEAN_INT8, config.target, INT8.upper(), "f32", False, backend="lean", dtype=INT8))
+    if LLAMA_CPP not in config.engines:
+        return out
+    own = gguf_file(config.target)
     if own is not None:
         q = quant_name(own)
         out.append(Engine(f"{LLAMA_CPP}-{q}", str(own), q, _drafter_quant(q), True))
@@ -71,6 +89,13 @@ def _drafter_quant(quant: str) -> str:
     return {"F32": "f32", "F16": "f16"}.get(quant, "q8_0")
 
 
+def dropped(p, e: Engine) -> bool:
+    """Whether the budget left row `e` out (`plan.DROPS`)."""
+    if e.lean:
+        return p.dropped(LEAN_INT8)
+    return p.dropped(LLAMA_CPP) or (not e.shipped and p.dropped("extra-rows"))
+
+
 def target_name(v: dict) -> str:
     """The target file as an export names it: the shipped file by its name, a written copy by what makes it."""
     return v["target_file"] if v["shipped"] else f"target-{v['quant'].lower()}.gguf"
@@ -84,8 +109,8 @@ def bench_config(p, e: Engine, **kw) -> BenchConfig:
     """A bench on row `e` (the selection grid's prompts unless `kw` says otherwise)."""
     c = p.config
     kw = {"suite": c.bench_suites, "limit": c.bench_limit, **kw}
-    return BenchConfig(target=e.target, backend=LLAMA_CPP, gguf_quant=e.drafter_quant, max_new_tokens=c.max_new_tokens,
-                       seed=c.seed, llama_server=c.llama_server, **_options(c), **kw)
+    return BenchConfig(target=e.target, backend=e.backend, dtype=e.dtype, gguf_quant=e.drafter_quant,
+                       max_new_tokens=c.max_new_tokens, seed=c.seed, llama_server=c.llama_server, **_options(c), **kw)
 
 
 def nearest_builtin(spec: str, gamma: int, target: str, quant: str) -> str:
@@ -125,7 +150,7 @@ def run_row(p, e: Engine, target, models: dict[str, str], lookups: bool, predict
     prof = f"profile@{e.name}"
     p.stage(prof, lambda f: profile.run(ProfileConfig(
         target=e.target, drafters=tuple(models.values()), depths=(), gammas=GAMMAS, batches=(1,), warmup=2, repeats=7,
-        seed=c.seed, backend=LLAMA_CPP, gguf_quant=e.drafter_quant, **_options(c)), f, p.executor))
+        seed=c.seed, backend=e.backend, dtype=e.dtype, gguf_quant=e.drafter_quant, **_options(c)), f, p.executor))
     best = {n: max(predicted(p, s, n, profile=prof).items(), key=lambda kv: kv[1], default=(1, 0.0))
             for n, s in models.items()}
     cands: dict[str, tuple[str, int]] = {}
@@ -138,18 +163,19 @@ def run_row(p, e: Engine, target, models: dict[str, str], lookups: bool, predict
     lead = max([tuned[m]["predicted_tokens_per_s"] for m in cands] + [b for _, b in best.values()], default=0.0)
     cands.update({n: (models[n], best[n][0]) for n in models if best[n][1] >= SCREEN * lead})
     names = list(cands)
-    nearest = {n: "llama-server:" + nearest_builtin(s, g, e.target, e.drafter_quant) for n, (s, g) in cands.items()}
+    nearest = {} if e.lean else \
+        {n: "llama-server:" + nearest_builtin(s, g, e.target, e.drafter_quant) for n, (s, g) in cands.items()}
     # each tuned lookup's scheduled variant, priced by E's verify curve, from the design's calibration
     scheduled = lookup.scheduled_options(cands) if "calibrate-lookup" in p.done else {}
-    grid = BenchGridConfig(bench=bench_config(p, e, drafter=cands[names[0]][0], gamma=1,
-                                              baselines=("ar", "llama-cpp", *builtins(nearest)),
+    peers = () if e.lean else ("llama-cpp", *builtins(nearest))
+    grid = BenchGridConfig(bench=bench_config(p, e, drafter=cands[names[0]][0], gamma=1, baselines=("ar", *peers),
                                               **(measure.scheduling(p, prof) if scheduled else {})),
                            drafters=tuple(s for s, _ in cands.values()), drafter_gammas=tuple(g for _, g in cands.values()),
                            scheduled=tuple(cands[m][0] for m in scheduled.values()))
     measure.run_grid(p, f"bench-select@{e.name}", grid, drafters={n: s for n, (s, _) in cands.items()},
                      gammas={n: g for n, (_, g) in cands.items()}, scheduled=scheduled)
     v = p.stage(f"verdict@{e.name}", lambda f: verdict(p, e, cands, nearest, scheduled))
-    if v["recommend"] and v["kind"] == "lookup":  # the export's llama-cpp-python snippet, measured as it runs
+    if v["recommend"] and v["kind"] == "lookup" and not e.lean:  # the export's llama-cpp-python snippet, as it runs
         config = bench_config(p, e, drafter=v["spec"], gamma=v["gamma"], limit=c.headline_limit, suite="spec_bench",
                               baselines=("llama-cpp", "llama-cpp-lookup"))
         measure.run_grid(p, f"bench-python@{e.name}", BenchGridConfig(bench=config), drafter=v["spec"])
@@ -174,7 +200,7 @@ def verdict(p, e: Engine, cands: dict[str, tuple[str, int]], nearest: dict[str, 
     `scheduled`: {scheduled option: its static candidate} (measured in that candidate's grid point)."""
     stage, scheduled = f"bench-select@{e.name}", scheduled or {}
     cands = {**cands, **{n: cands[m] for n, m in scheduled.items()}}
-    nearest = {**nearest, **{n: nearest[m] for n, m in scheduled.items()}}
+    nearest = {**nearest, **{n: nearest[m] for n, m in scheduled.items() if m in nearest}}
     recs = measure.records(p, [stage])
     points = {r["drafter"]: r for r in measure.grid_points(p, stage)}
     ours = measure.option_key({n: s for n, (s, _) in cands.items()}, scheduled)
@@ -189,7 +215,7 @@ def verdict(p, e: Engine, cands: dict[str, tuple[str, int]], nearest: dict[str, 
     ar, _ = mine.pop(None), peers.pop(None)
     step = {n: round((points[s]["draft_step_ms"] or 0.0) / points[s]["ar_step_ms"], 2) for n, (s, _) in cands.items()}
     decision = decide.choose(decide.compare(mine, ar, p.config.seed), lambda n: (step[n], n in scheduled))
-    base = decide.compare(peers, ar, p.config.seed)
+    base = decide.compare(peers, ar, p.config.seed) if peers else {"speedup": {}}
     builtin = {m: s for m, s in base["speedup"].items() if m.startswith("llama-server")}
     server = peers.get("llama-server")  # each built-in over llama-server's own plain decoding, on the same prompts
     over_plain = decide.compare({m: peers[m] for m in builtin if m != "llama-server"}, server, p.config.seed)["speedup"] \
@@ -205,7 +231,7 @@ def verdict(p, e: Engine, cands: dict[str, tuple[str, int]], nearest: dict[str, 
     any_point = next(iter(points.values()))
     methods = any_point["methods"]
     return {"engine": e.name, "quant": e.quant, "shipped": e.shipped, "target_file": Path(e.target).name,
-            "target_path": e.target, "drafter_quant": e.drafter_quant,
+            "target_path": e.target, "drafter_quant": e.drafter_quant, "backend": e.backend, "dtype": e.dtype,
             "recommend": recommend, "drafter": chosen, "spec": cands[chosen][0], "kind": drafter_kind(cands[chosen][0]),
             "method": method(chosen), "gamma": cands[chosen][1], "speedup": decision["speedup"][chosen],
             "decision": decision, "tokens_per_s": as_method(points[cands[chosen][0]], method(chosen))["tokens_per_s"],
@@ -217,7 +243,7 @@ def verdict(p, e: Engine, cands: dict[str, tuple[str, int]], nearest: dict[str, 
             "llama_cpp_generate_tokens_per_s": methods.get("llama-cpp", {}).get("tokens_per_s"),
             "identical": metrics.identical_fraction(sd_recs, ar_recs), "divergence": metrics.divergence(sd_recs, ar_recs),
             "candidates": {n: {"spec": s, "gamma": g, "method": method(n), "speedup": decision["speedup"][n],
-                               "nearest": nearest[n], "tar": as_method(points[s], method(n))["tar"],
+                               "nearest": nearest.get(n), "tar": as_method(points[s], method(n))["tar"],
                                "alpha": as_method(points[s], method(n))["alpha"]} for n, (s, g) in cands.items()},
             "rule": "deploy when the chosen method's speedup over AR on this engine is above 1 beyond noise (95 % "
                     "interval, paired bootstrap over prompts); otherwise plain decoding"}
@@ -249,11 +275,18 @@ def sentence(v: dict) -> str:
                       "effect: llama-server processes differ by a few % among themselves)")
                    + f"; {'the verdict' if v['recommend'] else 'plain decoding on draftwise'} is {vs[0]:.2f}× it "
                      f"[{vs[1]:.2f}–{vs[2]:.2f}].")
-    what = f"{v['quant']} ({'the file the target ships as' if v['shipped'] else 'a copy written at this precision'})"
-    if v.get("method", "sd") != "sd":
-        what += " with the round scheduler"
+    what = runtime_label(v) + (" with the round scheduler" if v.get("method", "sd") != "sd" else "")
     if v["recommend"]:
-        return (f"On {LLAMA_CPP} {what}: deploy {v['drafter']} ({label(v['spec'], 60)}, γ = {v['gamma']}), "
-                f"{pt:.2f}× plain decoding [{lo:.2f}–{hi:.2f}].{builtin}")
-    return (f"On {LLAMA_CPP} {what}: use plain decoding; the best draftwise method, {v['drafter']} "
+        return (f"On {what}: deploy {v['drafter']} ({label(v['spec'], 60)}, γ = {v['gamma']}), "
+                f"{pt:.2f}× its plain decoding [{lo:.2f}–{hi:.2f}].{builtin}")
+    return (f"On {what}: use plain decoding; the best draftwise method, {v['drafter']} "
             f"({label(v['spec'], 60)}, γ = {v['gamma']}), measured {pt:.2f}× [{lo:.2f}–{hi:.2f}].{builtin}")
+
+
+def runtime_label(v: dict) -> str:
+    """A row's runtime in words: engine, precision, and whether that precision is the user's lossy choice."""
+    if v.get("backend", LLAMA_CPP) != LLAMA_CPP:
+        return ("the draftwise lean engine at int8 (int8 weights, activations quantized per token: a lossy choice, "
+                "its quality measured against fp32)")
+    return f"{LLAMA_CPP} {v['quant']} (" + ("the file the target ships as" if v["shipped"] else
+                                           "a copy written at this precision") + ")"

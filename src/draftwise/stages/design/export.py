@@ -15,6 +15,8 @@ from ...config import drafter_kind
 from ...models import layer_subset, parse_layers, read_weights, save_checkpoint
 from ...models.source import resolve
 from ...sd import calibrate
+from .fastest import lean_name, versus
+from .verdict import sentence
 
 MODEL = """# Exported drafter: {name} (γ* = {gamma})
 
@@ -178,23 +180,24 @@ def export_model(out: Path, target, spec: str) -> Path:
     return ckpt
 
 
-def export(pipeline, target, verdict: dict) -> Path | None:
-    """Returns the exported full-vocabulary checkpoint folder (None for a lookup drafter: it has no weights)."""
-    from .verdict import sentence
-
+def export(pipeline, target, verdict: dict, final: dict | None = None) -> Path | None:
+    """Returns the exported full-vocabulary checkpoint folder (None for a lookup drafter: it has no weights).
+    `final`: the design's answer (`fastest`), beside which the lean engine's own verdict is stated."""
     top = pipeline.dir.path / "export"
+    against = versus(final, lean_name(pipeline.config), verdict.get("method", "sd") if verdict["recommend"] else "ar")
     name, spec, gamma = verdict["drafter"], verdict["spec"], verdict["gamma"]
     out = top if verdict["recommend"] else top / f"not-recommended-{name}"
     out.mkdir(parents=True, exist_ok=True)
     ckpt = export_parts(pipeline, target, out, spec, name, gamma, verdict.get("method", "sd") != "sd")
     if verdict["recommend"]:
         readme = out / "README.md"
-        readme.write_text(f"**Verdict:** {sentence(verdict)}\n\n" + readme.read_text())
+        readme.write_text(f"## The draftwise lean engine at {pipeline.config.dtype}\n\n**Its verdict:** "
+                          f"{sentence(verdict)}{against}\n\n" + readme.read_text())
     else:
         (top / "README.md").write_text(
-            f"# SD is not recommended on this machine\n\n{sentence(verdict)}\n\nPlain decoding is at least as fast "
-            f"here. What the design built for its best candidate is kept, for reference only, in "
-            f"`{out.name}/`.\n")
+            f"## The draftwise lean engine at {pipeline.config.dtype}: SD is not recommended\n\n{sentence(verdict)}"
+            f"{against}\n\nPlain decoding is at least as fast on this engine. What the design built for its best "
+            f"candidate is kept, for reference only, in `{out.name}/`.\n")
     return ckpt
 
 

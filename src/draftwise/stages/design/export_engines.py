@@ -1,7 +1,8 @@
-"""Export per engine: for each llama.cpp row, `export/engines/<engine>/README.md` with what its verdict says to run —
-the llama-server command line (the nearest built-in of the chosen method with its settings, or plain decoding), the
-llama-cpp-python call (draftwise's lookup drafter as a `LlamaDraftModel`), the model drafter as GGUF where one is
-chosen — each with the figure measured for that exact command on this machine, or "not measured here".
+"""Export per engine: for each row, `export/engines/<engine>/README.md` with what its verdict says to run. A llama.cpp
+row: the llama-server command line (the nearest built-in of the chosen method with its settings, or plain decoding),
+the llama-cpp-python call (draftwise's lookup drafter as a `LlamaDraftModel`), the model drafter as GGUF where one is
+chosen — each with the figure measured for that exact command on this machine, or "not measured here". A lean row
+(lean-int8): the draftwise command at that precision, with its figure.
 
 Paths are relative to the folder the README is in; the target file is named, not located (it is the user's)."""
 
@@ -12,8 +13,9 @@ import shlex
 import shutil
 from pathlib import Path
 
+from ... import specs as spec_lib
 from ...models.llamacpp_load import written
-from . import engines
+from . import engines, fastest
 from .export import local_lookup
 
 SERVER = """llama-server (measured here: {measured}):
@@ -41,17 +43,30 @@ out = llm.create_completion("Hello", max_tokens=128, temperature=0)
 """
 
 
-def export_rows(top: Path, rows: list[dict], config) -> None:
-    """Every engine row's folder, and a pointer to each in the export's README (the lean engine's verdict)."""
-    if not rows:
-        return
+LEAN = """draftwise at {precision} (run from this folder; measured here: {measured}):
+```
+draftwise bench --target {target} --dtype {dtype} {drafter}
+```
+"""
+
+
+def export_rows(top: Path, rows: list[dict], config, final: dict | None = None,
+                verdicts: dict[str, dict] | None = None) -> None:
+    """Every engine row's folder, a pointer to each in the export's README, and the README's opening: the design's
+    answer (`final`, see `fastest`; `verdicts`: every row's verdict by runtime name) and how to run it."""
     spec = "default" if config.target == "default" else "<target>"
-    lines = ["\n## Per engine\n", "The verdict above is the draftwise engine's. Where you deploy on llama.cpp:\n"]
+    lines = ["\n## Per engine\n", "Each engine's own verdict (what to run if you deploy on that engine):\n"]
     for v in rows:
-        folder = export_row(top, v, config.threads, engines.target_name(v), spec)
-        lines.append(f"- `{folder.relative_to(top)}/`: {engines.sentence(v)}")
-    with open(top / "README.md", "a") as f:
-        f.write("\n".join(lines) + "\n")
+        folder = export_lean_row(top, v, spec, final) if v.get("backend", "llama.cpp") != "llama.cpp" else \
+            export_row(top, v, config.threads, engines.target_name(v), spec, final)
+        lines.append(f"- `{folder.relative_to(top)}/`: {engines.sentence(v)}{_versus(final, v)}")
+    readme = top / "README.md"
+    head = fastest.readme_header(final, verdicts or {}, spec, config.threads) if final else ""
+    readme.write_text(head + readme.read_text() + ("\n".join(lines) + "\n" if rows else ""))
+
+
+def _versus(final: dict | None, v: dict) -> str:
+    return fastest.versus(final, v["engine"], v.get("method", "sd") if v["recommend"] else "ar")
 
 
 def _measured(b: dict | None, what: str = "draftwise AR on this engine") -> str:
@@ -71,7 +86,36 @@ def _local_args(args: str, out: Path) -> str:
     return shlex.join(parts)
 
 
-def export_row(top: Path, v: dict, threads: int | None, target_name: str, target_spec: str) -> Path:
+def _verdict_json(out: Path, v: dict) -> None:
+    (out / "verdict.json").write_text(json.dumps({k: v[k] for k in ("engine", "quant", "shipped", "recommend", "drafter",
+                                                                   "method", "gamma", "speedup", "best_builtin") if k in v}, indent=1) + "\n")
+
+
+def export_lean_row(top: Path, v: dict, target_spec: str, final: dict | None = None) -> Path:
+    """A lean row's folder: the draftwise command at the row's precision (its lookup corpus copied beside it)."""
+    out = top / "engines" / v["engine"]
+    out.mkdir(parents=True, exist_ok=True)
+    if v["kind"] == "lookup":
+        local = local_lookup(v["spec"], out) if v["recommend"] else v["spec"]
+    else:  # a checkpoint of the run folder: named, not located (the export names no path of this machine)
+        local = "<the drafter checkpoint>" if v["kind"] == "model" else "hybrid:<the drafter checkpoint>+" + \
+            spec_lib.split_hybrid(v["spec"])[1]
+    drafter = f"--drafter '{local}' --gamma {v['gamma']}" if v["recommend"] else "--baseline ar"
+    measured = _measured({"speedup": v["speedup"], "tokens_per_s": v["tokens_per_s"]}, "its plain decoding") \
+        if v["recommend"] else f"{v['ar_tokens_per_s']:.1f} tokens/s"
+    parts = [f"# {v['engine']}: {'deploy ' + v['drafter'] if v['recommend'] else 'plain decoding'}\n",
+             f"**Verdict:** {engines.sentence(v)}{_versus(final, v)}\n",
+             LEAN.format(precision=v["dtype"], measured=measured, target=target_spec, dtype=v["dtype"], drafter=drafter)]
+    if v["kind"] != "lookup" and v["recommend"]:
+        parts.append(f"The drafter checkpoint is the design's `{v['drafter']}` (`export/drafter/` when the design's "
+                     "verdict chose it); draftwise quantizes it to the same precision when it loads it.\n")
+    (out / "README.md").write_text("\n".join(parts))
+    _verdict_json(out, v)
+    return out
+
+
+def export_row(top: Path, v: dict, threads: int | None, target_name: str, target_spec: str,
+               final: dict | None = None) -> Path:
     """One engine row's folder (`v`: its verdict; `v["python"]`: the llama-cpp-python snippet's measured figure, when a
     lookup drafter was chosen)."""
     out = top / "engines" / v["engine"]
@@ -79,7 +123,7 @@ def export_row(top: Path, v: dict, threads: int | None, target_name: str, target
     threads = threads or 2
     spec, gamma, kind = v["spec"], v["gamma"], v["kind"]
     parts = [f"# {v['engine']}: {'deploy ' + v['drafter'] if v['recommend'] else 'plain decoding'}\n",
-             f"**Verdict:** {engines.sentence(v)}\n"]
+             f"**Verdict:** {engines.sentence(v)}{_versus(final, v)}\n"]
     if not v["shipped"]:
         parts.append(f"`{target_name}` is the target written at this precision: `draftwise export-gguf {target_spec} "
                      f"--quant {v['quant'].lower()} --out {target_name}`.\n")
@@ -120,6 +164,5 @@ def export_row(top: Path, v: dict, threads: int | None, target_name: str, target
         shutil.copy2(written(spec, v["target_path"], v["drafter_quant"]), out / "drafter.gguf")
     parts.append("vLLM: not measured here (no GPU on this machine).\n")
     (out / "README.md").write_text("\n".join(parts))
-    (out / "verdict.json").write_text(json.dumps({k: v[k] for k in ("engine", "quant", "shipped", "recommend", "drafter",
-                                                                   "method", "gamma", "speedup", "best_builtin") if k in v}, indent=1) + "\n")
+    _verdict_json(out, v)
     return out

@@ -36,11 +36,12 @@ FLOORS = {"gen_prompts": 8, "distill_minutes": 0.5, "elimination_tokens": 32, "a
 TRAINING = ("gen_prompts", "distill_minutes")  # the sizes σ > 1 grows
 # optional stages, first dropped first: what a verdict on this machine can do without
 DROPS = ("repeats", "accuracy", "batch", "gen-data-more", "headline", "temperatures", "extra-rows", "reduced-heads",
-         "control", "scheduler", "llama.cpp", "training")
+         "control", "scheduler", "llama.cpp", "lean-int8", "training")
 # the phase whose plan a drop takes effect in (earlier phases' drops are provisional): `design.run` names them
 DECIDED = {"training": "build", "control": "build", "gen-data-more": "lookups", "scheduler": "lookups",
            "repeats": "select", "temperatures": "temperatures", "batch": "batch", "headline": "headline",
-           "llama.cpp": "rows", "extra-rows": "rows", "accuracy": "accuracy", "reduced-heads": "reduced-heads"}
+           "llama.cpp": "rows", "extra-rows": "rows", "lean-int8": "rows", "accuracy": "accuracy",
+           "reduced-heads": "reduced-heads"}
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class Sizes:
                        select_repeats=0 if "repeats" in d else base.select_repeats,
                        temperatures=(0.0,) if "temperatures" in d else base.temperatures,
                        gguf_quants=() if d & {"extra-rows", "llama.cpp"} else base.gguf_quants,
-                       engines=("lean",) if "llama.cpp" in d else base.engines,
+                       engines=tuple(e for e in base.engines if e not in d),  # llama.cpp, lean-int8 rows
                        scheduler=base.scheduler and "scheduler" not in d,
                        draft_vocabs=() if "reduced-heads" in d else base.draft_vocabs,
                        adaptive=base.adaptive and "reduced-heads" not in d)

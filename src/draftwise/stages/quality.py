@@ -1,0 +1,158 @@
+"""`draftwise quality`: what a lossy runtime costs in quality, against the target on the lean engine at fp32.
+
+int8 weights and activations (`lean:int8`), bf16 (`lean:bf16`) and quantized GGUF files on llama.cpp (`llama.cpp`: the
+target's own file, Q4_1 for `default`; `llama.cpp:q8_0|f16|f32`: the target written at that precision) are choices
+that trade quality for speed, and a speedup measured on one of them is only worth its quality cost. Teacher-forced on
+the prompt texts of the eval split (through the chat template), each runtime is scored at every position t of a prompt
+(predicting token t+1) by (a) top-1 agreement: how often its argmax is the fp32 reference's, and (b) the NLL (nats per
+token) of the text's actual next token, beside the fp32 reference's own NLL on the same positions.
+
+Records (one per runtime and prompt) hold counts and sums, so quality.json's figures are exact pooled means.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .. import continuations
+from ..config import GGUF_QUANTS, PRECISIONS, QualityConfig
+from ..errors import DraftwiseError
+from ..models import ModelOptions, load
+from ..models.llamacpp_load import LLAMA_CPP, gguf_file, written
+from ..rundir import RunDir
+
+REFERENCE = "lean:fp32"
+FORMS = (f"lean:{{{','.join(PRECISIONS)}}}, {LLAMA_CPP} (the target's own GGUF) or "
+         f"{LLAMA_CPP}:{{{','.join(GGUF_QUANTS)}}}")
+
+
+def check_runtime(name: str) -> tuple[str, str | None]:
+    """(engine, precision or None) of a runtime name; an unknown one is refused with one line listing the forms."""
+    engine, _, precision = name.partition(":")
+    if engine == "lean" and precision in PRECISIONS:
+        return engine, precision
+    if engine == LLAMA_CPP and (precision in GGUF_QUANTS or name == LLAMA_CPP):
+        return engine, precision or None
+    raise DraftwiseError(f"unknown runtime {name!r}: choose from {FORMS}")
+
+
+def parse_runtime(name: str, target: str) -> tuple[str, ModelOptions, str]:
+    """(label, options, spec to load) of a runtime of `target`. `llama.cpp:QUANT` of a target that is a GGUF file
+    ('default': the shipped Q4_1) runs the target written at QUANT (cached; written here on first use)."""
+    engine, precision = check_runtime(name)
+    if engine == "lean":
+        return name, ModelOptions(dtype=precision, backend="lean"), target
+    if precision is None or gguf_file(target) is None:  # an HF dir is written at gguf_quant by load itself
+        return name, ModelOptions(backend=LLAMA_CPP, gguf_quant=precision or "f32"), target
+    return name, ModelOptions(backend=LLAMA_CPP), str(written(target, target, precision))
+
+
+@torch.inference_mode()
+def _logits(model, ids: list[int], vocab: int | None = None) -> torch.Tensor:
+    """Logits [T-1, V] (fp32) at positions 0..T-2 of one whole prompt. A GGUF's vocabulary may hold extra (padding)
+    rows beyond the checkpoint's, or the other way round: only the first min(V_ref, V_runtime) logits (`vocab`) are
+    compared; the rows past them are no token of the text."""
+    model.lm.reset(1, len(ids))
+    logits = model.lm.forward(torch.tensor([ids], device=model.lm.device), 0)[0, :-1].float().cpu()
+    return logits[:, :vocab] if vocab else logits
+
+
+def _next_logp(logits: torch.Tensor, ids: list[int]) -> torch.Tensor:
+    """log p(actual token t+1) at each position t."""
+    return torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[1:]).unsqueeze(1)).squeeze(1)
+
+
+def _score(model, ids: list[int], ref: dict) -> dict:
+    """One prompt's record figures under `model`, against the reference's argmax and log-probs (`ref`)."""
+    logits = _logits(model, ids, min(ref["vocab"], model.vocab_size))
+    return {"positions": len(ids) - 1, "agree": int((logits.argmax(-1) == ref["argmax"]).sum()),
+            "nll_sum": float(-_next_logp(logits, ids).sum()), "ref_nll_sum": float(-ref["logp"].sum())}
+
+
+def run(config: QualityConfig, out: str | Path) -> Path:
+    if config.threads:
+        torch.set_num_threads(config.threads)  # llama.cpp's loads read their thread count from torch
+    run_dir = RunDir(out, config)
+    done = {(r["runtime"], r["prompt_id"]) for r in run_dir.records()}
+    reference = load(config.target, ModelOptions())
+    prompts = continuations.prompts_for(reference, "eval", config.suites, config.max_prompt_tokens, config.limit)
+    prompts = [(p, ids) for p, ids in prompts if len(ids) > 1]  # a one-token prompt has no next token to score
+    todo = {rt: [(p, ids) for p, ids in prompts if (rt, p.id) not in done] for rt in config.runtimes}
+    needed = {p.id for pairs in todo.values() for p, _ in pairs}
+    bar = tqdm(total=len(needed) + sum(map(len, todo.values())), desc=f"quality {REFERENCE} (reference)",
+               unit="prompt", file=sys.stderr, dynamic_ncols=True, disable=not needed)
+    refs = {}  # prompt id -> the reference's argmax and next-token log-probs (not its logits)
+    for p, ids in prompts:
+        if p.id in needed:
+            logits = _logits(reference, ids)
+            refs[p.id] = {"argmax": logits.argmax(-1), "logp": _next_logp(logits, ids), "vocab": logits.shape[-1]}
+            bar.update(1)
+    del reference
+    gc.collect()
+    for rt, pairs in todo.items():
+        if not pairs:
+            continue
+        bar.set_description(f"quality {rt}")
+        label, options, spec = parse_runtime(rt, config.target)
+        model = load(spec, options)
+        for p, ids in pairs:
+            run_dir.append({"runtime": label, "prompt_id": p.id, "suite": p.suite, **_score(model, ids, refs[p.id])})
+            bar.update(1)
+        del model  # one runtime's model in memory at a time
+        gc.collect()
+    bar.close()
+    summary = summarize(run_dir.records(), config)
+    run_dir.write_json("quality.json", summary)
+    print(format_quality(summary))
+    return run_dir.path
+
+
+def summarize(records: list[dict], config: QualityConfig) -> dict:
+    out = {"definitions": "agreement: fraction of scored positions (each prompt position t, predicting token t+1, "
+                          "teacher-forced on eval prompt texts) where the runtime's argmax equals the fp32 lean "
+                          "reference's. nll: mean negative log-likelihood (nats/token) of the text's actual next tokens "
+                          "under the runtime; nll_delta: runtime minus fp32 on the same positions.",
+           "target": config.target}
+    for rt in config.runtimes:
+        rs = [r for r in records if r["runtime"] == rt]
+        n = sum(r["positions"] for r in rs)
+        out[rt] = {"agreement": sum(r["agree"] for r in rs) / n if n else None,
+                   "nll": sum(r["nll_sum"] for r in rs) / n if n else None,
+                   "nll_delta": sum(r["nll_sum"] - r["ref_nll_sum"] for r in rs) / n if n else None,
+                   "positions": n, "prompts": len(rs)}
+    ref = {r["prompt_id"]: r for r in records}  # one record per prompt: the reference's sums are every runtime's
+    n = sum(r["positions"] for r in ref.values())
+    nll = sum(r["ref_nll_sum"] for r in ref.values()) / n if n else None
+    out["reference"] = {"runtime": REFERENCE, "nll": nll, "positions": n, "prompts": len(ref)}
+    return out
+
+
+def sentence(summary: dict, runtime: str) -> str:
+    """One runtime's figures in one phrase, e.g. 'top-1 agreement with fp32 0.953, NLL 2.41 (+0.030 over fp32) on 24
+    eval prompts'."""
+    s = summary.get(runtime)
+    if not s or s["agreement"] is None:
+        return f"no quality figures for {runtime}"
+    return (f"top-1 agreement with fp32 {s['agreement']:.3f}, NLL {s['nll']:.2f} ({_signed(s['nll_delta'])} over fp32) "
+            f"on {s['prompts']} eval prompts")
+
+
+def _signed(x: float) -> str:
+    return f"{round(x, 3) + 0.0:+.3f}"  # + 0.0: no "-0.000" for a delta that rounds to zero
+
+
+def format_quality(summary: dict) -> str:
+    ref = summary["reference"]
+    lines = [f"{'runtime':<16} {'agreement':>9} {'NLL':>7} {'ΔNLL':>7}",
+             f"{'fp32 (reference)':<16} {'1.000':>9} {ref['nll']:>7.3f} {'':>7}" if ref["nll"] is not None else
+             f"{'fp32 (reference)':<16} (no positions scored)"]
+    for rt, s in summary.items():
+        if isinstance(s, dict) and "agreement" in s and s["agreement"] is not None:
+            lines.append(f"{rt:<16} {s['agreement']:>9.3f} {s['nll']:>7.3f} {_signed(s['nll_delta']):>7}")
+    lines.append(f"({ref['positions']} positions of {ref['prompts']} eval prompts; nats/token)")
+    return "\n".join(lines)
