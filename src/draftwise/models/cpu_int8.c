@@ -1,23 +1,27 @@
-/* int8 matrix product of the lean engine's int8 precision (W8A8): y[M, N] = x[M, K] @ w[N, K]^T with both sides int8.
+/* Matrix product of the lean engine's int8 precision: y[M, N] = x[M, K] @ w[N, K]^T, int8 weights, int16 activations.
  *
- * Weights: int8 per output row n with a scale sw[n] (symmetric, in [-127, 127]), quantized once at load time
- * (`int8.py`) and packed in groups of 16 rows: element (n, k) sits at ((n / 16) * Kp / 4 + k / 4) * 64 + (n % 16) * 4
- * + k % 4, K padded with zeros to Kp (a multiple of 64), N to a multiple of 64 (zero rows, scale 0). One 64-byte load
- * holds 4 consecutive k of 16 rows, so a group streams as one contiguous block and the sums need no horizontal add.
- * Activations: quantized here, per row m (per token), never per tensor: sx[m] = amax|x[m]| / 127 and
- * xq = rint(x * (127 / amax)) in [-127, 127].
- * Each dot product is an exact int32 sum, so no summation order and no other row of the pass can change it; the
- * epilogue y[m, n] = ((float)acc * sw[n]) * sx[m] is two fp32 products. A row's result is therefore bitwise the same
- * in a one-token step and in a (γ+1)-token verify pass, on the AVX-512 VNNI path, the AVX2 path and torch's fallback.
+ * Weights (`int8.py` quantizes and packs them once, at load time): int8 in blocks of 32 along K, each block of each row
+ * with its own scale s and offset z (fp16): w = s * q + z, q in [-128, 127]. Asymmetric blocks of 32 represent the
+ * 16 levels of a Q4_0 / Q4_1 block exactly when the block uses all of them, and near-exactly otherwise. Packed in groups
+ * of 16 rows, element (n, k) at ((n / 16) * Kp / 4 + k / 4) * 64 + (n % 16) * 4 + k % 4: 64 bytes hold 4 consecutive
+ * k of 16 rows, one output row per 32-bit lane (no horizontal sums). K is padded with zeros to Kp (a multiple of 64),
+ * N to a multiple of 64 rows. Scales, offsets and each block's sum of q (int16, for the correction below)
+ * [N / 16, Kp / 32, 16].
+ * Activations: quantized here to int16 per row m (per token), never per tensor: sx[m] = amax|x[m]| / 32767,
+ * xq = rint(x * (32767 / amax)). At 16 bits the activations' own rounding is ~1/32767 of the row's largest value, so
+ * outlier channels cost nothing, unlike 8-bit activations.
+ * Per block b: an exact int32 sum d = Σ xq * q over its 32 k (|d| < 32 * 32767 * 128 < 2^31) and the block's
+ * activation sum t = Σ xq, then acc = acc + ((float)d * s + (float)t * z) in fp32, blocks in order; y = acc * sx[m].
+ * AVX-512 computes d with vpdpbusd (unsigned x signed bytes, 64 products an instruction): xq + 32768 = 256 hi + lo in
+ * two unsigned bytes, d = 256 Σ hi q + Σ lo q − 32768 Σ q. AVX2 widens q to int16 and uses vpmaddwd.
+ * Every output is that same sequence of operations whatever M is, so a row's result is bitwise the same in a
+ * one-token step and in a (γ+1)-token verify pass, on the AVX-512 path, the AVX2 path and torch's `reference_linear`.
+ * (Compiled with -ffp-contract=off: a fused multiply-add would round differently from the reference.)
  *
  * Why draftwise's own kernel: torch's dynamic int8 linear (fbgemm) takes one activation scale per tensor, so a row of a
- * verify pass would round differently from its one-token step; `_weight_int8pack_mm` keeps activations fp32 and grows
- * linearly with the rows. Here the weights are read once per pass whatever M is (a tile holds R groups against up to
- * 8 input rows), which is what keeps the verify pass flat.
- *
- * AVX-512 VNNI: vpdpbusd multiplies unsigned by signed bytes, so xq is stored offset by +128 (u8 in [1, 255]) and
- * 128 * Σ_k w[n, k] (row_sum, precomputed) is taken off the sum. AVX2: _mm256_maddubs_epi16 on |xq| and sign(xq) * w,
- * whose pairs (127 * 127 * 2) cannot saturate int16.
+ * verify pass would round differently from its one-token step; `_weight_int8pack_mm` grows linearly with the rows.
+ * Here the weights are read from memory once per pass whatever M is (a tile holds R groups against up to 6 input
+ * rows, the next tile prefetched while it computes), which keeps the verify pass close to one step.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -25,180 +29,219 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* rows m of x quantized to int8 (see above) into q [M, Kp] (zero past K), offset by `offset` (128 for VNNI's u8) */
-static void quantize_rows(const float* x, int64_t M, int64_t K, int64_t Kp, int offset, uint8_t* q, float* sx) {
+#define BLOCK 32
+#define QMAX 32767.0f
+
+/* rows m of x quantized to int16 into q [M, Kp] (zero past K), with each row's scale sx[m] and block sums t [M, B];
+ * lo, hi (when not NULL): the bytes of q + 32768 */
+static void quantize_rows(const float* x, int64_t M, int64_t K, int64_t Kp, int16_t* q, float* sx, int32_t* t,
+                          uint8_t* lo, uint8_t* hi) {
+    const int64_t B = Kp / BLOCK;
     for (int64_t m = 0; m < M; m++) {
         const float* xm = x + m * K;
         float amax = 0.0f;
         for (int64_t k = 0; k < K; k++) amax = fmaxf(amax, fabsf(xm[k]));
-        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        sx[m] = amax / 127.0f;
-        uint8_t* qm = q + m * Kp;
+        const float inv = amax > 0.0f ? QMAX / amax : 0.0f;
+        sx[m] = amax / QMAX;
+        int16_t* qm = q + m * Kp;
         for (int64_t k = 0; k < K; k++) {
             float v = rintf(xm[k] * inv);
-            v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
-            qm[k] = (uint8_t)((int)v + offset);
+            qm[k] = (int16_t)(v > QMAX ? QMAX : v < -QMAX ? -QMAX : v);
         }
-        for (int64_t k = K; k < Kp; k++) qm[k] = (uint8_t)offset;
+        for (int64_t k = K; k < Kp; k++) qm[k] = 0;
+        for (int64_t b = 0; b < B; b++) {
+            int32_t sum = 0;
+            for (int64_t k = b * BLOCK; k < (b + 1) * BLOCK; k++) sum += qm[k];
+            t[m * B + b] = sum;
+        }
+        if (lo)
+            for (int64_t k = 0; k < Kp; k++) {
+                const uint16_t u = (uint16_t)(qm[k] + 32768);
+                lo[m * Kp + k] = (uint8_t)(u & 0xff), hi[m * Kp + k] = (uint8_t)(u >> 8);
+            }
     }
 }
 
-/* ---- AVX-512 VNNI: a tile of R groups (16 rows each) against M inputs, R*M + R + 1 <= 32 zmm ---- */
-#define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) inline
-
-/* the tile's epilogue writes y[j, n] for its rows n < N: ((float)(acc - offset * row_sum) * sw) * sx[j] */
+/* what a tile needs besides its weights: activations, block sums, row scales, the block scales and offsets, y */
 typedef struct {
-    const float* sw;
-    const int32_t* row_sum;
-    const float* sx;  /* this chunk's inputs */
-    float* y;         /* row 0 of this chunk's inputs */
-    int64_t N;
-    int offset;
-} epilogue;
+    const int16_t* q;      /* this chunk's inputs [M, Kp] */
+    const uint8_t* lo;     /* their bytes (AVX-512) */
+    const uint8_t* hi;
+    const int32_t* t;      /* their block sums [M, B] */
+    const float* sx;       /* their scales */
+    const uint16_t* s;     /* block scales (fp16) [G, B, 16] */
+    const uint16_t* z;     /* block offsets (fp16) */
+    const int16_t* qsum;   /* blocks' sums of q */
+    float* y;              /* row 0 of this chunk's outputs */
+    int64_t N, Kp;
+} operands;
 
-static VNNI void tile512(const int R, const int M, const uint8_t* q, const int8_t* w, int64_t g, int64_t Kp,
-                         const epilogue* e) {
-    __m512i acc[4][8];
+/* ---- AVX-512: a tile of R groups (16 rows each, one per lane) against M inputs ---- */
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) inline
+
+static AVX512 void tile512(const int R, const int M, const int8_t* w, int64_t g, const operands* o) {
+    const int64_t Kp = o->Kp, B = Kp / BLOCK, group = Kp * 16;
+    __m512 acc[4][6];
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++)
-#pragma GCC unroll 8
-        for (int j = 0; j < M; j++) acc[i][j] = _mm512_setzero_si512();
-    const int64_t block = Kp * 16;  /* bytes of one group */
-    const int8_t* wg = w + g * block;
-    for (int64_t k = 0; k < Kp; k += 4) {
-        __m512i wv[4];
-#pragma GCC unroll 4  /* the next tile's R lines: DRAM keeps streaming while this tile computes */
-        for (int i = 0; i < R; i++) _mm_prefetch((const char*)(wg + R * block + k * 16 * R + i * 64), _MM_HINT_T0);
+#pragma GCC unroll 6
+        for (int j = 0; j < M; j++) acc[i][j] = _mm512_setzero_ps();
+    const int8_t* wg = w + g * group;
+    for (int64_t b = 0; b < B; b++) {
+        __m512i dl[4][6], dh[4][6];
 #pragma GCC unroll 4
-        for (int i = 0; i < R; i++) wv[i] = _mm512_loadu_si512((const void*)(wg + i * block + k * 16));
+        for (int i = 0; i < R; i++)
+#pragma GCC unroll 6
+            for (int j = 0; j < M; j++) dl[i][j] = dh[i][j] = _mm512_setzero_si512();
+        const int64_t k0 = b * BLOCK;
 #pragma GCC unroll 8
-        for (int j = 0; j < M; j++) {
-            const __m512i xb = _mm512_set1_epi32(*(const int32_t*)(q + j * Kp + k));
+        for (int64_t k = k0; k < k0 + BLOCK; k += 4) {
+            __m512i wv[4];
+#pragma GCC unroll 4  /* the next tile's lines: memory keeps streaming while this tile computes */
+            for (int i = 0; i < R; i++) _mm_prefetch((const char*)(wg + R * group + k * 16 * R + i * 64), _MM_HINT_T0);
 #pragma GCC unroll 4
-            for (int i = 0; i < R; i++) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], xb, wv[i]);
+            for (int i = 0; i < R; i++) wv[i] = _mm512_loadu_si512((const void*)(wg + i * group + k * 16));
+#pragma GCC unroll 6
+            for (int j = 0; j < M; j++) {
+                const __m512i xl = _mm512_set1_epi32(*(const int32_t*)(o->lo + j * Kp + k));
+                const __m512i xh = _mm512_set1_epi32(*(const int32_t*)(o->hi + j * Kp + k));
+#pragma GCC unroll 4
+                for (int i = 0; i < R; i++) {
+                    dl[i][j] = _mm512_dpbusd_epi32(dl[i][j], xl, wv[i]);
+                    dh[i][j] = _mm512_dpbusd_epi32(dh[i][j], xh, wv[i]);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            const int64_t at = ((g + i) * B + b) * 16;
+            const __m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(o->s + at)));
+            const __m512 z = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(o->z + at)));
+            const __m512i corr = _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i*)(o->qsum + at))), 15);
+#pragma GCC unroll 6
+            for (int j = 0; j < M; j++) {
+                const __m512i d = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(dh[i][j], 8), dl[i][j]), corr);
+                const __m512 term = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), s),
+                                                  _mm512_mul_ps(_mm512_set1_ps((float)o->t[j * B + b]), z));
+                acc[i][j] = _mm512_add_ps(acc[i][j], term);
+            }
         }
     }
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++) {
         const int64_t n0 = (g + i) * 16;
-        if (n0 >= e->N) break;
-        const __mmask16 rows = e->N - n0 >= 16 ? 0xFFFF : (__mmask16)((1u << (e->N - n0)) - 1);
-        const __m512i corr = _mm512_mullo_epi32(_mm512_loadu_si512((const void*)(e->row_sum + n0)),
-                                                _mm512_set1_epi32(e->offset));
-        const __m512 sw = _mm512_loadu_ps(e->sw + n0);
-#pragma GCC unroll 8
-        for (int j = 0; j < M; j++) {
-            const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[i][j], corr)), sw);
-            _mm512_mask_storeu_ps(e->y + j * e->N + n0, rows, _mm512_mul_ps(v, _mm512_set1_ps(e->sx[j])));
-        }
+        if (n0 >= o->N) break;
+        const __mmask16 rows = o->N - n0 >= 16 ? 0xFFFF : (__mmask16)((1u << (o->N - n0)) - 1);
+#pragma GCC unroll 6
+        for (int j = 0; j < M; j++)
+            _mm512_mask_storeu_ps(o->y + j * o->N + n0, rows, _mm512_mul_ps(acc[i][j], _mm512_set1_ps(o->sx[j])));
     }
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
-static void groups512(const uint8_t* q, const int8_t* w, epilogue e, int64_t M, int64_t g, int64_t Kp) {
-    /* four groups (four weight streams in flight) against four inputs at a time; after the first four inputs the
-     * groups (4 x 16 x Kp bytes) are read again from L1/L2 */
-    for (; M > 0; M -= 4, q += 4 * Kp, e.y += 4 * e.N, e.sx += 4) {
-        switch (M < 4 ? (int)M : 4) {
-            case 1: tile512(4, 1, q, w, g, Kp, &e); break;
-            case 2: tile512(4, 2, q, w, g, Kp, &e); break;
-            case 3: tile512(4, 3, q, w, g, Kp, &e); break;
-            default: tile512(4, 4, q, w, g, Kp, &e); break;
-        }
+static void groups512(const int8_t* w, operands o, int64_t M, int64_t g) {
+    const int64_t B = o.Kp / BLOCK;
+    if (M == 1) {  /* one-token steps: four groups (four weight streams) in flight */
+        tile512(4, 1, w, g, &o);
+        return;
     }
-}
-
-/* ---- AVX2: a tile of R groups (each two 8-row halves) against M inputs ---- */
-static inline __attribute__((always_inline)) void tile256(const int R, const int M, const uint8_t* q, const int8_t* w,
-                                                          int64_t g, int64_t Kp, const epilogue* e) {
-    __m256i acc[2][2][4];
-    const __m256i ones = _mm256_set1_epi16(1);
-#pragma GCC unroll 2
-    for (int i = 0; i < R; i++)
-#pragma GCC unroll 4
-        for (int j = 0; j < M; j++) acc[i][0][j] = acc[i][1][j] = _mm256_setzero_si256();
-    const int64_t block = Kp * 16;
-    const int8_t* wg = w + g * block;
-    for (int64_t k = 0; k < Kp; k += 4) {
-        __m256i wv[2][2];
-#pragma GCC unroll 2
-        for (int i = 0; i < R; i++) {
-            wv[i][0] = _mm256_loadu_si256((const __m256i*)(wg + i * block + k * 16));
-            wv[i][1] = _mm256_loadu_si256((const __m256i*)(wg + i * block + k * 16 + 32));
-        }
-#pragma GCC unroll 4
-        for (int j = 0; j < M; j++) {
-            const __m256i xs = _mm256_set1_epi32(*(const int32_t*)(q + j * Kp + k));
-            const __m256i xa = _mm256_abs_epi8(xs);
-#pragma GCC unroll 2
-            for (int i = 0; i < R; i++)
-#pragma GCC unroll 2
-                for (int h = 0; h < 2; h++) {
-                    const __m256i p = _mm256_maddubs_epi16(xa, _mm256_sign_epi8(wv[i][h], xs));
-                    acc[i][h][j] = _mm256_add_epi32(acc[i][h][j], _mm256_madd_epi16(p, ones));
-                }
-        }
-    }
-    for (int i = 0; i < R; i++)
-        for (int h = 0; h < 2; h++) {
-            const int64_t n0 = (g + i) * 16 + h * 8;
-            if (n0 >= e->N) break;
-            const int64_t rows = e->N - n0 < 8 ? e->N - n0 : 8;
-            const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-            const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rows), lanes);
-            const __m256i corr = _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i*)(e->row_sum + n0)),
-                                                    _mm256_set1_epi32(e->offset));
-            const __m256 sw = _mm256_loadu_ps(e->sw + n0);
-            for (int j = 0; j < M; j++) {
-                const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc[i][h][j], corr)), sw);
-                _mm256_maskstore_ps(e->y + j * e->N + n0, mask, _mm256_mul_ps(v, _mm256_set1_ps(e->sx[j])));
+    for (; M > 0; M -= 4, o.lo += 4 * o.Kp, o.hi += 4 * o.Kp, o.t += 4 * B, o.sx += 4, o.y += 4 * o.N) {
+        for (int64_t g2 = g; g2 < g + 4; g2 += 2) {  /* after the first four inputs the groups come from L1/L2 */
+            switch (M < 4 ? (int)M : 4) {
+                case 1: tile512(2, 1, w, g2, &o); break;
+                case 2: tile512(2, 2, w, g2, &o); break;
+                case 3: tile512(2, 3, w, g2, &o); break;
+                default: tile512(2, 4, w, g2, &o); break;
             }
         }
+    }
 }
 
-static void groups256(const int R, const uint8_t* q, const int8_t* w, epilogue e, int64_t M, int64_t g, int64_t Kp) {
-    for (; M > 0; M -= 4, q += 4 * Kp, e.y += 4 * e.N, e.sx += 4) {
-        const int m = M < 4 ? (int)M : 4;
-        if (R == 2) {
-            tile256(2, 1, q, w, g, Kp, &e);
-            continue;
+/* ---- AVX2: one group (four 4-row quarters, lanes = (row, pair of k)) against M inputs ---- */
+static inline __attribute__((always_inline)) void tile256(const int M, const int8_t* w, int64_t g, const operands* o) {
+    const int64_t Kp = o->Kp, B = Kp / BLOCK, group = Kp * 16;
+    __m256 acc[2][2];
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < M; j++) acc[h][j] = _mm256_setzero_ps();
+    const int8_t* wg = w + g * group;
+    const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    for (int64_t b = 0; b < B; b++) {
+        __m256i d[4][2];  /* quarter r: rows 4r..4r+3, each lane a row's partial sum over one pair of k */
+        for (int r = 0; r < 4; r++)
+            for (int j = 0; j < M; j++) d[r][j] = _mm256_setzero_si256();
+        for (int64_t k = b * BLOCK; k < (b + 1) * BLOCK; k += 4) {
+            __m256i wv[4];
+            for (int r = 0; r < 4; r++) wv[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(wg + k * 16 + r * 16)));
+            for (int j = 0; j < M; j++) {
+                const __m256i xb = _mm256_set1_epi64x(*(const int64_t*)(o->q + j * Kp + k));
+                for (int r = 0; r < 4; r++) d[r][j] = _mm256_add_epi32(d[r][j], _mm256_madd_epi16(xb, wv[r]));
+            }
         }
-        switch (m) {
-            case 1: tile256(1, 1, q, w, g, Kp, &e); break;
-            case 2: tile256(1, 2, q, w, g, Kp, &e); break;
-            case 3: tile256(1, 3, q, w, g, Kp, &e); break;
-            default: tile256(1, 4, q, w, g, Kp, &e); break;
+        for (int h = 0; h < 2; h++) {  /* rows 8h..8h+7: the pairs of quarters 2h, 2h+1 summed, in row order */
+            const int64_t at = (g * B + b) * 16 + h * 8;
+            const __m256 s = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(o->s + at)));
+            const __m256 z = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(o->z + at)));
+            for (int j = 0; j < M; j++) {
+                const __m256i dd = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(d[2 * h][j], d[2 * h + 1][j]), order);
+                const __m256 term = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dd), s),
+                                                  _mm256_mul_ps(_mm256_set1_ps((float)o->t[j * B + b]), z));
+                acc[h][j] = _mm256_add_ps(acc[h][j], term);
+            }
         }
     }
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int h = 0; h < 2; h++) {
+        const int64_t n0 = g * 16 + h * 8;
+        if (n0 >= o->N) break;
+        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(o->N - n0 < 8 ? o->N - n0 : 8)), lanes);
+        for (int j = 0; j < M; j++)
+            _mm256_maskstore_ps(o->y + j * o->N + n0, mask, _mm256_mul_ps(acc[h][j], _mm256_set1_ps(o->sx[j])));
+    }
+}
+
+static void groups256(const int8_t* w, operands o, int64_t M, int64_t g) {
+    const int64_t B = o.Kp / BLOCK;
+    for (; M > 0; M -= 2, o.q += 2 * o.Kp, o.t += 2 * B, o.sx += 2, o.y += 2 * o.N)
+        for (int64_t g2 = g; g2 < g + 4; g2++) {
+            if (M == 1)
+                tile256(1, w, g2, &o);
+            else
+                tile256(2, w, g2, &o);
+        }
 }
 
 /* ---- entry points ---- */
 
-/* 2: AVX-512 VNNI, 1: AVX2 */
+/* 2: AVX-512 (F, BW; VNNI for vpdpwssd), 1: AVX2 */
 int draftwise_int8_isa(void) {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) return 2;
-    return __builtin_cpu_supports("avx2") ? 1 : 0;
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c"))
+        return 2;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") ? 1 : 0;
 }
 
-/* x [M, K] fp32 (contiguous), w packed as above (64-byte aligned), sw and row_sum [N rounded up to 64], y [M, N]
- * fp32. isa: as draftwise_int8_isa() (a smaller one may be asked for: tests hold the paths to the same bits). */
-void draftwise_int8_gemm(const float* x, const int8_t* w, const float* sw, const int32_t* row_sum, float* y, int64_t M,
-                         int64_t N, int64_t K, int64_t Kp, int nthreads, int isa) {
-    const int offset = isa == 2 ? 128 : 0;
-    uint8_t* q = (uint8_t*)aligned_alloc(64, (size_t)(M * Kp + 64) / 64 * 64);
+/* x [M, K] fp32 (contiguous), w packed as above, s and z [N / 16, Kp / 32, 16] fp16, qsum the same in int16, y [M, N]
+ * fp32. isa: as
+ * draftwise_int8_isa() (a smaller one may be asked for: tests hold the paths to the same bits). */
+void draftwise_int8_gemm(const float* x, const int8_t* w, const uint16_t* s, const uint16_t* z, const int16_t* qsum,
+                         float* y, int64_t M, int64_t N, int64_t K, int64_t Kp, int nthreads, int isa) {
+    const int64_t B = Kp / BLOCK;
+    int16_t* q = (int16_t*)aligned_alloc(64, (size_t)(M * Kp * 2 + 63) / 64 * 64);
+    uint8_t* bytes = isa == 2 ? (uint8_t*)aligned_alloc(64, (size_t)(2 * M * Kp + 63) / 64 * 64) : NULL;
     float* sx = (float*)malloc(M * sizeof(float));
-    quantize_rows(x, M, K, Kp, offset, q, sx);
+    int32_t* t = (int32_t*)malloc(M * B * sizeof(int32_t));
+    quantize_rows(x, M, K, Kp, q, sx, t, bytes, bytes ? bytes + M * Kp : NULL);
+    const operands o = {q, bytes, bytes ? bytes + M * Kp : NULL, t, sx, s, z, qsum, y, N, Kp};
     const int64_t G = (N + 63) / 64 * 4;  /* groups, as packed: N padded to a multiple of 64 rows */
-    const int R = isa == 2 ? 4 : (M == 1 ? 2 : 1);
-    const epilogue e = {sw, row_sum, sx, y, N, offset};
 #pragma omp parallel for schedule(static) num_threads(nthreads)
-    for (int64_t g = 0; g < G; g += R) {
+    for (int64_t g = 0; g < G; g += 4) {
         if (isa == 2)
-            groups512(q, w, e, M, g, Kp);
+            groups512(w, o, M, g);
         else
-            groups256(R, q, w, e, M, g, Kp);
+            groups256(w, o, M, g);
     }
     free(q);
+    free(bytes);
     free(sx);
+    free(t);
 }

@@ -28,7 +28,9 @@ from ..paths import cache_dir
 from .int8 import Int8Weight, reference_linear
 
 MAX_ROWS = 64  # above this (long prefill) the work is compute-bound and torch's BLAS and SDPA do well
-_FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC"]  # AVX-512 code paths say so per function
+# AVX-512 code paths say so per function; no contraction into FMA where the code does not ask for one (the int8
+# kernel's operations must be torch's, bit for bit)
+_FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC"]
 _SOURCES = ("cpu_kernels.c", "cpu_int8.c", "cpu_layer.c")
 
 
@@ -66,7 +68,7 @@ def _kernel():
     dll.draftwise_silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
     dll.draftwise_gelu_tanh_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
     dll.draftwise_softcap.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 2 + [ctypes.c_float]
-    dll.draftwise_int8_gemm.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 4 + [ctypes.c_int] * 2
+    dll.draftwise_int8_gemm.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 4 + [ctypes.c_int] * 2
     dll.draftwise_int8_isa.restype = ctypes.c_int
     dll.draftwise_layer.argtypes = [ctypes.POINTER(LayerStruct)] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + \
         [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int]
@@ -77,11 +79,11 @@ def kernel_available() -> bool:
     return _kernel() is not None
 
 
-INT8_ISAS = {2: "avx512-vnni", 1: "avx2"}
+INT8_ISAS = {2: "avx512", 1: "avx2"}
 
 
 def int8_isa() -> int:
-    """The int8 kernel's best path on this CPU: 2 AVX-512 VNNI, 1 AVX2, 0 none (torch computes the same function)."""
+    """The int8 kernel's best path on this CPU: 2 AVX-512 (VNNI), 1 AVX2, 0 none (torch computes the same function)."""
     return _kernel().draftwise_int8_isa() if _kernel() is not None else 0
 
 
@@ -94,7 +96,8 @@ def int8_gemm(x: torch.Tensor, w, isa: int | None = None) -> torch.Tensor:
     quantized with its own scale (`cpu_int8.c`). `isa`: a path other than the best (tests compare them)."""
     m, n = x.shape[0], w.out_features
     y = torch.empty(m, n, dtype=torch.float32)
-    _kernel().draftwise_int8_gemm(x.data_ptr(), w.q.data_ptr(), w.scale.data_ptr(), w.row_sum.data_ptr(), y.data_ptr(),
+    _kernel().draftwise_int8_gemm(x.data_ptr(), w.q.data_ptr(), w.s.data_ptr(), w.z.data_ptr(), w.qsum.data_ptr(),
+                                  y.data_ptr(),
                                   m, n, w.in_features, w.padded_in, torch.get_num_threads(), isa or int8_isa())
     return y
 
@@ -176,9 +179,10 @@ def attention(qkv, rot, k_cache, v_cache, pos: int, n_heads: int, head_dim: int,
 
 
 class _Matrix(ctypes.Structure):
-    """cpu_layer.c's dw_matrix: an fp32 weight (w) or an int8 one (q, scale, row_sum), its bias or NULL."""
+    """cpu_layer.c's dw_matrix: an fp32 weight (w) or an int8 one (q, s, z, qsum), its bias or NULL."""
 
-    _fields_ = [("w", ctypes.c_void_p), ("q", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("row_sum", ctypes.c_void_p),
+    _fields_ = [("w", ctypes.c_void_p), ("q", ctypes.c_void_p), ("s", ctypes.c_void_p), ("z", ctypes.c_void_p),
+                ("qsum", ctypes.c_void_p),
                 ("bias", ctypes.c_void_p), ("N", ctypes.c_int64), ("K", ctypes.c_int64), ("Kp", ctypes.c_int64)]
 
 
@@ -198,12 +202,12 @@ def _ptr(t: torch.Tensor | None):
 def _matrix(w, b: torch.Tensor | None) -> _Matrix | None:
     """A weight as cpu_layer.c takes it, or None where the unfused path would not take the C kernel either."""
     if isinstance(w, Int8Weight):
-        return _Matrix(None, w.q.data_ptr(), w.scale.data_ptr(), w.row_sum.data_ptr(), _ptr(b), w.out_features,
+        return _Matrix(None, w.q.data_ptr(), w.s.data_ptr(), w.z.data_ptr(), w.qsum.data_ptr(), _ptr(b), w.out_features,
                        w.in_features, w.padded_in) if int8_available() else None
     n, k = w.shape
     if w.dtype != torch.float32 or not w.is_contiguous() or k % 8 or n % 4 or w.requires_grad:
         return None
-    return _Matrix(w.data_ptr(), None, None, None, _ptr(b), n, k, k)
+    return _Matrix(w.data_ptr(), None, None, None, None, _ptr(b), n, k, k)
 
 
 def layer_struct(layer, gelu: bool) -> LayerStruct | None:
