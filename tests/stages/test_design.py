@@ -183,7 +183,11 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     assert plain == {"lean-fp32/ar", "lean-int8/ar", "llama.cpp-F32/ar", "llama.cpp-F32/llama-server"}
     assert final["fastest_plain"] == max(plain, key=lambda n: final["options"][n]["tokens_per_s"])
     assert final["recommend"] == (final["option"] not in plain)
-    assert "the fastest plain decoding measured on this machine" in report.split("\n## ")[1]
+    from draftwise.stages.design import fastest
+
+    opening = report.split("\n## ")[1].split("\n\n")[1]
+    assert opening == fastest.sentence(final, fastest.row_verdicts(design.Pipeline(config, out)))
+    assert fastest.describe(final["fastest_plain"]) in opening and "measured on this machine" in opening
     assert (out / "export" / "README.md").read_text().startswith("# What to run on this machine")
     engine_readme = (out / "export" / "engines" / "llama.cpp-F32" / "README.md").read_text()
     assert "llama-server -m target-f32.gguf" in engine_readme and "measured here" in engine_readme

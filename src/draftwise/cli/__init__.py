@@ -46,8 +46,16 @@ def floats(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
 
 
+DTYPE_HELP = ("precision: fp32, bf16, fp16, or int8 — the lean engine with int8 weights (blocks of 32) and int16 "
+              "activations per token, a lossy choice whose cost `draftwise quality` measures")
+
+
+def dtype_arg(p) -> None:
+    p.add_argument("--dtype", default="fp32", choices=PRECISIONS, help=DTYPE_HELP)
+
+
 def model_args(p) -> None:
-    p.add_argument("--dtype", default="fp32", choices=PRECISIONS)
+    dtype_arg(p)
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     engine_args(p)
     p.add_argument("--threads", type=int, help="torch (and llama.cpp) threads (default: torch's choice)")

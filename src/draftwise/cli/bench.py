@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from ..config import PRECISIONS
 from ..errors import DraftwiseError
-from . import engine_args, executor, executor_args, floats, ints
+from . import dtype_arg, engine_args, executor, executor_args, floats, ints
 
 
 def add(sub) -> dict:
@@ -53,7 +52,7 @@ def _bench_parser(sub) -> None:
                         "folder (same drafter and temperature) instead of from nothing")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warmup", type=int, default=1, help="untimed runs of each method before measuring")
-    p.add_argument("--dtype", default="fp32", choices=PRECISIONS)
+    dtype_arg(p)
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     engine_args(p)
     p.add_argument("--llama-exact", action="store_true",

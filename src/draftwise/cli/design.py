@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import PRECISIONS
-from . import executor, executor_args, floats, ints
+from . import dtype_arg, executor, executor_args, floats, ints
 
 
 def add(sub) -> dict:
@@ -64,15 +63,17 @@ def _design_parser(sub) -> None:
                    help="budget for target + drafter weights and KV caches: the largest batch that fits with SD on")
     p.add_argument("--context", type=int, default=1024, help="KV positions per sequence in that footprint")
     p.add_argument("--batch-cap", type=int, default=8, help="the largest batch benchmarked on this machine")
-    p.add_argument("--engines", default="lean,llama.cpp",
-                   help="where verdicts are measured: lean (draftwise's engine, where candidates are built) and "
-                        "llama.cpp (the target's own GGUF, at its quantization)")
+    p.add_argument("--engines", default="lean,lean-int8,llama.cpp",
+                   help="where verdicts are measured: lean (draftwise's engine at --dtype, where candidates are built), "
+                        "lean-int8 (the same engine at int8: a lossy choice, its quality measured) and llama.cpp (the "
+                        "target's own GGUF, at its quantization); the design's answer compares every one's choice with "
+                        "the fastest plain decoding of any of them")
     p.add_argument("--gguf-quants", default="",
                    help="further llama.cpp rows: the target written at these precisions (comma list of f32, f16, q8_0; "
                         "each a lossy choice you make)")
     p.add_argument("--llama-server", help="the llama-server binary of the llama.cpp rows (default: PATH, then .venv/bin)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", default="fp32", choices=PRECISIONS)
+    dtype_arg(p)
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     executor_args(p)

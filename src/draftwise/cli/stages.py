@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..config import GGUF_QUANTS, PRECISIONS
-from . import engine_args, executor, executor_args, floats, ints, model_args
+from . import dtype_arg, engine_args, executor, executor_args, floats, ints, model_args
 
 
 def add(sub) -> dict:
@@ -60,7 +60,7 @@ def _sweep_parser(sub) -> None:
     p.add_argument("--batch", type=ints, default=(1, 4))
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=10)
-    p.add_argument("--dtype", default="fp32", choices=PRECISIONS)
+    dtype_arg(p)
     p.add_argument("--device", default="cpu")
     engine_args(p, ["lean", "llama.cpp"], "lean")
     p.add_argument("--threads", type=int)
@@ -136,6 +136,7 @@ def _agree_parser(sub) -> None:
     p.add_argument("--limit", type=int, default=60, help="prompts (round-robin over suites and categories)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--gammas", type=ints, default=(1, 2, 3, 4, 5, 6, 8))
+    dtype_arg(p)
     engine_args(p)
     p.add_argument("--threads", type=int)
     p.add_argument("--out", required=True)
@@ -146,7 +147,7 @@ def _agree(args) -> None:
     from ..stages import agree
 
     agree.run(AgreeConfig(target=args.target, drafter=args.drafter, suites=args.suites, split=args.split, limit=args.limit,
-                          max_new_tokens=args.max_new_tokens, gammas=args.gammas, backend=args.backend,
+                          max_new_tokens=args.max_new_tokens, gammas=args.gammas, dtype=args.dtype, backend=args.backend,
                           gguf_quant=args.gguf_quant, threads=args.threads), args.out)
 
 

@@ -442,13 +442,15 @@ def _verdict(doc: Doc, p) -> None:
     v, f = p.done["verdict"], p.done.get("fastest")
     doc.h("Verdict")
     if f:
+        quality = design_engines.quality_of(p)
         doc.p(fastest.sentence(f, fastest.row_verdicts(p)))
-        doc.table(["option (one interleaved grid, the selection prompts)", "tokens/s", "over the fastest plain [95 %]"],
+        doc.table(["option (one interleaved grid, the selection prompts)", "tokens/s", "over the fastest plain [95 %]",
+                   "quality vs fp32"],
                   [[fastest.describe(n) + (" (plain)" if o["plain"] else ""), _f(o["tokens_per_s"], ".1f"),
-                    _interval(o["speedup"])]
+                    _interval(o["speedup"]), quality.get(n.split("/")[0], "-")]
                    for n, o in sorted(f["options"].items(), key=lambda kv: -kv[1]["tokens_per_s"])])
         doc.p("The rule: " + f["rule"] + ". Each engine's own verdict, below and under *Per engine*, compares a method "
-              "with that engine's AR.")
+              "with that engine's AR. " + design_engines.quality_note(p))
         doc.h(f"The draftwise lean engine at {p.config.dtype}", 3)
     method = v.get("method", "sd") if v["recommend"] else "ar"
     doc.p(sentence(v) + fastest.versus(f, fastest.lean_name(p.config), method))

@@ -36,6 +36,29 @@ def rows_of(p) -> list[dict]:
     return [r for name, r in sorted(p.done.items()) if name.startswith("verdict@")]
 
 
+def quality_of(p) -> dict[str, str]:
+    """Each lossy row's quality against the lean engine at fp32 (`stages.quality`), by row name, in short."""
+    if "quality" not in p.done:
+        return {}
+    q = json.loads((p.folder("quality") / "quality.json").read_text())
+    out = {}
+    for e in engines.rows(p.base):
+        s = q.get(engines.quality_runtime(e)) or {}
+        if s.get("agreement") is not None:
+            out[e.name] = f"agreement {s['agreement']:.3f}, ΔNLL {s['nll_delta']:+.3f}"
+    return out
+
+
+def quality_note(p) -> str:
+    """What the quality column means, with its sample."""
+    if "quality" not in p.done:
+        return ""
+    ref = json.loads((p.folder("quality") / "quality.json").read_text())["reference"]
+    return (f"Quality (a lossy runtime's cost, `draftwise quality`): teacher-forced top-1 agreement with the lean engine "
+            f"at fp32 and the change in mean NLL of the text's next tokens (nats; fp32: {ref['nll']:.3f}) over "
+            f"{ref['positions']} positions of {ref['prompts']} eval prompts. For a GGUF target, fp32 is that file "
+            "dequantised: the file's own rounding is not counted, llama.cpp's activation and KV rounding is.")
+
 def section(doc, p, plots: Path, footer: str) -> None:
     """The engines table and chart (nothing when the design ran on the lean engine alone)."""
     rows = rows_of(p)
@@ -44,19 +67,23 @@ def section(doc, p, plots: Path, footer: str) -> None:
     lean = p.done["verdict"]
     lean_pt = next(iter(json.loads((p.folder("bench-select") / "grid.json").read_text())["points"]))
     doc.h("Per engine: where the verdict is deployed")
+    quality = quality_of(p)
     table = [[f"draftwise lean ({p.config.dtype})", _f(lean_pt["methods"]["ar"]["tokens_per_s"], ".1f"),
-              _what(lean), _interval(lean["speedup"]), "-", "-", "-", "-", "-"]]
+              _what(lean), _interval(lean["speedup"]), "reference" if p.config.dtype == "fp32" else "-",
+              "-", "-", "-", "-", "-"]]
     for v in rows:
         b = v["builtins"].get(v["best_builtin"]) if v["best_builtin"] else None
         plain = v["builtins"].get("llama-server")
         table.append([v["engine"] + _written(v),
-                      _f(v["ar_tokens_per_s"], ".1f"), _what(v), _interval(v["speedup"]),
+                      _f(v["ar_tokens_per_s"], ".1f"), _what(v), _interval(v["speedup"]), quality.get(v["engine"], "-"),
                       f"`{engines.short_args(v['best_builtin'])}`" if b else "-",
                       _f(b and b["tokens_per_s"], ".1f"), _interval(b and b["speedup"]),
                       _interval(v["verdict_over_best_builtin"]), _f(plain and plain["tokens_per_s"], ".1f")])
     doc.table(["engine", "plain decoding tok/s (draftwise AR)", "verdict", "speedup over plain [95 %]",
-               "best llama-server built-in", "its tok/s", "its speedup over draftwise AR [95 %]",
+               "quality vs fp32", "best llama-server built-in", "its tok/s", "its speedup over draftwise AR [95 %]",
                "verdict ÷ best built-in [95 %]", "llama-server plain tok/s"], table)
+    if quality:
+        doc.p(quality_note(p))
     doc.p("Each row: one interleaved grid on that engine, the same eval prompts and token ids for every method, T = 0, "
           "prefill included; intervals are paired bootstraps over prompts. llama-server built-ins run with their own "
           "defaults and, for each draftwise candidate, its nearest built-in with its settings; their tokens/s come from "

@@ -77,8 +77,10 @@ def key(point: dict) -> tuple:
     return tuple(sorted((k, v) for k, v in point.items() if k not in ("ms", "ref_ms", "machine")))
 
 
-def random_model(template_config, shape: cost.Shape, dtype: torch.dtype, device: str, seed: int) -> LeanLM:
-    return random_lm(llama_config(shape.__dict__, template_config), dtype, device, seed)
+def random_model(template_config, shape: cost.Shape, dtype: torch.dtype, device: str, seed: int,
+                 precision: str = "fp32") -> LeanLM:
+    """A random-weight drafter of `shape` at the sweep's precision (int8: its matrices quantized, as a drafter's are)."""
+    return random_lm(llama_config(shape.__dict__, template_config), dtype, device, seed, precision=precision)
 
 
 def options_of(config: SweepConfig) -> ModelOptions:
@@ -120,7 +122,8 @@ class Timer:
             return load_drafter(spec, self.target, options_of(self.config)).lm
         if truncation:
             return self.target.lm.subset(ids, layer_subset(self.target.config, {}, ids)[0])
-        return random_model(self.target.config, shape, self.target.lm.dtype, self.config.device, self.config.seed)
+        return random_model(self.target.config, shape, self.target.lm.dtype, self.config.device, self.config.seed,
+                            self.config.dtype)
 
     def __call__(self, point: dict) -> dict:
         shape, b, ctx = shape_of(point), point["batch"], self.config.context

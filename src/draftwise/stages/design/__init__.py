@@ -31,12 +31,13 @@ from pathlib import Path
 import torch
 
 from ... import cost
-from ...config import AgreeConfig, DesignConfig, DistillConfig, ProfileConfig, PruneConfig, SweepConfig, drafter_kind
+from ...config import (AgreeConfig, DesignConfig, DistillConfig, ProfileConfig, PruneConfig, QualityConfig,
+                       SweepConfig, drafter_kind)
 from ...executors import Executor, InProcess, exclusive
 from ...models import ModelOptions, hf, load, load_drafter
 from ...rundir import RunDir, write_atomic
 from ...specs import split_hybrid
-from .. import accuracy, agree, bench, distill, gen_data, profile, prune, sweep  # noqa: F401  (the stages a run calls)
+from .. import accuracy, agree, bench, distill, gen_data, profile, prune, quality, sweep  # noqa: F401  (stages it calls)
 from . import engines, export_engines, fastest, lookup, measure, verdict
 from .plan import Planner, Sizes, nominal
 from .candidates import Candidate, budget_shapes, candidates, choose_shapes
@@ -339,6 +340,10 @@ def run(config: DesignConfig, out: str | Path, executor: Executor | None = None,
         if not engines.dropped(p, e):
             rows.append(engines.run_row(p, e, target, lean_models, config.lookups, predicted))
     p.replan("fastest")
+    lossy = tuple(engines.quality_runtime(e) for e in engines.rows(p.base))
+    if lossy:  # what each lossy runtime costs in quality, reported wherever its speed is
+        p.stage("quality", lambda f: quality.run(QualityConfig(
+            target=config.target, runtimes=lossy, limit=p.sizes.agree_limit, threads=config.threads), f))
     final = fastest.run(p)  # every runtime's plain decoding and each row's choice, side by side
     models = {x.name: specs[x.name] for x in cands if x.role not in ("lookup", "hybrid")}
     p.replan("accuracy")

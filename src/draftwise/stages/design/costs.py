@@ -108,6 +108,8 @@ def items(o: Outline, s: Sizes, c: DesignConfig) -> list[Item]:
     # llama.cpp file) and each row's choice, about half an fp32 AR step per method and token on average
     options = 2 * (1 + o.int8_row) + 3 * o.rows
     out.append(Item("bench-fastest", 1, 100 + 0.5 * tok * s.bench_limit * options))
+    if o.int8_row or o.rows:  # teacher-forced passes over eval prompts, a few AR steps each, per runtime
+        out.append(Item("quality", 1, 50 + 5 * s.agree_limit * (1 + o.int8_row + o.rows)))
     if "accuracy" not in d:
         out.append(Item("accuracy", 1, 9.2 * s.accuracy_items * 2 * (1 + cands)))
     if o.chosen_model and "reduced-heads" not in d:
@@ -138,5 +140,5 @@ def kind_of(stage: str) -> str | None:
     if stage.startswith("agree-") and stage != "agree-lookup":
         return "agree"
     known = {"sweep", "gen-data", "gen-data-more", "profile", "agree-lookup", "bench-select", "bench-gamma",
-             "bench-temps", "bench-headline", "accuracy", "bench-fastest"}
+             "bench-temps", "bench-headline", "accuracy", "bench-fastest", "quality"}
     return stage if stage in known else None

@@ -89,6 +89,13 @@ def _drafter_quant(quant: str) -> str:
     return {"F32": "f32", "F16": "f16"}.get(quant, "q8_0")
 
 
+def quality_runtime(e: Engine) -> str:
+    """The row's runtime as `stages.quality` names it (its quality is measured against the lean engine at fp32)."""
+    if e.lean:
+        return f"lean:{e.dtype}"
+    return LLAMA_CPP if e.shipped else f"{LLAMA_CPP}:{e.drafter_quant}"
+
+
 def dropped(p, e: Engine) -> bool:
     """Whether the budget left row `e` out (`plan.DROPS`)."""
     if e.lean:

@@ -1,0 +1,72 @@
+"""The design's answer (`fastest`): the fastest option of one interleaved grid over every runtime, stated against the
+fastest plain decoding measured there — whichever engine that is — on fake grids."""
+
+import json
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from draftwise.config import BenchConfig, BenchGridConfig
+from draftwise.errors import DraftwiseError
+from draftwise.stages.design import fastest
+
+ROWS = [fastest.Row("lean-fp32", None, "sd", "suffix"), fastest.Row("lean-int8", None, "sd", "suffix"),
+        fastest.Row("llama.cpp-Q4_1", None, None, None)]
+
+
+def fake(tmp_path, speeds: dict[str, float], prompts: int = 12, noise: float = 0.03) -> SimpleNamespace:
+    """A finished bench-fastest stage: per prompt, each '<runtime>/<method>' at its tokens/s (± noise, seeded)."""
+    rng, records = random.Random(0), []
+    for i in range(prompts):
+        for option, speed in speeds.items():
+            runtime, method = option.split("/")
+            s = speed * (1 + rng.uniform(-noise, noise))
+            records.append({"runtime": None if runtime == "lean-fp32" else runtime, "method": method,
+                            "drafter": "suffix:x" if method == "sd" else None, "prompt_id": f"p{i}",
+                            "temperature": 0.0, "new_tokens": 96, "seconds": 96 / s})
+    folder = tmp_path / fastest.STAGE
+    folder.mkdir()
+    (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return SimpleNamespace(done={fastest.STAGE: {"folder": str(folder)}}, config=SimpleNamespace(seed=0))
+
+
+def test_the_fastest_method_of_any_row_against_the_fastest_plain_decoding_of_any_row(tmp_path):
+    p = fake(tmp_path, {"lean-fp32/ar": 30, "lean-fp32/sd": 36, "lean-int8/ar": 60, "lean-int8/sd": 90,
+                        "llama.cpp-Q4_1/ar": 42, "llama.cpp-Q4_1/llama-server": 45})
+    f = fastest.decide_fastest(p, ROWS)
+    assert f["recommend"] and f["option"] == "lean-int8/sd" and f["drafter"] == "suffix"
+    assert f["fastest_plain"] == "lean-int8/ar" and f["plain_tokens_per_s"] == pytest.approx(60, rel=0.03)
+    pt, lo, hi = f["speedup"]
+    assert lo < pt < hi and pt == pytest.approx(1.5, rel=0.03) and lo > 1
+    assert fastest.sentence(f).startswith("Deploy suffix on lean-int8") and "draftwise AR on lean-int8" in \
+        fastest.sentence(f)
+
+
+def test_a_method_faster_than_its_own_engine_but_not_than_llama_server_is_not_deployed(tmp_path):
+    """The issue's case: lean fp32 SD at 1.19x lean AR, below llama-server's plain decoding of the shipped file."""
+    p = fake(tmp_path, {"lean-fp32/ar": 28.5, "lean-fp32/sd": 34, "lean-int8/ar": 38, "lean-int8/sd": 40,
+                        "llama.cpp-Q4_1/ar": 42, "llama.cpp-Q4_1/llama-server": 43})
+    f = fastest.decide_fastest(p, ROWS)
+    assert not f["recommend"] and f["option"] == f["fastest_plain"]
+    assert f["fastest_plain"] in ("llama.cpp-Q4_1/llama-server", "llama.cpp-Q4_1/ar")
+    assert f["options"]["lean-fp32/sd"]["speedup"][2] < 1  # beside its own AR it looked like a win
+    clause = fastest.versus(f, "lean-fp32", "sd")
+    assert "Against the fastest plain decoding measured on this machine" in clause and "0.8" in clause
+    assert fastest.sentence(f).startswith("Use plain decoding with ") and "llama.cpp-Q4_1" in fastest.sentence(f)
+
+
+def test_a_method_within_noise_of_the_fastest_plain_decoding_is_not_deployed(tmp_path):
+    p = fake(tmp_path, {"lean-fp32/ar": 30, "lean-fp32/sd": 33, "lean-int8/ar": 60, "lean-int8/sd": 61,
+                        "llama.cpp-Q4_1/ar": 42, "llama.cpp-Q4_1/llama-server": 45}, noise=0.1)
+    f = fastest.decide_fastest(p, ROWS)
+    assert not f["recommend"] and f["option"] == f["fastest_plain"] == "lean-int8/ar"
+
+
+def test_rows_run_on_their_own_runtimes_on_the_grids_prompts():
+    lean = BenchConfig(target="t", drafter=None, baselines=("ar",), limit=4)
+    int8 = BenchConfig(target="t", dtype="int8", drafter="ngram", gamma=3, baselines=("ar",), limit=4)
+    grid = fastest.grid([fastest.Row("lean-fp32", lean, None, None), fastest.Row("lean-int8", int8, "sd", "ngram")])
+    assert [c.dtype for c in grid.points()] == ["fp32", "int8"] and grid.runtimes() == [None, "lean-int8"]
+    with pytest.raises(DraftwiseError, match="grid's prompts"):
+        BenchGridConfig(bench=lean, rows=(BenchConfig(target="t", limit=5),), row_names=("x",))
