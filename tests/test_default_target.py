@@ -47,3 +47,39 @@ def test_greedy_sd_identical_to_ar_on_packaged_prompts(target, drafter_spec):
         accepted += sum(r.accepted for r in sd.rounds)
     if drafter_spec == ALL_BUT_28:
         assert accepted > 0  # measured ~20 % agreement: enough to exercise the accept path (untrained subsets get ~0)
+
+
+def test_int8_greedy_sd_on_the_real_model_reproduces_int8_ar_and_stays_near_fp32(target):
+    """The int8 precision of the default target: greedy SD with a `layers:` drafter gives int8 AR's tokens, and its
+    first tokens are fp32's (a lossy precision, but not a different model)."""
+    from draftwise.models import ModelOptions
+
+    q = load("default", ModelOptions(dtype="int8"))
+    drafter = load_drafter("layers:0,1,2", q, ModelOptions(dtype="int8"))
+    ids = q.encode("Name three primary colors.")
+    ar = generate(q.lm, ids, SamplingParams(), 24, torch.Generator())
+    sd = generate(q.lm, ids, SamplingParams(), 24, torch.Generator(), drafter=drafter.lm, gamma=3)
+    assert sd.tokens == ar.tokens
+    fp = generate(target.lm, ids, SamplingParams(), 24, torch.Generator())
+    assert ar.tokens[:4] == fp.tokens[:4]
+
+
+def test_a_gguf_type_the_requantiser_cannot_read_gets_one_line(tmp_path):
+    """The lean engine (int8 included) reads a GGUF by dequantising it; a tensor type gguf-py cannot dequantise (Q8_K)
+    is refused in one line naming the file and the type."""
+    import shutil
+
+    import gguf
+
+    from draftwise.errors import DraftwiseError
+    from draftwise.models import ModelOptions
+    from draftwise.models.source import default_gguf
+
+    f = tmp_path / "smol-patched.gguf"
+    shutil.copy(default_gguf(), f)
+    reader = gguf.GGUFReader(str(f), "r+")
+    tensor = next(t for t in reader.tensors if t.tensor_type == gguf.GGMLQuantizationType.Q4_1)
+    tensor.field.parts[-2][0] = gguf.GGMLQuantizationType.Q8_K  # the type field of its tensor info
+    del reader
+    with pytest.raises(DraftwiseError, match=r"cannot read GGUF file .*smol-patched.gguf: .*Q8_K"):
+        load(str(f), ModelOptions(dtype="int8"))

@@ -175,8 +175,8 @@ class BenchGridConfig:
         _positive("gammas", self.gammas)
         _positive("batch_sizes", self.batch_sizes)
         _positive("drafter_gammas", self.drafter_gammas)
-        if not (self.drafters or self.bench.drafter or self.rows):
-            raise DraftwiseError("a bench grid needs at least one drafter")
+        if not (self.drafters or self.bench.drafter or self.rows or self.bench.baselines):
+            raise DraftwiseError("a bench grid needs at least one drafter or baseline")
         if self.drafter_gammas and (len(self.drafter_gammas) != len(self.drafters) or self.gammas):
             raise DraftwiseError("drafter_gammas gives one γ per drafter, instead of a γ axis")
         if self.scheduled and (not self.bench.schedule or set(self.scheduled) - set(self.drafters or (self.bench.drafter,))):
@@ -509,6 +509,9 @@ class DesignConfig:
             object.__setattr__(self, name, tuple(getattr(self, name)))
         for q in self.gguf_quants:
             _check_gguf_quant(q)
+        if self.dtype == "int8":
+            raise DraftwiseError("design builds and trains its candidates at a float precision (--dtype fp32, bf16 or "
+                                 "fp16); the lean engine at int8 is a row of its own: --engines lean,lean-int8")
         if "lean" not in self.engines or set(self.engines) - {"lean", "lean-int8", "llama.cpp"}:
             raise DraftwiseError(f"engines must include lean (where candidates are built) and may add lean-int8 and "
                                  f"llama.cpp, got {','.join(self.engines)}")

@@ -141,6 +141,18 @@ def exact_first_three(target, prompt, params):
     return joint12, marg3
 
 
+def sampled_first_three(target, prompt, params, drafter, V: int, runs: int = 2000, **kw):
+    """Counts of (token 1, token 2) pairs and of token 3 over `runs` sampled SD generations (γ = 2), and their rounds."""
+    gen = torch.Generator().manual_seed(0)
+    c12, c3, rounds = torch.zeros(V, V), torch.zeros(V), []
+    for _ in range(runs):
+        out = generate(target, prompt, params, 3, gen, drafter=drafter, gamma=2, **kw)
+        c12[out.tokens[0], out.tokens[1]] += 1
+        c3[out.tokens[2]] += 1
+        rounds += out.rounds
+    return c12, c3, rounds
+
+
 def reduced_head(d, ids=(0, 2, 3, 5, 7)):
     """`d` with its LM head cut to some tokens (q = 0 on the rest, which the target can emit)."""
     sd = {"model.embed_tokens.weight": d.embed, "model.norm.weight": d.norm_weight}
@@ -173,13 +185,7 @@ def test_sampled_sd_follows_the_target_distribution(case):
     drafter = make(lean(tiny_config(vocab=V, layers=1), seed=22, std=0.12))
     prompt = [1, 3, 5]
     joint12, marg3 = exact_first_three(target, prompt, params)
-    gen = torch.Generator().manual_seed(0)
-    c12, c3, rounds = torch.zeros(V, V), torch.zeros(V), []
-    for _ in range(2000):
-        out = generate(target, prompt, params, 3, gen, drafter=drafter, gamma=2, stop_below=stop)
-        c12[out.tokens[0], out.tokens[1]] += 1
-        c3[out.tokens[2]] += 1
-        rounds += out.rounds
+    c12, c3, rounds = sampled_first_three(target, prompt, params, drafter, V, stop_below=stop)
     # the run exercised rejections (recovered tokens) as well as acceptances
     assert any(r.accepted < r.drafted for r in rounds) and any(r.accepted > 0 for r in rounds)
     assert chisquare_pvalue(c12, joint12) > 1e-3

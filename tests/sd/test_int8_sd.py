@@ -5,7 +5,7 @@ import pytest
 import torch
 from chisquare import chisquare_pvalue
 from conftest import tiny_config, tiny_model
-from test_engine import exact_first_three
+from test_engine import exact_first_three, sampled_first_three
 
 from draftwise.models import layer_subset
 from draftwise.models.int8 import Int8Weight
@@ -62,13 +62,7 @@ def test_sampled_sd_on_int8_follows_the_int8_target(kind):
                "suffix": SuffixDrafter(trie, factor=2.0, min_prob=0.0)}[kind]
     prompt = [1, 3, 5, 3]
     joint12, marg3 = exact_first_three(target, prompt, params)
-    gen = torch.Generator().manual_seed(0)
-    c12, c3, rounds = torch.zeros(V, V), torch.zeros(V), []
-    for _ in range(2000):
-        out = generate(target, prompt, params, 3, gen, drafter=drafter, gamma=2)
-        c12[out.tokens[0], out.tokens[1]] += 1
-        c3[out.tokens[2]] += 1
-        rounds += out.rounds
+    c12, c3, rounds = sampled_first_three(target, prompt, params, drafter, V)
     assert any(r.accepted < r.drafted for r in rounds) and any(r.accepted > 0 for r in rounds)
     assert chisquare_pvalue(c12, joint12) > 1e-3
     assert chisquare_pvalue(c3, marg3) > 1e-3

@@ -8,7 +8,7 @@ import pytest
 import torch
 from chisquare import chisquare_pvalue
 from conftest import tiny_config
-from test_engine import exact_first_three, lean
+from test_engine import exact_first_three, lean, sampled_first_three
 
 from draftwise.errors import DraftwiseError
 from draftwise.sd.batched_sd import generate_batch_sd
@@ -193,13 +193,7 @@ def test_sampled_sd_with_a_lookup_drafter_follows_the_target_distribution(kind):
                "hybrid": HybridDrafter(ModelDrafter(lean(tiny_config(vocab=V, layers=1), seed=22, std=0.12)),
                                        NgramDrafter(2, 2))}[kind]
     joint12, marg3 = exact_first_three(target, prompt, params)
-    gen = torch.Generator().manual_seed(0)
-    c12, c3, rounds = torch.zeros(V, V), torch.zeros(V), []
-    for _ in range(2000):
-        out = generate(target, prompt, params, 3, gen, drafter=drafter, gamma=2)
-        c12[out.tokens[0], out.tokens[1]] += 1
-        c3[out.tokens[2]] += 1
-        rounds += out.rounds
+    c12, c3, rounds = sampled_first_three(target, prompt, params, drafter, V)
     lookup = [r for r in rounds if r.source == "lookup"]
     assert kind != "hybrid" or any(r.source == "model" for r in rounds)
     assert any(r.accepted < r.drafted for r in lookup) and any(r.accepted > 0 for r in lookup)

@@ -1,4 +1,5 @@
-"""`design`'s llama.cpp rows: which rows a config asks for, and the built-in beside each draftwise method."""
+"""`design`'s rows: which rows a config asks for (lean-int8, llama.cpp's), and the built-in beside each draftwise
+method."""
 
 from __future__ import annotations
 
@@ -14,15 +15,20 @@ from draftwise.stages.design import engines
 
 def test_a_gguf_target_gets_its_own_file_then_each_requested_precision():
     rows = engines.rows(DesignConfig(target="default", gguf_quants=("q8_0",)))
-    assert [(r.name, r.shipped, r.drafter_quant) for r in rows] == [("llama.cpp-Q4_1", True, "q8_0"),
+    assert [(r.name, r.shipped, r.drafter_quant) for r in rows] == [("lean-int8", False, "f32"),
+                                                                    ("llama.cpp-Q4_1", True, "q8_0"),
                                                                     ("llama.cpp-Q8_0", False, "q8_0")]
-    assert rows[0].target == str(default_gguf())
+    assert (rows[0].backend, rows[0].dtype, rows[0].target) == ("lean", "int8", "default")
+    assert rows[1].target == str(default_gguf())
+    assert [engines.quality_runtime(r) for r in rows] == ["lean:int8", "llama.cpp", "llama.cpp:q8_0"]
     assert engines.rows(DesignConfig(target="default", engines=("lean",))) == []
+    assert [r.name for r in engines.rows(DesignConfig(target="default", engines=("lean", "lean-int8")))] == ["lean-int8"]
+    assert engines.rows(DesignConfig(target="default", engines=("lean", "lean-int8"), device="cuda")) == []
 
 
 def test_an_hf_target_runs_in_llama_cpp_as_an_f32_copy(tiny_dir):
     rows = engines.rows(DesignConfig(target=tiny_dir, gguf_quants=("f32", "q8_0")))
-    assert [(r.quant, r.shipped) for r in rows] == [("F32", False), ("Q8_0", False)]  # f32 once, not twice
+    assert [(r.quant, r.shipped) for r in rows] == [("INT8", False), ("F32", False), ("Q8_0", False)]  # f32 once
 
 
 def test_engines_need_lean_and_gguf_quants_need_llama_cpp():
@@ -32,6 +38,8 @@ def test_engines_need_lean_and_gguf_quants_need_llama_cpp():
         DesignConfig(engines=("lean",), gguf_quants=("q8_0",))
     with pytest.raises(DraftwiseError, match="unknown GGUF quantization"):
         DesignConfig(gguf_quants=("q4_k",))
+    with pytest.raises(DraftwiseError, match="a row of its own"):
+        DesignConfig(dtype="int8")
 
 
 def test_nearest_builtins_carry_the_draftwise_settings(tiny_dir):

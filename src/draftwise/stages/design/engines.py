@@ -68,7 +68,7 @@ def rows(config) -> list[Engine]:
     """The rows of a design beyond the lean engine at its own precision: lean-int8, then llama.cpp's — the target's
     own file, then each `gguf_quants` copy."""
     out: list[Engine] = []
-    if LEAN_INT8 in config.engines and config.dtype != INT8:
+    if LEAN_INT8 in config.engines and config.device == "cpu":  # int8 is a CPU precision
         out.append(Engine(LEAN_INT8, config.target, INT8.upper(), "f32", False, backend="lean", dtype=INT8))
     if LLAMA_CPP not in config.engines:
         return out
