@@ -1,9 +1,10 @@
 import json
 
+import pytest
 import torch
 
 from draftwise.config import AgreeConfig
-from draftwise.models import load, load_drafter
+from draftwise.models import ModelOptions, load, load_drafter
 from draftwise.sd.engine import generate
 from draftwise.sd.sampling import SamplingParams
 from draftwise.stages import agree
@@ -15,13 +16,15 @@ def test_greedy_rounds_replay():
     assert agree.greedy_rounds([1, 0, 1, 1], 2) == (2, 4)  # [1 acc + recovered], [2 acc]: capped at the end
 
 
-def test_agreement_predicts_the_tar_of_a_real_greedy_sd_run(tiny_dir, tmp_path):
+@pytest.mark.parametrize("dtype", ["fp32", "int8"])
+def test_agreement_predicts_the_tar_of_a_real_greedy_sd_run(tiny_dir, tmp_path, dtype):
+    """At either precision of the lean engine (int8: batched continuations equal one-by-one SD runs, bit for bit)."""
     out = agree.run(AgreeConfig(target=tiny_dir, drafter="layers:0,1,3", suites="spec_bench", limit=6, max_new_tokens=20,
-                                gammas=(2, 4), batch_size=4), tmp_path / "a")
+                                gammas=(2, 4), batch_size=4, dtype=dtype), tmp_path / "a")
     summary = json.loads((out / "agree.json").read_text())
     assert 0 < summary["agreement"] < 1
-    target = load(tiny_dir)
-    drafter = load_drafter("layers:0,1,3", target)
+    target = load(tiny_dir, ModelOptions(dtype=dtype))
+    drafter = load_drafter("layers:0,1,3", target, ModelOptions(dtype=dtype))
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     from draftwise import data
 

@@ -186,7 +186,9 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     from draftwise.stages.design import fastest
 
     opening = report.split("\n## ")[1].split("\n\n")[1]
-    assert opening == fastest.sentence(final, fastest.row_verdicts(design.Pipeline(config, out)))
+    assert opening.startswith(fastest.sentence(final, fastest.row_verdicts(design.Pipeline(config, out))))
+    if final["runtime"] == "lean-int8":  # a lossy runtime's answer says what it costs
+        assert "Its quality against fp32 (a lossy runtime): agreement" in opening
     assert fastest.describe(final["fastest_plain"]) in opening and "measured on this machine" in opening
     assert (out / "export" / "README.md").read_text().startswith("# What to run on this machine")
     engine_readme = (out / "export" / "engines" / "llama.cpp-F32" / "README.md").read_text()

@@ -1,6 +1,7 @@
 import json
 
 import pytest
+import torch
 
 from draftwise import cost
 from draftwise.config import SweepConfig
@@ -78,3 +79,15 @@ def test_sweep_on_llama_cpp_writes_each_shape_as_gguf(tiny_dir, tmp_path):
     assert len(summary["rows"]) == 3 + 2 + 2 and all(r["step_ms"] > 0 for r in summary["rows"])
     assert summary["machine"]["engine"] == "llama.cpp" and summary["machine"]["quant"] == "F32"
     assert summary["bytes_per_value"] == 4 and summary["fits"]["1"]
+
+
+def test_sweep_at_int8_times_int8_shapes(tiny_dir, tmp_path):
+    """The shapes of a sweep at int8 are timed as int8 drafters (their matrices quantized), stamped int8."""
+    out = sweep.run(cfg(tiny_dir, vocabs=(0,), truncations=(), dtype="int8"), tmp_path / "s")
+    summary = json.loads((out / "sweep.json").read_text())
+    assert summary["dtype"] == "int8" and summary["machine"]["dtype"] == "int8" and len(summary["rows"]) == 5
+    from draftwise.models import load
+    from draftwise.models.int8 import Int8Weight
+
+    model = sweep.random_model(load(tiny_dir).config, cost.Shape(1, 32, 4, 2, 8, 48, 64), torch.float32, "cpu", 0, "int8")
+    assert isinstance(model.layers[0].wgu, Int8Weight)

@@ -436,14 +436,16 @@ def _decision_text(d: dict) -> str:
 def _verdict(doc: Doc, p) -> None:
     """The decision first: what to run on this machine against the fastest plain decoding here, then the lean
     engine's own verdict and every candidate's costs and break-even."""
-    from ..stages.design import fastest
+    from ..stages.design import engines, fastest
     from ..stages.design.verdict import sentence
 
     v, f = p.done["verdict"], p.done.get("fastest")
     doc.h("Verdict")
     if f:
-        quality = design_engines.quality_of(p)
-        doc.p(fastest.sentence(f, fastest.row_verdicts(p)))
+        quality = engines.quality_of(p)
+        cost = quality.get(f["runtime"])
+        doc.p(fastest.sentence(f, fastest.row_verdicts(p)) + (f" Its quality against fp32 (a lossy runtime): {cost}."
+                                                              if cost else ""))
         doc.table(["option (one interleaved grid, the selection prompts)", "tokens/s", "over the fastest plain [95 %]",
                    "quality vs fp32"],
                   [[fastest.describe(n) + (" (plain)" if o["plain"] else ""), _f(o["tokens_per_s"], ".1f"),

@@ -36,19 +36,6 @@ def rows_of(p) -> list[dict]:
     return [r for name, r in sorted(p.done.items()) if name.startswith("verdict@")]
 
 
-def quality_of(p) -> dict[str, str]:
-    """Each lossy row's quality against the lean engine at fp32 (`stages.quality`), by row name, in short."""
-    if "quality" not in p.done:
-        return {}
-    q = json.loads((p.folder("quality") / "quality.json").read_text())
-    out = {}
-    for e in engines.rows(p.base):
-        s = q.get(engines.quality_runtime(e)) or {}
-        if s.get("agreement") is not None:
-            out[e.name] = f"agreement {s['agreement']:.3f}, ΔNLL {s['nll_delta']:+.3f}"
-    return out
-
-
 def quality_note(p) -> str:
     """What the quality column means, with its sample."""
     if "quality" not in p.done:
@@ -67,7 +54,7 @@ def section(doc, p, plots: Path, footer: str) -> None:
     lean = p.done["verdict"]
     lean_pt = next(iter(json.loads((p.folder("bench-select") / "grid.json").read_text())["points"]))
     doc.h("Per engine: where the verdict is deployed")
-    quality = quality_of(p)
+    quality = engines.quality_of(p)
     table = [[f"draftwise lean ({p.config.dtype})", _f(lean_pt["methods"]["ar"]["tokens_per_s"], ".1f"),
               _what(lean), _interval(lean["speedup"]), "reference" if p.config.dtype == "fp32" else "-",
               "-", "-", "-", "-", "-"]]

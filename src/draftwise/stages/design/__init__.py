@@ -353,7 +353,7 @@ def run(config: DesignConfig, out: str | Path, executor: Executor | None = None,
     from .export import export, export_reduced
 
     full = export(p, target, outcome, final)
-    export_engines.export_rows(p.dir.path / "export", rows, p.base, final, fastest.row_verdicts(p))
+    export_engines.export_rows(p.dir.path / "export", rows, p.base, final, fastest.row_verdicts(p), engines.quality_of(p))
     p.replan("reduced-heads")
     if drafter_kind(specs[chosen]) == "model" and (p.config.draft_vocabs or p.config.adaptive):
         spec, n = measure.tune_head(p, full, target_shape.vocab, gamma)

@@ -26,6 +26,7 @@ Which row to deploy on is `fastest`'s question: every row's choice against the f
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +95,19 @@ def quality_runtime(e: Engine) -> str:
     if e.lean:
         return f"lean:{e.dtype}"
     return LLAMA_CPP if e.shipped else f"{LLAMA_CPP}:{e.drafter_quant}"
+
+
+def quality_of(p) -> dict[str, str]:
+    """Each lossy row's quality against the lean engine at fp32 (the design's `quality` stage), by row name, in short."""
+    if "quality" not in p.done:
+        return {}
+    q = json.loads((p.folder("quality") / "quality.json").read_text())
+    out = {}
+    for e in rows(p.base):
+        s = q.get(quality_runtime(e)) or {}
+        if s.get("agreement") is not None:
+            out[e.name] = f"agreement {s['agreement']:.3f}, ΔNLL {s['nll_delta']:+.3f}"
+    return out
 
 
 def dropped(p, e: Engine) -> bool:

@@ -51,9 +51,10 @@ draftwise bench --target {target} --dtype {dtype} {drafter}
 
 
 def export_rows(top: Path, rows: list[dict], config, final: dict | None = None,
-                verdicts: dict[str, dict] | None = None) -> None:
+                verdicts: dict[str, dict] | None = None, quality: dict[str, str] | None = None) -> None:
     """Every engine row's folder, a pointer to each in the export's README, and the README's opening: the design's
-    answer (`final`, see `fastest`; `verdicts`: every row's verdict by runtime name) and how to run it."""
+    answer (`final`, see `fastest`; `verdicts`: every row's verdict by runtime name; `quality`: each lossy runtime's
+    cost against fp32) and how to run it."""
     spec = "default" if config.target == "default" else "<target>"
     lines = ["\n## Per engine\n", "Each engine's own verdict (what to run if you deploy on that engine):\n"]
     for v in rows:
@@ -61,7 +62,7 @@ def export_rows(top: Path, rows: list[dict], config, final: dict | None = None,
             export_row(top, v, config.threads, engines.target_name(v), spec, final)
         lines.append(f"- `{folder.relative_to(top)}/`: {engines.sentence(v)}{_versus(final, v)}")
     readme = top / "README.md"
-    head = fastest.readme_header(final, verdicts or {}, spec, config.threads) if final else ""
+    head = fastest.readme_header(final, verdicts or {}, spec, config.threads, quality) if final else ""
     readme.write_text(head + readme.read_text() + ("\n".join(lines) + "\n" if rows else ""))
 
 

@@ -50,8 +50,9 @@ def rows(p) -> list[Row]:
     """Every runtime of the design (the base config's, whatever the budget dropped) with what its verdict chose."""
     c, base = p.config, p.base
     v = p.done["verdict"]
+    scheduled = measure.scheduling(p) if v["recommend"] and v["method"] != "sd" else {}
     main = measure.base_config(p, v["spec"] if v["recommend"] else None, v["gamma"], c.bench_limit,
-                               baselines=("ar",), **(measure.scheduling(p) if v["method"] != "sd" else {}))
+                               baselines=("ar",), **scheduled)
     out = [Row(lean_name(c), main, v["method"] if v["recommend"] else None, v["drafter"] if v["recommend"] else None)]
     for e in engines.rows(base):
         done = p.done.get(f"verdict@{e.name}")
@@ -159,22 +160,27 @@ def deploy_command(f: dict, v: dict | None, target: str, threads: int | None) ->
     """What to run for the fastest option (`v`: its row's verdict record), paths relative to the export folder."""
     runtime, method = f["runtime"], f["method"]
     if method == "llama-server":
-        return f"llama-server -m <{runtime.removeprefix(LLAMA_CPP + '-')} GGUF of the target> -t {threads or 2} " \
-               "--host 127.0.0.1 --port 8080"
+        file = engines.target_name(v) if v else f"<the target's {runtime.removeprefix(LLAMA_CPP + '-')} GGUF>"
+        return f"`llama-server -m {file} -t {threads or 2} --host 127.0.0.1 --port 8080`"
     if runtime.startswith("lean-"):
         dtype = runtime.removeprefix("lean-")
         if method == "ar":
-            return f"draftwise bench --target {target} --dtype {dtype} --baseline ar"
+            return f"`draftwise bench --target {target} --dtype {dtype} --baseline ar`"
         return f"see `engines/{runtime}/README.md`" if runtime == engines.LEAN_INT8 else "see below"
     return f"see `engines/{runtime}/README.md`"
 
 
-def readme_header(f: dict, rows_by_name: dict[str, dict], target: str, threads: int | None) -> str:
-    """The export README's opening: the design's answer, and how to run it."""
-    return (f"# What to run on this machine\n\n**Verdict:** {sentence(f, rows_by_name)}\n\nHow: "
+def readme_header(f: dict, rows_by_name: dict[str, dict], target: str, threads: int | None,
+                  quality: dict[str, str] | None = None) -> str:
+    """The export README's opening: the design's answer, and how to run it (`quality`: each lossy runtime's cost
+    against fp32, by runtime name)."""
+    cost = (quality or {}).get(f["runtime"])
+    return (f"# What to run on this machine\n\n**Verdict:** {sentence(f, rows_by_name)}"
+            + (f" Its quality against fp32 (a lossy runtime): {cost}." if cost else "") + "\n\nHow: "
             f"{deploy_command(f, rows_by_name.get(f['runtime']), target, threads)}\n\n"
             f"Every option of the last grid (tokens/s; speedup over the fastest plain decoding, 95 % interval):\n\n"
             + "\n".join(f"- {describe(n)}: {o['tokens_per_s']:.1f} tokens/s, {o['speedup'][0]:.2f}× "
                         f"[{o['speedup'][1]:.2f}–{o['speedup'][2]:.2f}]"
+                        + (f" (quality: {(quality or {})[n.split('/')[0]]})" if n.split("/")[0] in (quality or {}) else "")
                         for n, o in sorted(f["options"].items(), key=lambda kv: -kv[1]["tokens_per_s"]))
             + "\n\n---\n\n")
