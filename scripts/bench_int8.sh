@@ -33,3 +33,6 @@ $DW bench --target runs/gguf/smol-q8_0.gguf --dtype int8 --drafter "$SUFFIX@2" -
   --out $R/runtimes
 # quality: teacher-forced agreement with fp32 and NLL, beside the GGUF files in llama.cpp
 $DW quality --target default --runtimes lean:int8,llama.cpp,llama.cpp:q8_0 --limit 24 --threads 2 --out $R/quality
+# every option over llama-server's plain decoding of the same file (paired 95 % intervals)
+for r in spec-q4_1 suites-q4_1 spec-q8_0; do .venv/bin/python scripts/speedups.py $R/$r --over llama-server; done
+.venv/bin/python scripts/speedups.py $R/spec-q4_1 --over 'llama-server:--spec-type ngram-cache'

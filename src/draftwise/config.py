@@ -353,6 +353,20 @@ class AgreeConfig:
             raise DraftwiseError("limit, max_new_tokens and batch_size must be >= 1")
 
 
+RUNTIME_FORMS = (f"lean:{{{','.join(PRECISIONS)}}}, llama.cpp (the target's own GGUF) or "
+                 f"llama.cpp:{{{','.join(GGUF_QUANTS)}}}")
+
+
+def check_runtime(name: str) -> tuple[str, str | None]:
+    """(engine, precision or None) of a runtime name (`stages.quality`); an unknown one is refused in one line."""
+    engine, _, precision = name.partition(":")
+    if engine == "lean" and precision in PRECISIONS:
+        return engine, precision
+    if engine == "llama.cpp" and (precision in GGUF_QUANTS or name == "llama.cpp"):
+        return engine, precision or None
+    raise DraftwiseError(f"unknown runtime {name!r}: choose from {RUNTIME_FORMS}")
+
+
 @dataclass(frozen=True)
 class QualityConfig:
     """`draftwise quality`: each runtime's top-1 agreement with, and NLL beside, the target on the lean engine at fp32,
@@ -366,8 +380,6 @@ class QualityConfig:
     threads: int | None = None  # torch (and llama.cpp) threads; None = torch's default
 
     def __post_init__(self):
-        from .stages.quality import check_runtime
-
         runtimes = self.runtimes.split(",") if isinstance(self.runtimes, str) else self.runtimes
         object.__setattr__(self, "runtimes", tuple(r.strip() for r in runtimes if r.strip()))
         if not self.runtimes:

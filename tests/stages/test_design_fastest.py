@@ -70,3 +70,32 @@ def test_rows_run_on_their_own_runtimes_on_the_grids_prompts():
     assert [c.dtype for c in grid.points()] == ["fp32", "int8"] and grid.runtimes() == [None, "lean-int8"]
     with pytest.raises(DraftwiseError, match="grid's prompts"):
         BenchGridConfig(bench=lean, rows=(BenchConfig(target="t", limit=5),), row_names=("x",))
+
+
+def test_the_export_opens_with_the_answer_and_its_command(tmp_path):
+    """SD on lean-int8 as the answer: the export README's first lines say it, with its quality and the command that
+    runs it from the export folder (the suffix corpus under engines/lean-int8/, no path of this machine)."""
+    from draftwise.stages.design import export_engines
+
+    p = fake(tmp_path, {"lean-fp32/ar": 30, "lean-fp32/sd": 36, "lean-int8/ar": 60, "lean-int8/sd": 90,
+                        "llama.cpp-Q4_1/ar": 42, "llama.cpp-Q4_1/llama-server": 45})
+    f = fastest.decide_fastest(p, ROWS)
+    corpus = tmp_path / "run" / "stages" / "suffix-index"
+    corpus.mkdir(parents=True)
+    v = {"engine": "lean-int8", "backend": "lean", "dtype": "int8", "quant": "INT8", "shipped": False,
+         "recommend": True, "drafter": "suffix", "spec": f"suffix:{corpus},factor=2,min_prob=0.1", "kind": "lookup",
+         "method": "sd", "gamma": 2, "speedup": [1.5, 1.4, 1.6], "tokens_per_s": 90.0, "ar_tokens_per_s": 60.0,
+         "builtins": {}, "best_builtin": None}
+    top = tmp_path / "export"
+    top.mkdir()
+    (top / "README.md").write_text("## The draftwise lean engine at fp32\n")
+    export_engines.export_rows(top, [v], SimpleNamespace(target="default", threads=2), f, {"lean-int8": v},
+                               {"lean-int8": "agreement 0.993, ΔNLL +0.000"})
+    readme = (top / "README.md").read_text()
+    assert readme.startswith("# What to run on this machine\n\n**Verdict:** Deploy suffix")
+    assert "Its quality against fp32 (a lossy runtime): agreement 0.993" in readme
+    assert "`draftwise bench --target default --dtype int8 --drafter 'suffix:engines/lean-int8/suffix-corpus,factor=2," \
+           "min_prob=0.1' --gamma 2`" in readme
+    own = (top / "engines" / "lean-int8" / "README.md").read_text()
+    assert "--drafter 'suffix:suffix-corpus,factor=2,min_prob=0.1' --gamma 2" in own
+    assert str(tmp_path) not in readme + own

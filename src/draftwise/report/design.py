@@ -443,13 +443,14 @@ def _verdict(doc: Doc, p) -> None:
     doc.h("Verdict")
     if f:
         quality = engines.quality_of(p)
+        reference = {fastest.lean_name(p.config): "the reference"} if p.config.dtype == "fp32" else {}
         cost = quality.get(f["runtime"])
         doc.p(fastest.sentence(f, fastest.row_verdicts(p)) + (f" Its quality against fp32 (a lossy runtime): {cost}."
                                                               if cost else ""))
         doc.table(["option (one interleaved grid, the selection prompts)", "tokens/s", "over the fastest plain [95 %]",
                    "quality vs fp32"],
                   [[fastest.describe(n) + (" (plain)" if o["plain"] else ""), _f(o["tokens_per_s"], ".1f"),
-                    _interval(o["speedup"]), quality.get(n.split("/")[0], "-")]
+                    _interval(o["speedup"]), quality.get(n.split("/")[0], reference.get(n.split("/")[0], "-"))]
                    for n, o in sorted(f["options"].items(), key=lambda kv: -kv[1]["tokens_per_s"])])
         doc.p("The rule: " + f["rule"] + ". Each engine's own verdict, below and under *Per engine*, compares a method "
               "with that engine's AR. " + design_engines.quality_note(p))

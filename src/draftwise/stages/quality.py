@@ -20,25 +20,13 @@ import torch
 from tqdm import tqdm
 
 from .. import continuations
-from ..config import GGUF_QUANTS, PRECISIONS, QualityConfig
+from ..config import QualityConfig, check_runtime
 from ..errors import DraftwiseError
 from ..models import ModelOptions, load
 from ..models.llamacpp_load import LLAMA_CPP, gguf_file, written
 from ..rundir import RunDir
 
 REFERENCE = "lean:fp32"
-FORMS = (f"lean:{{{','.join(PRECISIONS)}}}, {LLAMA_CPP} (the target's own GGUF) or "
-         f"{LLAMA_CPP}:{{{','.join(GGUF_QUANTS)}}}")
-
-
-def check_runtime(name: str) -> tuple[str, str | None]:
-    """(engine, precision or None) of a runtime name; an unknown one is refused with one line listing the forms."""
-    engine, _, precision = name.partition(":")
-    if engine == "lean" and precision in PRECISIONS:
-        return engine, precision
-    if engine == LLAMA_CPP and (precision in GGUF_QUANTS or name == LLAMA_CPP):
-        return engine, precision or None
-    raise DraftwiseError(f"unknown runtime {name!r}: choose from {FORMS}")
 
 
 def parse_runtime(name: str, target: str) -> tuple[str, ModelOptions, str]:

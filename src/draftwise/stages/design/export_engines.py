@@ -45,7 +45,7 @@ out = llm.create_completion("Hello", max_tokens=128, temperature=0)
 
 LEAN = """draftwise at {precision} (run from this folder; measured here: {measured}):
 ```
-draftwise bench --target {target} --dtype {dtype} {drafter}
+{command}
 ```
 """
 
@@ -62,8 +62,17 @@ def export_rows(top: Path, rows: list[dict], config, final: dict | None = None,
             export_row(top, v, config.threads, engines.target_name(v), spec, final)
         lines.append(f"- `{folder.relative_to(top)}/`: {engines.sentence(v)}{_versus(final, v)}")
     readme = top / "README.md"
-    head = fastest.readme_header(final, verdicts or {}, spec, config.threads, quality) if final else ""
+    head = fastest.readme_header(final, verdicts or {}, spec, config.threads, quality, _how(final, verdicts, spec)) \
+        if final else ""
     readme.write_text(head + readme.read_text() + ("\n".join(lines) + "\n" if rows else ""))
+
+
+def _how(final: dict | None, verdicts: dict[str, dict] | None, target_spec: str) -> str | None:
+    """The command of the design's answer when it is SD on a lean row (its corpus under engines/<row>/)."""
+    v = (verdicts or {}).get(final["runtime"]) if final and final["recommend"] else None
+    if v is None or v.get("backend", "llama.cpp") == "llama.cpp":
+        return None
+    return f"`{lean_command(v, target_spec, 'engines/' + v['engine'] + '/')}`"
 
 
 def _versus(final: dict | None, v: dict) -> str:
@@ -92,21 +101,32 @@ def _verdict_json(out: Path, v: dict) -> None:
                                                                    "method", "gamma", "speedup", "best_builtin") if k in v}, indent=1) + "\n")
 
 
+def lean_command(v: dict, target_spec: str, folder: str = "") -> str:
+    """The draftwise command a lean row's verdict runs; `folder`: where its lookup corpus lies, relative to the
+    command's folder. A checkpoint of the run folder is named, not located (the export names no path of this machine)."""
+    if not v["recommend"]:
+        return f"draftwise bench --target {target_spec} --dtype {v['dtype']} --baseline ar"
+    if v["kind"] == "lookup":
+        corpus = spec_lib.split_suffix(v["spec"])[0] if v["spec"].startswith("suffix") else None
+        local = v["spec"].replace(corpus, folder + "suffix-corpus", 1) if corpus else v["spec"]
+    elif v["kind"] == "model":
+        local = "<the drafter checkpoint>"
+    else:
+        local = "hybrid:<the drafter checkpoint>+" + spec_lib.split_hybrid(v["spec"])[1]
+    return f"draftwise bench --target {target_spec} --dtype {v['dtype']} --drafter '{local}' --gamma {v['gamma']}"
+
+
 def export_lean_row(top: Path, v: dict, target_spec: str, final: dict | None = None) -> Path:
     """A lean row's folder: the draftwise command at the row's precision (its lookup corpus copied beside it)."""
     out = top / "engines" / v["engine"]
     out.mkdir(parents=True, exist_ok=True)
-    if v["kind"] == "lookup":
-        local = local_lookup(v["spec"], out) if v["recommend"] else v["spec"]
-    else:  # a checkpoint of the run folder: named, not located (the export names no path of this machine)
-        local = "<the drafter checkpoint>" if v["kind"] == "model" else "hybrid:<the drafter checkpoint>+" + \
-            spec_lib.split_hybrid(v["spec"])[1]
-    drafter = f"--drafter '{local}' --gamma {v['gamma']}" if v["recommend"] else "--baseline ar"
+    if v["kind"] == "lookup" and v["recommend"]:
+        local_lookup(v["spec"], out)  # the corpus beside the README
     measured = _measured({"speedup": v["speedup"], "tokens_per_s": v["tokens_per_s"]}, "its plain decoding") \
         if v["recommend"] else f"{v['ar_tokens_per_s']:.1f} tokens/s"
     parts = [f"# {v['engine']}: {'deploy ' + v['drafter'] if v['recommend'] else 'plain decoding'}\n",
              f"**Verdict:** {engines.sentence(v)}{_versus(final, v)}\n",
-             LEAN.format(precision=v["dtype"], measured=measured, target=target_spec, dtype=v["dtype"], drafter=drafter)]
+             LEAN.format(precision=v["dtype"], measured=measured, command=lean_command(v, target_spec))]
     if v["kind"] != "lookup" and v["recommend"]:
         parts.append(f"The drafter checkpoint is the design's `{v['drafter']}` (`export/drafter/` when the design's "
                      "verdict chose it); draftwise quantizes it to the same precision when it loads it.\n")

@@ -91,11 +91,12 @@ def run(p) -> dict:
 
 
 def decide_fastest(p, rs: list[Row]) -> dict:
+    """The verdict record from the last grid's records: every option over the fastest plain one (module docstring)."""
     by = decide.timings(measure.records(p, [STAGE]), option(rs))
     speed = {n: sum(t for t, _ in v.values()) / sum(s for _, s in v.values()) for n, v in by.items()}
     plain = [n for n in by if n.split("/", 1)[1] in PLAIN]
     fastest_plain = max(plain, key=speed.get)
-    result = decide.compare({n: v for n, v in by.items()}, by[fastest_plain], p.config.seed)
+    result = decide.compare(by, by[fastest_plain], p.config.seed)
     drafters = {r.name: r.drafter for r in rs}
     decision = decide.choose(result, lambda n: (n not in plain, n != fastest_plain, -speed[n]))
     chosen = decision["chosen"]
@@ -114,7 +115,7 @@ def decide_fastest(p, rs: list[Row]) -> dict:
 
 
 def describe(option: str) -> str:
-    """An option in words: 'llama.cpp-Q4_1/llama-server' -> 'llama-server on llama.cpp-Q4_1'."""
+    """An option in words: 'llama.cpp-Q4_1/llama-server' -> 'llama-server plain decoding on llama.cpp-Q4_1'."""
     runtime, method = option.split("/", 1)
     what = {"ar": "draftwise AR", "llama-server": "llama-server plain decoding", "sd": "draftwise SD",
             SCHEDULED: "draftwise SD with the round scheduler"}.get(method, method)
@@ -171,13 +172,13 @@ def deploy_command(f: dict, v: dict | None, target: str, threads: int | None) ->
 
 
 def readme_header(f: dict, rows_by_name: dict[str, dict], target: str, threads: int | None,
-                  quality: dict[str, str] | None = None) -> str:
+                  quality: dict[str, str] | None = None, how: str | None = None) -> str:
     """The export README's opening: the design's answer, and how to run it (`quality`: each lossy runtime's cost
-    against fp32, by runtime name)."""
+    against fp32, by runtime name; `how`: the command, where the export knows it better than `deploy_command`)."""
     cost = (quality or {}).get(f["runtime"])
     return (f"# What to run on this machine\n\n**Verdict:** {sentence(f, rows_by_name)}"
-            + (f" Its quality against fp32 (a lossy runtime): {cost}." if cost else "") + "\n\nHow: "
-            f"{deploy_command(f, rows_by_name.get(f['runtime']), target, threads)}\n\n"
+            + (f" Its quality against fp32 (a lossy runtime): {cost}." if cost else "") + "\n\nHow (from this folder): "
+            f"{how or deploy_command(f, rows_by_name.get(f['runtime']), target, threads)}\n\n"
             f"Every option of the last grid (tokens/s; speedup over the fastest plain decoding, 95 % interval):\n\n"
             + "\n".join(f"- {describe(n)}: {o['tokens_per_s']:.1f} tokens/s, {o['speedup'][0]:.2f}× "
                         f"[{o['speedup'][1]:.2f}–{o['speedup'][2]:.2f}]"
