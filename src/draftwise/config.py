@@ -35,7 +35,7 @@ def llama_server_args(baseline: str) -> list[str] | None:
 LOOKUP_DRAFTERS = ("ngram", "suffix")
 
 GGUF_QUANTS = ("f32", "f16", "q8_0")
-# --dtype: a float dtype, or the lean engine's int8 (int8 weights, activations quantized per token; lossy, labelled)
+# --dtype: a float dtype, or the lean engine's int8 (int8 weights, int16 activations per token; lossy, labelled)
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 
 
@@ -373,7 +373,8 @@ class QualityConfig:
     teacher-forced on eval prompt texts (stages/quality: the runtime names and what they run)."""
 
     target: str = "default"
-    runtimes: tuple[str, ...] = ("lean:int8", "llama.cpp")  # lean:PRECISION, llama.cpp, llama.cpp:QUANT
+    runtimes: tuple[str, ...] = ("lean:int8", "llama.cpp")  # lean:PRECISION, llama.cpp, llama.cpp:QUANT (or a comma
+    # string of them, as the CLI gives it)
     suites: str = "all"
     limit: int = 24  # eval prompts (round-robin over suites and categories)
     max_prompt_tokens: int = 256  # longer prompts are skipped

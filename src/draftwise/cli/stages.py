@@ -172,8 +172,7 @@ def _quality(args) -> None:
     from ..config import QualityConfig
     from ..stages import quality
 
-    runtimes = tuple(x.strip() for x in args.runtimes.split(",") if x.strip())
-    quality.run(QualityConfig(target=args.target, runtimes=runtimes, suites=args.suites, limit=args.limit,
+    quality.run(QualityConfig(target=args.target, runtimes=args.runtimes, suites=args.suites, limit=args.limit,
                               max_prompt_tokens=args.max_prompt_tokens, threads=args.threads), args.out)
 
 

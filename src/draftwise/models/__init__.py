@@ -29,7 +29,7 @@ BACKENDS = ("auto", "lean", "transformers", "llama.cpp")
 
 @dataclass(frozen=True)
 class ModelOptions:
-    dtype: str = "fp32"  # fp32 | bf16 | fp16 | int8 (the lean engine's W8A8 precision, lossy: `int8.py`)
+    dtype: str = "fp32"  # fp32 | bf16 | fp16 | int8 (the lean engine's int8 weights, int16 activations; lossy: `int8.py`)
     device: str = "cpu"  # cpu | cuda | cuda:N
     backend: str = "auto"  # auto: lean when the architecture allows, else transformers
     compile: bool = False  # torch.compile each layer of the lean forward (it then bypasses the CPU C kernels)

@@ -20,14 +20,13 @@
  *
  * Why draftwise's own kernel: torch's dynamic int8 linear (fbgemm) takes one activation scale per tensor, so a row of a
  * verify pass would round differently from its one-token step; `_weight_int8pack_mm` grows linearly with the rows.
- * Here the weights are read from memory once per pass whatever M is (a tile holds R groups against up to 6 input
- * rows, the next tile prefetched while it computes), which keeps the verify pass close to one step.
+ * Here the weights are read from memory once per pass whatever M is (a tile holds R groups against up to 4 input
+ * rows, the next tile prefetched while it computes), which keeps a short verify pass close to one step.
  */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #define BLOCK 32
 #define QMAX 32767.0f
@@ -81,14 +80,14 @@ typedef struct {
 
 static AVX512 void tile512(const int R, const int M, const int8_t* w, int64_t g, const operands* o) {
     const int64_t Kp = o->Kp, B = Kp / BLOCK, group = Kp * 16;
-    __m512 acc[4][6];
+    __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 6
         for (int j = 0; j < M; j++) acc[i][j] = _mm512_setzero_ps();
     const int8_t* wg = w + g * group;
     for (int64_t b = 0; b < B; b++) {
-        __m512i dl[4][6], dh[4][6];
+        __m512i dl[4][4], dh[4][4];
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++)
 #pragma GCC unroll 6
@@ -212,7 +211,7 @@ static void groups256(const int8_t* w, operands o, int64_t M, int64_t g) {
 
 /* ---- entry points ---- */
 
-/* 2: AVX-512 (F, BW; VNNI for vpdpwssd), 1: AVX2 */
+/* 2: AVX-512 (F, BW, VNNI for vpdpbusd), 1: AVX2 (both with F16C for the fp16 scales) */
 int draftwise_int8_isa(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c"))
@@ -221,8 +220,7 @@ int draftwise_int8_isa(void) {
 }
 
 /* x [M, K] fp32 (contiguous), w packed as above, s and z [N / 16, Kp / 32, 16] fp16, qsum the same in int16, y [M, N]
- * fp32. isa: as
- * draftwise_int8_isa() (a smaller one may be asked for: tests hold the paths to the same bits). */
+ * fp32. isa: as draftwise_int8_isa() (a smaller one may be asked for: tests hold the paths to the same bits). */
 void draftwise_int8_gemm(const float* x, const int8_t* w, const uint16_t* s, const uint16_t* z, const int16_t* qsum,
                          float* y, int64_t M, int64_t N, int64_t K, int64_t Kp, int nthreads, int isa) {
     const int64_t B = Kp / BLOCK;

@@ -33,11 +33,6 @@ def bytes_per_value(name: str) -> int:
     return torch_dtype(name).itemsize
 
 
-def weight_bytes_per_value(name: str) -> int:
-    """Bytes of one weight of a matrix at precision `name` (1 at int8; its per-row scales are negligible)."""
-    return 1 if name == int8.NAME else torch_dtype(name).itemsize
-
-
 def from_pretrained(path: Path, dtype: torch.dtype, device: str, trust_remote_code: bool = False):
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging

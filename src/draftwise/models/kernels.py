@@ -97,8 +97,8 @@ def int8_gemm(x: torch.Tensor, w, isa: int | None = None) -> torch.Tensor:
     m, n = x.shape[0], w.out_features
     y = torch.empty(m, n, dtype=torch.float32)
     _kernel().draftwise_int8_gemm(x.data_ptr(), w.q.data_ptr(), w.s.data_ptr(), w.z.data_ptr(), w.qsum.data_ptr(),
-                                  y.data_ptr(),
-                                  m, n, w.in_features, w.padded_in, torch.get_num_threads(), isa or int8_isa())
+                                  y.data_ptr(), m, n, w.in_features, w.padded_in, torch.get_num_threads(),
+                                  isa or int8_isa())
     return y
 
 
@@ -181,9 +181,8 @@ def attention(qkv, rot, k_cache, v_cache, pos: int, n_heads: int, head_dim: int,
 class _Matrix(ctypes.Structure):
     """cpu_layer.c's dw_matrix: an fp32 weight (w) or an int8 one (q, s, z, qsum), its bias or NULL."""
 
-    _fields_ = [("w", ctypes.c_void_p), ("q", ctypes.c_void_p), ("s", ctypes.c_void_p), ("z", ctypes.c_void_p),
-                ("qsum", ctypes.c_void_p),
-                ("bias", ctypes.c_void_p), ("N", ctypes.c_int64), ("K", ctypes.c_int64), ("Kp", ctypes.c_int64)]
+    _fields_ = [(n, ctypes.c_void_p) for n in ("w", "q", "s", "z", "qsum", "bias")] + \
+        [(n, ctypes.c_int64) for n in ("N", "K", "Kp")]
 
 
 class LayerStruct(ctypes.Structure):

@@ -64,8 +64,9 @@ class Layer(nn.Module):
         # slots and positions differ (batched SD)
         s = self.shape
         T = x.shape[1]
-        if positions is None and T <= kernels.MAX_ROWS and kernels.fast_path(x) and self.fused() is not None:
-            return kernels.layer(self.fused(), x, rot, k_cache, v_cache, pos, start)  # the same kernels, one call
+        fused = self.fused() if positions is None and T <= kernels.MAX_ROWS and kernels.fast_path(x) else None
+        if fused is not None:
+            return kernels.layer(fused, x, rot, k_cache, v_cache, pos, start)  # the same kernels, one call
         qkv = linear(rms_norm(x, self.ln_attn, s.rms_eps), self.wqkv, self.bqkv)  # [B, T, (H+2KV)*hd]
         if positions is not None:
             att = self.attention(qkv, rot[positions][:, :, None, :], k_cache, v_cache, pos, mask)

@@ -112,14 +112,19 @@ def copy_corpus(folder: Path, dest: Path) -> None:
             shutil.copy2(folder / name, dest / name)
 
 
+def relocated(spec: str, corpus: str) -> str:
+    """A lookup spec with its suffix corpus (if it has one) named `corpus` instead; other specs as they are."""
+    folder = specs.split_suffix(spec)[0] if spec.startswith("suffix") else None
+    return spec.replace(folder, corpus, 1) if folder else spec
+
+
 def local_lookup(spec: str, out: Path) -> str:
     """A lookup spec as the export folder `out` names it: a suffix corpus copied into `out/suffix-corpus`, the spec
     pointing there (relative, so the folder can move); other specs as they are."""
     folder = specs.split_suffix(spec)[0] if spec.startswith("suffix") else None
-    if not folder:
-        return spec
-    copy_corpus(Path(folder), out / "suffix-corpus")
-    return spec.replace(folder, "suffix-corpus", 1)
+    if folder:
+        copy_corpus(Path(folder), out / "suffix-corpus")
+    return relocated(spec, "suffix-corpus")
 
 
 def export_lookup(out: Path, spec: str, name: str, gamma: int) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from ... import specs as spec_lib
 from ...models.llamacpp_load import written
 from . import engines, fastest
-from .export import local_lookup
+from .export import local_lookup, relocated
 
 SERVER = """llama-server (measured here: {measured}):
 ```
@@ -107,8 +107,7 @@ def lean_command(v: dict, target_spec: str, folder: str = "") -> str:
     if not v["recommend"]:
         return f"draftwise bench --target {target_spec} --dtype {v['dtype']} --baseline ar"
     if v["kind"] == "lookup":
-        corpus = spec_lib.split_suffix(v["spec"])[0] if v["spec"].startswith("suffix") else None
-        local = v["spec"].replace(corpus, folder + "suffix-corpus", 1) if corpus else v["spec"]
+        local = relocated(v["spec"], folder + "suffix-corpus")
     elif v["kind"] == "model":
         local = "<the drafter checkpoint>"
     else:

@@ -167,7 +167,7 @@ def deploy_command(f: dict, v: dict | None, target: str, threads: int | None) ->
         dtype = runtime.removeprefix("lean-")
         if method == "ar":
             return f"`draftwise bench --target {target} --dtype {dtype} --baseline ar`"
-        return f"see `engines/{runtime}/README.md`" if runtime == engines.LEAN_INT8 else "see below"
+        return "see below"  # the lean engine at the design's precision: the export's own files
     return f"see `engines/{runtime}/README.md`"
 
 
