@@ -18,7 +18,7 @@ from pathlib import Path
 
 from draftwise.config import BenchConfig, BenchGridConfig
 from draftwise.stages import bench_grid
-from draftwise.stages.design import decide
+from draftwise.design import decide
 
 
 def config(runtime: str, args) -> BenchConfig:

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from draftwise.stages.bench_grid import label
-from draftwise.stages.design import decide
+from draftwise.design import decide
 
 
 def name(r: dict) -> str:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from draftwise import metrics
-from draftwise.stages.design import decide
+from draftwise.design import decide
 
 
 def ratio_ci(a: list[dict], b: list[dict]) -> tuple[float, float, float]:

@@ -132,7 +132,7 @@ def test_predict_rounds_prices_each_proposer_with_its_own_draft_time():
 def test_budget_shapes_of_a_target_whose_width_is_not_its_attention_width():
     """Gemma-3-270M: width 640 beside 4 heads × 256 (one KV head): shapes keep the width-to-heads ratio, so the only
     head layout is the target's own and the FFN absorbs the budget."""
-    from draftwise.stages.design.candidates import budget_shapes
+    from draftwise.design.candidates import budget_shapes
 
     gemma = cost.Shape(layers=18, hidden=640, heads=4, kv_heads=1, head_dim=256, ffn=2048, vocab=262144, norms=4,
                        qk_norm=True)

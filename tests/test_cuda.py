@@ -8,7 +8,7 @@ import torch
 
 from draftwise.config import BenchConfig, ProfileConfig, SweepConfig
 from draftwise.models import ModelOptions, load, load_drafter
-from draftwise.sd.engine import generate
+from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 from draftwise.stages import bench, profile, sweep
 from draftwise.timing import measure

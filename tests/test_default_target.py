@@ -6,7 +6,7 @@ import torch
 
 from draftwise import data
 from draftwise.models import load, load_drafter
-from draftwise.sd.engine import generate
+from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 
 pytestmark = pytest.mark.integration

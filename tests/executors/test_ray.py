@@ -104,7 +104,7 @@ def test_ray_executor_closes_only_the_ray_it_started(cluster):
 
 def test_ray_design_runs_each_candidate_as_a_task(cluster, tiny_dir, tmp_path):
     from draftwise.config import DesignConfig
-    from draftwise.stages import design
+    from draftwise import design
 
     config = DesignConfig(target=tiny_dir, minutes=0.2, plan=False, wide_layers=(1,), narrow_factor=2, bench_limit=2, headline_limit=2,
                           max_new_tokens=6, accuracy_items=2, draft_vocabs=(16,), adaptive=False, memory="1GiB",

@@ -13,7 +13,7 @@ from draftwise.errors import DraftwiseError
 from draftwise.models import ModelOptions, load
 from draftwise.models import llama_server
 from draftwise.models.llama_server import LlamaServer
-from draftwise.sd.engine import generate
+from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 
 PROMPT = "w1 w2 w3 w4 w5 w6 w1 w2 w3 w4 w5 w6 w1 w2 w3"

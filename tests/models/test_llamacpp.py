@@ -10,7 +10,7 @@ from draftwise.errors import DraftwiseError
 from draftwise.models import ModelOptions, load, load_drafter, stamp
 from draftwise.models.llamacpp import LlamaCppLM, LlamaCppModel
 from draftwise.sd.batched_sd import generate_batch_sd
-from draftwise.sd.engine import generate
+from draftwise.sd.loop import generate
 from draftwise.sd.lookup import NgramDrafter
 from draftwise.sd.sampling import SamplingParams
 

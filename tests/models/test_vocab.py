@@ -10,7 +10,7 @@ import torch
 from draftwise.config import GenDataConfig
 from draftwise.errors import DraftwiseError
 from draftwise.models import load, load_drafter, vocab
-from draftwise.sd.engine import generate
+from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 from draftwise.stages import gen_data
 from draftwise.stages.draft_vocab import write_reduced

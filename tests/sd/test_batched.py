@@ -6,7 +6,7 @@ from draftwise.models import kernels
 from draftwise.models.hf import HFCausalLM
 from draftwise.models.lean import LeanLM
 from draftwise.sd.batched import generate_batch
-from draftwise.sd.engine import generate
+from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 
 PROMPTS = [[1, 5, 9], [1, 20, 21, 22, 23, 24, 25], [1], [1, 7, 7, 7, 7]]

@@ -4,10 +4,10 @@ import pytest
 import torch
 from chisquare import chisquare_pvalue
 from conftest import tiny_config
-from test_engine import exact_first_three, lean, reduced_head
+from test_loop import exact_first_three, lean, reduced_head
 
 from draftwise.sd.batched_sd import generate_batch_sd
-from draftwise.sd.engine import generate
+from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 
 GREEDY = SamplingParams()

@@ -1,11 +1,11 @@
 import pytest
 import torch
 from conftest import tiny_config
-from test_engine import lean
+from test_loop import lean
 
 from draftwise.errors import DraftwiseError
 from draftwise.sd import calibrate
-from draftwise.sd.engine import generate
+from draftwise.sd.loop import generate
 from draftwise.sd.lookup import NgramDrafter, SuffixDrafter
 from draftwise.sd.sampling import SamplingParams, probs
 from draftwise.sd.schedule import Calibration, Scheduler, VerifyCurve

@@ -5,13 +5,13 @@ import pytest
 import torch
 from chisquare import chisquare_pvalue
 from conftest import tiny_config, tiny_model
-from test_engine import exact_first_three, sampled_first_three
+from test_loop import exact_first_three, sampled_first_three
 
 from draftwise.models import layer_subset
 from draftwise.models.int8 import Int8Weight
 from draftwise.models.lean import LeanLM
 from draftwise.sd.drafters import HybridDrafter, ModelDrafter
-from draftwise.sd.engine import generate
+from draftwise.sd.loop import generate
 from draftwise.sd.lookup import NgramDrafter, SuffixDrafter
 from draftwise.sd.sampling import SamplingParams
 from draftwise.sd.suffix import SuffixTrie

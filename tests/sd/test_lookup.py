@@ -8,12 +8,12 @@ import pytest
 import torch
 from chisquare import chisquare_pvalue
 from conftest import tiny_config
-from test_engine import exact_first_three, lean, sampled_first_three
+from test_loop import exact_first_three, lean, sampled_first_three
 
 from draftwise.errors import DraftwiseError
 from draftwise.sd.batched_sd import generate_batch_sd
 from draftwise.sd.drafters import HybridDrafter, ModelDrafter
-from draftwise.sd.engine import generate
+from draftwise.sd.loop import generate
 from draftwise.sd.lookup import NgramDrafter, SuffixDrafter
 from draftwise.sd.ngram import NgramIndex
 from draftwise.sd.sampling import SamplingParams

@@ -5,11 +5,11 @@ import pytest
 import torch
 from chisquare import chisquare_pvalue
 from conftest import tiny_config
-from test_engine import exact_first_three, lean
+from test_loop import exact_first_three, lean
 
 from draftwise.errors import DraftwiseError
 from draftwise.sd.drafters import Draft, HybridDrafter, ModelDrafter
-from draftwise.sd.engine import generate
+from draftwise.sd.loop import generate
 from draftwise.sd.lookup import NgramDrafter, SuffixDrafter
 from draftwise.sd.sampling import SamplingParams
 from draftwise.sd.schedule import Calibration, Scheduler, VerifyCurve, best_k

@@ -5,7 +5,7 @@ import torch
 
 from draftwise.models import load, load_drafter
 from draftwise.sd.batched_sd import generate_batch_sd
-from draftwise.sd.engine import generate
+from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 
 GREEDY = SamplingParams(0.0, 1.0)

@@ -5,7 +5,7 @@ import torch
 
 from draftwise.config import AgreeConfig
 from draftwise.models import ModelOptions, load, load_drafter
-from draftwise.sd.engine import generate
+from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 from draftwise.stages import agree
 

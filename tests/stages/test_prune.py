@@ -80,7 +80,7 @@ def test_prune_importance_end_to_end(tiny_dir, tmp_path):
 
     from draftwise.config import PruneConfig
     from draftwise.models import load, load_drafter
-    from draftwise.sd.engine import generate
+    from draftwise.sd.loop import generate
     from draftwise.sd.sampling import SamplingParams
     from draftwise.stages import prune
 
@@ -160,7 +160,7 @@ def test_prune_every_family_reloads_in_transformers_and_runs_in_the_engine(kind,
 
     from draftwise.config import PruneConfig
     from draftwise.models import load, load_drafter, save_checkpoint
-    from draftwise.sd.engine import generate
+    from draftwise.sd.loop import generate
     from draftwise.sd.sampling import SamplingParams
     from draftwise.stages import prune
 

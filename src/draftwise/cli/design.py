@@ -82,7 +82,7 @@ def _design_parser(sub) -> None:
 
 def _design(args) -> None:
     from ..config import DesignConfig
-    from ..stages import design
+    from .. import design
 
     temps = args.temperatures
     design.run(DesignConfig(target=args.target, minutes=args.minutes, wide_layers=args.wide_layers, budget=args.budget,

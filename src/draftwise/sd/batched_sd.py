@@ -17,7 +17,7 @@ import torch
 from ..errors import DraftwiseError
 from ..timing import sync
 from .drafters import Draft, as_drafter
-from .engine import Generation, Round, settle
+from .loop import Generation, Round, settle
 from .rows import Rows
 from .sampling import SamplingParams
 

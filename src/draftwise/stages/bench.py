@@ -35,7 +35,7 @@ from .. import specs
 from ..models import Model, ModelOptions, describe, load, stamp
 from ..rundir import RunDir, read_records
 from ..sd.batched_sd import generate_batch_sd
-from ..sd.engine import generate
+from ..sd.loop import generate
 from ..sd.sampling import SamplingParams
 from ..sd import calibrate
 from ..sd.schedule import Scheduler, VerifyCurve

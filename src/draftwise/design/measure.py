@@ -20,11 +20,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ... import cost
-from ...config import BenchConfig, BenchGridConfig, drafter_kind
-from ...models import hf
-from .. import bench, bench_grid
-from ..draft_vocab import write_reduced
+from .. import cost
+from ..config import BenchConfig, BenchGridConfig, drafter_kind
+from ..models import hf
+from ..stages import bench, bench_grid
+from ..stages.draft_vocab import write_reduced
 from . import decide
 from .candidates import Candidate
 

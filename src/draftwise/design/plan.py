@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
-from ...config import DesignConfig
-from ...errors import DraftwiseError
+from ..config import DesignConfig
+from ..errors import DraftwiseError
 from .costs import FAMILY, STAGE_S, Item, Outline, items, kind_of
 
 SIGMA_KEEP = 0.5  # below this share of the full sizes, optional stages are dropped before counts shrink further
@@ -98,8 +98,8 @@ def scale(full: Sizes, sigma: float, dropped: tuple[str, ...]) -> Sizes:
 
 def probe(target, tokens: int = 24, repeats: int = 3) -> float:
     """Seconds per greedy decode step of the target on this machine (median of `repeats` short generations)."""
-    from ...sd.engine import generate
-    from ...sd.sampling import SamplingParams
+    from ..sd.loop import generate
+    from ..sd.sampling import SamplingParams
 
     prompt = list(range(1, 33))
     times = []

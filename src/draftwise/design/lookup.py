@@ -22,14 +22,14 @@ import json
 import time
 from pathlib import Path
 
-from ... import continuations, cost, metrics, specs
-from ...config import AgreeConfig, GenDataConfig
-from ...models import write_fingerprint
-from ...rundir import write_atomic
-from ...sd import calibrate
-from ...sd.lookup import NgramDrafter, SuffixDrafter
-from ...sd.suffix import SuffixTrie
-from .. import agree, gen_data
+from .. import continuations, cost, metrics, specs
+from ..config import AgreeConfig, GenDataConfig
+from ..models import write_fingerprint
+from ..rundir import write_atomic
+from ..sd import calibrate
+from ..sd.lookup import NgramDrafter, SuffixDrafter
+from ..sd.suffix import SuffixTrie
+from ..stages import agree, gen_data
 from . import decide
 from .measure import SCHEDULED
 

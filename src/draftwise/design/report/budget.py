@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..stages.design.plan import DECIDED, FLOORS
-from .fmt import num as _f
-from .plots import _save, plt
+from ..plan import DECIDED, FLOORS
+from ...report.fmt import num as _f
+from ...report.plots import _save, plt
 
 DROPPED = {"repeats": "re-measuring passes of tied options", "accuracy": "the accuracy sanity check",
            "batch": "the batch dividend", "gen-data-more": "more gen-data for the suffix corpus",

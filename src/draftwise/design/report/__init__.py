@@ -5,19 +5,18 @@ The document is a list of blocks rendered twice (Markdown and HTML), so both alw
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import shlex
 from pathlib import Path
 
-from .. import cost, metrics
-from . import design_budget, design_engines, design_lookup, design_plots, design_schedule
-from ..stages.design.measure import SCHEDULED as SCHEDULED_NAME
-from ..stages.design.measure import limit_of
-from .fmt import interval as _interval
-from .fmt import num as _f
-from .plots import plot_profile, plot_sweep
+from ... import cost, metrics
+from . import budget, charts, lookup, per_row, schedule
+from ..measure import SCHEDULED as SCHEDULED_NAME
+from ..measure import limit_of
+from ...report.doc import Doc
+from ...report.fmt import interval as _interval
+from ...report.fmt import num as _f
+from ...report.plots import plot_profile, plot_sweep
 
 DEFINITIONS = ("Definitions: TAR = tokens emitted per SD round (accepted + the recovered or bonus token; AR = 1); "
                "α = accepted / drafted; agreement = teacher-forced top-1 match rate with the target's greedy continuation; "
@@ -35,64 +34,6 @@ def _records(folder: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-class Doc:
-    def __init__(self):
-        self.blocks: list[tuple] = []
-
-    def h(self, text: str, level: int = 2):
-        self.blocks.append(("h", level, text))
-
-    def p(self, text: str):
-        self.blocks.append(("p", text))
-
-    def table(self, headers: list[str], rows: list[list]):
-        self.blocks.append(("table", headers, [[str(c) for c in r] for r in rows]))
-
-    def img(self, path: Path, caption: str):
-        self.blocks.append(("img", path, caption))
-
-    def code(self, text: str):
-        self.blocks.append(("code", text))
-
-    def markdown(self, base: Path) -> str:
-        out = []
-        for b in self.blocks:
-            if b[0] == "h":
-                out.append("#" * b[1] + " " + b[2])
-            elif b[0] == "p":
-                out.append(b[1])
-            elif b[0] == "table":
-                out.append("\n".join(["| " + " | ".join(b[1]) + " |", "|" + " --- |" * len(b[1])]
-                                     + ["| " + " | ".join(r) + " |" for r in b[2]]))
-            elif b[0] == "img":
-                out.append(f"![{b[2]}]({b[1].relative_to(base)})\n\n*{b[2]}*")
-            else:
-                out.append("```\n" + b[1] + "\n```")
-        return "\n\n".join(out) + "\n"
-
-    def html(self, title: str) -> str:
-        out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>"
-               "body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}table{border-collapse:collapse}"
-               "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}img{max-width:100%}pre{background:#f5f5f5;"
-               "padding:8px;overflow-x:auto}</style></head><body>"]
-        for b in self.blocks:
-            if b[0] == "h":
-                out.append(f"<h{b[1]}>{html.escape(b[2])}</h{b[1]}>")
-            elif b[0] == "p":
-                out.append(f"<p>{html.escape(b[1])}</p>")
-            elif b[0] == "table":
-                head = "".join(f"<th>{html.escape(c)}</th>" for c in b[1])
-                body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in b[2])
-                out.append(f"<table><tr>{head}</tr>{body}</table>")
-            elif b[0] == "img":
-                data = base64.b64encode(b[1].read_bytes()).decode()
-                out.append(f"<figure><img src='data:image/png;base64,{data}'><figcaption>{html.escape(b[2])}"
-                           "</figcaption></figure>")
-            else:
-                out.append(f"<pre>{html.escape(b[1])}</pre>")
-        return "\n".join(out + ["</body></html>"])
-
-
 def _tar_by_suite(records: list[dict], method: str = "sd") -> dict[str, float]:
     by: dict[str, list] = {}
     for r in records:
@@ -102,7 +43,7 @@ def _tar_by_suite(records: list[dict], method: str = "sd") -> dict[str, float]:
 
 
 def write(p, cands, specs: dict[str, str]) -> Path:
-    from ..stages.design import predicted
+    from .. import predicted
 
     out, c = p.dir.path, p.config
     plots = out / "plots"
@@ -113,15 +54,15 @@ def write(p, cands, specs: dict[str, str]) -> Path:
     b1 = prof["batches"]["1"]
     chosen, gamma = p.done["select-drafter"]["chosen"], p.done["select-gamma"]["chosen"]
     method = p.done["verdict"].get("method", "sd")
-    points = design_lookup.select_points(p)
+    points = lookup.select_points(p)
     doc = Doc()
     doc.h(f"draftwise design: {c.target}", 1)
     _verdict(doc, p)
-    design_engines.section(doc, p, plots, footer)
+    per_row.section(doc, p, plots, footer)
     doc.p(f"Reproduce: `{command}`. Every stage's raw records are in `stages/`. {DEFINITIONS}")
-    design_budget.section(doc, p, plots, footer)
+    budget.section(doc, p, plots, footer)
     _headline(doc, p, chosen, gamma, specs)
-    tasks = design_lookup.tasks_section(doc, p, plots, footer)
+    tasks = lookup.tasks_section(doc, p, plots, footer)
 
     # --- the chosen drafter per task and temperature ---
     tar = {0.0: {s: v["tar"] for s, v in tasks.get(chosen, {}).items()}}
@@ -141,11 +82,11 @@ def write(p, cands, specs: dict[str, str]) -> Path:
     suites = sorted({s for per in tar.values() for s in per})
     doc.table(["task"] + [f"TAR at T={t:g}" for t in tar], [[s] + [_f(tar[t].get(s)) for t in tar] for s in suites])
     doc.table(["T", "γ", "SD tokens/s", "AR tokens/s", "SD / AR", "TAR", "α"], speed_rows)
-    design_schedule.section(doc, p, plots, footer)
+    schedule.section(doc, p, plots, footer)
     refine = limit_of(p, "bench-temps") if "bench-temps" in p.done else None
     doc.p(f"T=0: the selection grid ({limit_of(p, 'bench-select')} prompts); T>0: {_f(refine, 'd')} prompts, sampled SD (lossless: each "
           "emitted token follows the target's distribution), the same seeds for SD and AR.")
-    doc.img(design_plots.tar_per_task(tar, plots, footer), "TAR per task and temperature")
+    doc.img(charts.tar_per_task(tar, plots, footer), "TAR per task and temperature")
 
     # --- model candidates ---
     acc = _accuracy(_records(p.folder("accuracy")))
@@ -191,12 +132,12 @@ def write(p, cands, specs: dict[str, str]) -> Path:
     doc.p(f"Target: AR step {b1['ar_step_ms']:.2f} ms; MMLU {_f(acc.get(('target', 'mmlu')), '.2f')}, HellaSwag "
           f"{_f(acc.get(('target', 'hellaswag')), '.2f')}. c = drafter step / target step. Agreement and greedy TAR from "
           "`agree` (teacher-forced on the target's greedy eval continuations); measured figures from the selection grid.")
-    pred_rows += design_lookup.lookup_section(doc, p)
+    pred_rows += lookup.lookup_section(doc, p)
     ar_mix = next(iter(points.values()))["methods"]["ar"]["tokens_per_s"]  # same prompts as the bars
-    doc.img(design_plots.tokens_per_s(bars, ar_mix, plots, footer),
+    doc.img(charts.tokens_per_s(bars, ar_mix, plots, footer),
             "SD tokens/s per drafter and γ (T=0, prefill included) with AR on the selection grid's prompts")
     if pred_rows:
-        doc.img(design_plots.predicted_vs_measured(pred_rows, plots, footer), "Predicted vs measured decode tokens/s")
+        doc.img(charts.predicted_vs_measured(pred_rows, plots, footer), "Predicted vs measured decode tokens/s")
     _shapes(doc, p, cands, specs, b1)
     doc.h("Wide-shallow vs deep-narrow at equal non-embedding parameters")
     sweep_path = p.folder("sweep") / "sweep.json"
@@ -220,13 +161,13 @@ def write(p, cands, specs: dict[str, str]) -> Path:
             doc.p(line)
         for path in plot_sweep(sw, plots):
             doc.img(path, path.stem.replace("_", " "))
-    doc.img(design_plots.kv_footprint(kv, KV_CONTEXT, plots, footer), f"KV cache per sequence at {KV_CONTEXT} positions")
+    doc.img(charts.kv_footprint(kv, KV_CONTEXT, plots, footer), f"KV cache per sequence at {KV_CONTEXT} positions")
 
     # --- accuracy sanity check ---
     doc.h("Accuracy sanity check: task accuracy vs TAR")
     if "accuracy" not in p.done:
         doc.p("Not measured: the time budget left it out (see *Time budget*).")
-    path, corr = design_plots.accuracy_vs_tar(acc_points, plots, footer)
+    path, corr = charts.accuracy_vs_tar(acc_points, plots, footer)
     doc.p("Pearson correlation of drafter accuracy with greedy TAR(γ=4): "
           + ", ".join(f"{t}: {_f(r)}" for t, r in corr.items()) + f" (over {len(acc_points)} drafters). "
           "Accuracy is a sanity check only; drafters are chosen by measured agreement and throughput.")
@@ -356,7 +297,7 @@ def _accuracy(records: list[dict]) -> dict[tuple[str, str], float]:
 def _wide_vs_deep(p, cands, specs, b1, fit: dict | None) -> list[str]:
     """Each wide/deep pair, decided by the selection's own rule (paired intervals, then the cheaper step): when the
     chosen drafter is one of the pair, the section names it, so the report tells one story."""
-    from ..stages.design import decide
+    from .. import decide
 
     decision, lines = p.done["select-drafter"], []
     pairs = zip([x for x in cands if x.role == "wide-shallow"], [x for x in cands if x.role == "deep-narrow"])
@@ -411,7 +352,7 @@ def _shapes(doc: Doc, p, cands, specs, b1) -> None:
 
 def _pair(p, decision, a: str, b: str) -> dict:
     """The paired comparison of two candidates on the selection grid's records (as the selection measured them)."""
-    from ..stages.design import decide, measure
+    from .. import decide, measure
 
     stages = ["bench-select"] + ["bench-select-repeat" + (f"-{i}" if i else "") for i in range(decision.get("passes", 1) - 1)]
     specs = p.done["bench-select"]["drafters"]
@@ -436,13 +377,13 @@ def _decision_text(d: dict) -> str:
 def _verdict(doc: Doc, p) -> None:
     """The decision first: what to run on this machine against the fastest plain decoding here, then the lean
     engine's own verdict and every candidate's costs and break-even."""
-    from ..stages.design import engines, fastest
-    from ..stages.design.verdict import sentence
+    from .. import fastest, rows
+    from ..verdict import sentence
 
     v, f = p.done["verdict"], p.done.get("fastest")
     doc.h("Verdict")
     if f:
-        quality = engines.quality_of(p)
+        quality = rows.quality_of(p)
         reference = {fastest.lean_name(p.config): "the reference"} if p.config.dtype == "fp32" else {}
         cost = quality.get(f["runtime"])
         doc.p(fastest.sentence(f, fastest.row_verdicts(p)) + (f" Its quality against fp32 (a lossy runtime): {cost}."
@@ -453,7 +394,7 @@ def _verdict(doc: Doc, p) -> None:
                     _interval(o["speedup"]), quality.get(n.split("/")[0], reference.get(n.split("/")[0], "-"))]
                    for n, o in sorted(f["options"].items(), key=lambda kv: -kv[1]["tokens_per_s"])])
         doc.p("The rule: " + f["rule"] + ". Each engine's own verdict, below and under *Per engine*, compares a method "
-              "with that engine's AR. " + design_engines.quality_note(p))
+              "with that engine's AR. " + per_row.quality_note(p))
         doc.h(f"The draftwise lean engine at {p.config.dtype}", 3)
     method = v.get("method", "sd") if v["recommend"] else "ar"
     doc.p(sentence(v) + fastest.versus(f, fastest.lean_name(p.config), method))

@@ -10,25 +10,25 @@ import pytest
 from draftwise.config import DesignConfig
 from draftwise.errors import DraftwiseError
 from draftwise.models.source import default_gguf
-from draftwise.stages.design import engines
+from draftwise.design import rows
 
 
 def test_a_gguf_target_gets_its_own_file_then_each_requested_precision():
-    rows = engines.rows(DesignConfig(target="default", gguf_quants=("q8_0",)))
-    assert [(r.name, r.shipped, r.drafter_quant) for r in rows] == [("lean-int8", False, "f32"),
+    planned = rows.planned(DesignConfig(target="default", gguf_quants=("q8_0",)))
+    assert [(r.name, r.shipped, r.drafter_quant) for r in planned] == [("lean-int8", False, "f32"),
                                                                     ("llama.cpp-Q4_1", True, "q8_0"),
                                                                     ("llama.cpp-Q8_0", False, "q8_0")]
-    assert (rows[0].backend, rows[0].dtype, rows[0].target) == ("lean", "int8", "default")
-    assert rows[1].target == str(default_gguf())
-    assert [engines.quality_runtime(r) for r in rows] == ["lean:int8", "llama.cpp", "llama.cpp:q8_0"]
-    assert engines.rows(DesignConfig(target="default", engines=("lean",))) == []
-    assert [r.name for r in engines.rows(DesignConfig(target="default", engines=("lean", "lean-int8")))] == ["lean-int8"]
-    assert engines.rows(DesignConfig(target="default", engines=("lean", "lean-int8"), device="cuda")) == []
+    assert (planned[0].backend, planned[0].dtype, planned[0].target) == ("lean", "int8", "default")
+    assert planned[1].target == str(default_gguf())
+    assert [rows.quality_runtime(r) for r in planned] == ["lean:int8", "llama.cpp", "llama.cpp:q8_0"]
+    assert rows.planned(DesignConfig(target="default", engines=("lean",))) == []
+    assert [r.name for r in rows.planned(DesignConfig(target="default", engines=("lean", "lean-int8")))] == ["lean-int8"]
+    assert rows.planned(DesignConfig(target="default", engines=("lean", "lean-int8"), device="cuda")) == []
 
 
 def test_an_hf_target_runs_in_llama_cpp_as_an_f32_copy(tiny_dir):
-    rows = engines.rows(DesignConfig(target=tiny_dir, gguf_quants=("f32", "q8_0")))
-    assert [(r.quant, r.shipped) for r in rows] == [("INT8", False), ("F32", False), ("Q8_0", False)]  # f32 once
+    planned = rows.planned(DesignConfig(target=tiny_dir, gguf_quants=("f32", "q8_0")))
+    assert [(r.quant, r.shipped) for r in planned] == [("INT8", False), ("F32", False), ("Q8_0", False)]  # f32 once
 
 
 def test_engines_need_lean_and_gguf_quants_need_llama_cpp():
@@ -43,12 +43,12 @@ def test_engines_need_lean_and_gguf_quants_need_llama_cpp():
 
 
 def test_nearest_builtins_carry_the_draftwise_settings(tiny_dir):
-    assert engines.nearest_builtin("ngram:min=1,max=3", 2, tiny_dir, "f32") == \
+    assert rows.nearest_builtin("ngram:min=1,max=3", 2, tiny_dir, "f32") == \
         "--spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 2"
-    assert engines.nearest_builtin("suffix:somewhere,factor=2", 4, tiny_dir, "f32") == \
+    assert rows.nearest_builtin("suffix:somewhere,factor=2", 4, tiny_dir, "f32") == \
         "--spec-type ngram-cache --spec-draft-n-max 4"
-    model = shlex.split(engines.nearest_builtin("layers:0,1", 3, tiny_dir, "f32"))
+    model = shlex.split(rows.nearest_builtin("layers:0,1", 3, tiny_dir, "f32"))
     assert model[:2] == ["--spec-type", "draft-simple"] and model[-2:] == ["--spec-draft-n-max", "3"]
     assert model[model.index("-md") + 1].endswith(".gguf")
-    assert engines.short_args("llama-server:" + shlex.join(model)).split()[3] == model[3].rsplit("/", 1)[-1]
-    assert engines.short_args("llama-server") == "(plain)"
+    assert rows.short_args("llama-server:" + shlex.join(model)).split()[3] == model[3].rsplit("/", 1)[-1]
+    assert rows.short_args("llama-server") == "(plain)"

@@ -10,11 +10,11 @@ import json
 import shutil
 from pathlib import Path
 
-from ... import specs
-from ...config import drafter_kind
-from ...models import layer_subset, parse_layers, read_weights, save_checkpoint
-from ...models.source import resolve
-from ...sd import calibrate
+from .. import specs
+from ..config import drafter_kind
+from ..models import layer_subset, parse_layers, read_weights, save_checkpoint
+from ..models.source import resolve
+from ..sd import calibrate
 from .fastest import lean_name, versus
 from .verdict import sentence
 
@@ -157,7 +157,7 @@ folder to `--schedule`.
 def export_schedule(pipeline, out: Path, spec: str, gamma: int, chosen: bool) -> None:
     """The scheduler's inputs beside a lookup drafter: the profile's batch-1 verify curve and machine stamp (not its
     drafter entries, which name the run's folders), and the calibration with its drafters by their short label."""
-    from ..bench_grid import label
+    from ..stages.bench_grid import label
 
     dest = out / "schedule"
     dest.mkdir(parents=True, exist_ok=True)

@@ -1,16 +1,16 @@
 """The `design` report's per-engine part: one verdict row per engine, beside llama-server's best built-in, and the
-verify curves of every engine on one chart (see `stages/design/engines.py` for how each row is measured)."""
+verify curves of every engine on one chart (see `design/rows.py` for how each row is measured)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from ..stages.bench_grid import label
-from ..stages.design import engines, fastest
-from .fmt import interval as _interval
-from .fmt import num as _f
-from .plots import _save, plt
+from ...stages.bench_grid import label
+from .. import fastest, rows
+from ...report.fmt import interval as _interval
+from ...report.fmt import num as _f
+from ...report.plots import _save, plt
 
 
 def verify_curves(curves: dict[str, dict[int, float]], folder: Path, footer: str) -> Path:
@@ -48,22 +48,22 @@ def quality_note(p) -> str:
 
 def section(doc, p, plots: Path, footer: str) -> None:
     """The engines table and chart (nothing when the design ran on the lean engine alone)."""
-    rows = rows_of(p)
-    if not rows:
+    verdicts = rows_of(p)
+    if not verdicts:
         return
     lean = p.done["verdict"]
     lean_pt = next(iter(json.loads((p.folder("bench-select") / "grid.json").read_text())["points"]))
     doc.h("Per engine: where the verdict is deployed")
-    quality = engines.quality_of(p)
+    quality = rows.quality_of(p)
     table = [[f"draftwise lean ({p.config.dtype})", _f(lean_pt["methods"]["ar"]["tokens_per_s"], ".1f"),
               _what(lean), _interval(lean["speedup"]), "reference" if p.config.dtype == "fp32" else "-",
               "-", "-", "-", "-", "-"]]
-    for v in rows:
+    for v in verdicts:
         b = v["builtins"].get(v["best_builtin"]) if v["best_builtin"] else None
         plain = v["builtins"].get("llama-server")
         table.append([v["engine"] + _written(v),
                       _f(v["ar_tokens_per_s"], ".1f"), _what(v), _interval(v["speedup"]), quality.get(v["engine"], "-"),
-                      f"`{engines.short_args(v['best_builtin'])}`" if b else "-",
+                      f"`{rows.short_args(v['best_builtin'])}`" if b else "-",
                       _f(b and b["tokens_per_s"], ".1f"), _interval(b and b["speedup"]),
                       _interval(v["verdict_over_best_builtin"]), _f(plain and plain["tokens_per_s"], ".1f")])
     doc.table(["engine", "plain decoding tok/s (draftwise AR)", "verdict", "speedup over plain [95 %]",
@@ -75,8 +75,8 @@ def section(doc, p, plots: Path, footer: str) -> None:
           "prefill included; intervals are paired bootstraps over prompts. llama-server built-ins run with their own "
           "defaults and, for each draftwise candidate, its nearest built-in with its settings; their tokens/s come from "
           "the server's own timings (prompt + generation).")
-    for v in rows:
-        doc.p(engines.sentence(v) + fastest.versus(p.done.get("fastest"), v["engine"],
+    for v in verdicts:
+        doc.p(rows.sentence(v) + fastest.versus(p.done.get("fastest"), v["engine"],
                                                    v.get("method", "sd") if v["recommend"] else "ar"))
         doc.p(_fidelity(v))
         tuned = p.done.get(f"tune-lookup@{v['engine']}", {})
@@ -91,11 +91,11 @@ def section(doc, p, plots: Path, footer: str) -> None:
             continue
         doc.table(["llama-server built-in", "tok/s", "over draftwise AR [95 %]", "over llama-server plain [95 %]",
                    "drafted", "accepted"],
-                  [[f"`{engines.short_args(m)}`", _f(b["tokens_per_s"], ".1f"), _interval(b["speedup"]),
+                  [[f"`{rows.short_args(m)}`", _f(b["tokens_per_s"], ".1f"), _interval(b["speedup"]),
                     _interval(b.get("over_server_plain")), _f(b.get("drafted"), "d"), _f(b.get("accepted"), "d")]
                    for m, b in v["builtins"].items()])
     curves = {f"draftwise lean ({p.config.dtype})": _curve(p.folder("profile") / "profile.json")}
-    curves.update({v["engine"]: _curve(p.folder(f"profile@{v['engine']}") / "profile.json") for v in rows})
+    curves.update({v["engine"]: _curve(p.folder(f"profile@{v['engine']}") / "profile.json") for v in verdicts})
     doc.img(verify_curves(curves, plots, footer), "Verify pass over γ+1 tokens in AR steps, per engine")
     doc.p("Verify cost per engine (γ: AR steps): " + "; ".join(
         f"{name}: " + ", ".join(f"{g} {r:.2f}" for g, r in sorted(c.items()) if g) for name, c in curves.items()) + ".")

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..stages.bench import SCHEDULED
-from ..stages.bench_grid import label
-from .design_engines import rows_of
-from .fmt import num as _f
-from .plots import _save, plt
+from ...stages.bench import SCHEDULED
+from ...stages.bench_grid import label
+from .per_row import rows_of
+from ...report.fmt import num as _f
+from ...report.plots import _save, plt
 
 MIN_POSITIONS = 100  # a calibration bin is judged when it holds this many observed positions
 PLOT_POSITIONS = 30  # and drawn when it holds this many

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .plots import _save, plt
+from ...report.plots import _save, plt
 
 
 def tar_per_task(tar: dict[float, dict[str, float]], folder: Path, footer: str) -> Path:

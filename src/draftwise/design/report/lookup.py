@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import metrics
-from ..stages.bench_grid import as_method
-from ..stages.design.measure import limit_of, method_of
-from . import design_plots
-from .fmt import num as _f
+from ... import metrics
+from ...stages.bench_grid import as_method
+from ..measure import limit_of, method_of
+from . import charts
+from ...report.fmt import num as _f
 
 
 def _records(folder: Path) -> list[dict]:
@@ -41,7 +41,7 @@ def tasks_section(doc, p, plots: Path, footer: str) -> dict[str, dict[str, dict]
           "over AR's on that task's prompts, and its TAR. Cells: TAR / speedup.")
     doc.table(["task"] + list(tasks), [[s] + [f"{_f(t[s]['tar'])} / {_f(t[s]['speedup_vs_ar'], '.2f', 'x')}" if s in t else "-"
                                               for t in tasks.values()] for s in suites])
-    doc.img(design_plots.speedup_per_task({n: {s: v["speedup_vs_ar"] for s, v in t.items()} for n, t in tasks.items()},
+    doc.img(charts.speedup_per_task({n: {s: v["speedup_vs_ar"] for s, v in t.items()} for n, t in tasks.items()},
                                           plots, footer), "Speedup over draftwise AR per task and candidate (T=0)")
     return tasks
 

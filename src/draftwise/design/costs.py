@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...config import DesignConfig
+from ..config import DesignConfig
 
 if TYPE_CHECKING:
     from .plan import Sizes

@@ -8,8 +8,8 @@ import pytest
 
 from draftwise.config import DesignConfig
 from draftwise.errors import DraftwiseError
-from draftwise.stages import design
-from draftwise.stages.design import costs, plan
+from draftwise import design
+from draftwise.design import costs, plan
 
 STEP_S = 0.0257  # the default target's AR step on a 2-core CPU
 

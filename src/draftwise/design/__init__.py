@@ -30,15 +30,15 @@ from pathlib import Path
 
 import torch
 
-from ... import cost
-from ...config import (AgreeConfig, DesignConfig, DistillConfig, ProfileConfig, PruneConfig, QualityConfig,
+from .. import cost
+from ..config import (AgreeConfig, DesignConfig, DistillConfig, ProfileConfig, PruneConfig, QualityConfig,
                        SweepConfig, drafter_kind)
-from ...executors import Executor, InProcess, exclusive
-from ...models import ModelOptions, hf, load, load_drafter
-from ...rundir import RunDir, write_atomic
-from ...specs import split_hybrid
-from .. import accuracy, agree, bench, distill, gen_data, profile, prune, quality, sweep  # noqa: F401  (stages it calls)
-from . import engines, export_engines, fastest, lookup, measure, verdict
+from ..executors import Executor, InProcess, exclusive
+from ..models import ModelOptions, hf, load, load_drafter
+from ..rundir import RunDir, write_atomic
+from ..specs import split_hybrid
+from ..stages import accuracy, agree, bench, distill, gen_data, profile, prune, quality, sweep  # noqa: F401  (stages it calls)
+from . import export_rows, rows, fastest, lookup, measure, verdict
 from .plan import Planner, Sizes, nominal
 from .candidates import Candidate, budget_shapes, candidates, choose_shapes
 from .measure import batch_dividend, feasible_batch  # noqa: F401  (the design's API)
@@ -332,15 +332,15 @@ def run(config: DesignConfig, out: str | Path, executor: Executor | None = None,
         measure.headline(p, specs[chosen], gamma, measure.method_of(p, chosen))
     outcome = p.stage("verdict", lambda f: verdict.decide(p, gamma))
     lean_models = {x.name: specs[x.name] for x in benched if x.role not in ("lookup", "hybrid")}
-    rows = []
+    row_verdicts = []
     p.replan("rows")
-    for i, e in enumerate(engines.rows(p.config)):
+    for i, e in enumerate(rows.planned(p.config)):
         if i:  # each further row planned with what the ones before it took
             p.replan(f"row-{e.name}")
-        if not engines.dropped(p, e):
-            rows.append(engines.run_row(p, e, target, lean_models, config.lookups, predicted))
+        if not rows.dropped(p, e):
+            row_verdicts.append(rows.run_row(p, e, target, lean_models, config.lookups, predicted))
     p.replan("fastest")
-    lossy = tuple(engines.quality_runtime(e) for e in engines.rows(p.base))
+    lossy = tuple(rows.quality_runtime(e) for e in rows.planned(p.base))
     if lossy:  # what each lossy runtime costs in quality, reported wherever its speed is
         p.stage("quality", lambda f: quality.run(QualityConfig(
             target=config.target, runtimes=lossy, limit=p.sizes.agree_limit, threads=config.threads), f))
@@ -349,11 +349,11 @@ def run(config: DesignConfig, out: str | Path, executor: Executor | None = None,
     p.replan("accuracy")
     if not p.dropped("accuracy"):
         p.stage("accuracy", lambda f: measure_accuracy(p.config, target, models, f, options))
-    from ...report import design as report
+    from . import report
     from .export import export, export_reduced
 
     full = export(p, target, outcome, final)
-    export_engines.export_rows(p.dir.path / "export", rows, p.base, final, fastest.row_verdicts(p), engines.quality_of(p))
+    export_rows.export_rows(p.dir.path / "export", row_verdicts, p.base, final, fastest.row_verdicts(p), rows.quality_of(p))
     p.replan("reduced-heads")
     if drafter_kind(specs[chosen]) == "model" and (p.config.draft_vocabs or p.config.adaptive):
         spec, n = measure.tune_head(p, full, target_shape.vocab, gamma)

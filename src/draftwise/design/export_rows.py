@@ -13,9 +13,9 @@ import shlex
 import shutil
 from pathlib import Path
 
-from ... import specs as spec_lib
-from ...models.llamacpp_load import written
-from . import engines, fastest
+from .. import specs as spec_lib
+from ..models.llamacpp_load import written
+from . import fastest, rows
 from .export import local_lookup, relocated
 
 SERVER = """llama-server (measured here: {measured}):
@@ -50,21 +50,21 @@ LEAN = """draftwise at {precision} (run from this folder; measured here: {measur
 """
 
 
-def export_rows(top: Path, rows: list[dict], config, final: dict | None = None,
+def export_rows(top: Path, verdicts_done: list[dict], config, final: dict | None = None,
                 verdicts: dict[str, dict] | None = None, quality: dict[str, str] | None = None) -> None:
     """Every engine row's folder, a pointer to each in the export's README, and the README's opening: the design's
     answer (`final`, see `fastest`; `verdicts`: every row's verdict by runtime name; `quality`: each lossy runtime's
     cost against fp32) and how to run it."""
     spec = "default" if config.target == "default" else "<target>"
     lines = ["\n## Per engine\n", "Each engine's own verdict (what to run if you deploy on that engine):\n"]
-    for v in rows:
+    for v in verdicts_done:
         folder = export_lean_row(top, v, spec, final) if v.get("backend", "llama.cpp") != "llama.cpp" else \
-            export_row(top, v, config.threads, engines.target_name(v), spec, final)
-        lines.append(f"- `{folder.relative_to(top)}/`: {engines.sentence(v)}{_versus(final, v)}")
+            export_row(top, v, config.threads, rows.target_name(v), spec, final)
+        lines.append(f"- `{folder.relative_to(top)}/`: {rows.sentence(v)}{_versus(final, v)}")
     readme = top / "README.md"
     head = fastest.readme_header(final, verdicts or {}, spec, config.threads, quality, _how(final, verdicts, spec)) \
         if final else ""
-    readme.write_text(head + readme.read_text() + ("\n".join(lines) + "\n" if rows else ""))
+    readme.write_text(head + readme.read_text() + ("\n".join(lines) + "\n" if verdicts_done else ""))
 
 
 def _how(final: dict | None, verdicts: dict[str, dict] | None, target_spec: str) -> str | None:
@@ -124,7 +124,7 @@ def export_lean_row(top: Path, v: dict, target_spec: str, final: dict | None = N
     measured = _measured({"speedup": v["speedup"], "tokens_per_s": v["tokens_per_s"]}, "its plain decoding") \
         if v["recommend"] else f"{v['ar_tokens_per_s']:.1f} tokens/s"
     parts = [f"# {v['engine']}: {'deploy ' + v['drafter'] if v['recommend'] else 'plain decoding'}\n",
-             f"**Verdict:** {engines.sentence(v)}{_versus(final, v)}\n",
+             f"**Verdict:** {rows.sentence(v)}{_versus(final, v)}\n",
              LEAN.format(precision=v["dtype"], measured=measured, command=lean_command(v, target_spec))]
     if v["kind"] != "lookup" and v["recommend"]:
         parts.append(f"The drafter checkpoint is the design's `{v['drafter']}` (`export/drafter/` when the design's "
@@ -143,7 +143,7 @@ def export_row(top: Path, v: dict, threads: int | None, target_name: str, target
     threads = threads or 2
     spec, gamma, kind = v["spec"], v["gamma"], v["kind"]
     parts = [f"# {v['engine']}: {'deploy ' + v['drafter'] if v['recommend'] else 'plain decoding'}\n",
-             f"**Verdict:** {engines.sentence(v)}{_versus(final, v)}\n"]
+             f"**Verdict:** {rows.sentence(v)}{_versus(final, v)}\n"]
     if not v["shipped"]:
         parts.append(f"`{target_name}` is the target written at this precision: `draftwise export-gguf {target_spec} "
                      f"--quant {v['quant'].lower()} --out {target_name}`.\n")

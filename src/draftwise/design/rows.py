@@ -31,13 +31,13 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from ... import metrics, specs as spec_lib
-from ...config import BenchConfig, BenchGridConfig, ProfileConfig, drafter_kind
-from ...models.int8 import NAME as INT8
-from ...models.llamacpp_load import LLAMA_CPP, gguf_file, quant_name, written
-from .. import profile
-from ..bench import SCHEDULED
-from ..bench_grid import as_method, label
+from .. import metrics, specs as spec_lib
+from ..config import BenchConfig, BenchGridConfig, ProfileConfig, drafter_kind
+from ..models.int8 import NAME as INT8
+from ..models.llamacpp_load import LLAMA_CPP, gguf_file, quant_name, written
+from ..stages import profile
+from ..stages.bench import SCHEDULED
+from ..stages.bench_grid import as_method, label
 from . import decide, lookup, measure
 
 GAMMAS = (1, 2, 3, 4, 6, 8)
@@ -49,7 +49,7 @@ LEAN_INT8 = "lean-int8"  # the lean engine at int8, a row of its own
 
 
 @dataclass(frozen=True)
-class Engine:
+class Row:
     """One verdict row: llama.cpp running `target` (a GGUF file), or the lean engine at another precision."""
 
     name: str  # e.g. llama.cpp-Q4_1, lean-int8: stage names and the report's rows
@@ -65,23 +65,23 @@ class Engine:
         return self.backend != LLAMA_CPP
 
 
-def rows(config) -> list[Engine]:
+def planned(config) -> list[Row]:
     """The rows of a design beyond the lean engine at its own precision: lean-int8, then llama.cpp's — the target's
     own file, then each `gguf_quants` copy."""
-    out: list[Engine] = []
+    out: list[Row] = []
     if LEAN_INT8 in config.engines and config.device == "cpu":  # int8 is a CPU precision
-        out.append(Engine(LEAN_INT8, config.target, INT8.upper(), "f32", False, backend="lean", dtype=INT8))
+        out.append(Row(LEAN_INT8, config.target, INT8.upper(), "f32", False, backend="lean", dtype=INT8))
     if LLAMA_CPP not in config.engines:
         return out
     own = gguf_file(config.target)
     if own is not None:
         q = quant_name(own)
-        out.append(Engine(f"{LLAMA_CPP}-{q}", str(own), q, _drafter_quant(q), True))
+        out.append(Row(f"{LLAMA_CPP}-{q}", str(own), q, _drafter_quant(q), True))
     for quant in (() if own is not None else ("f32",)) + tuple(config.gguf_quants):
         path = written(config.target, config.target, quant)
         q = quant_name(path)
         if all(e.quant != q for e in out):
-            out.append(Engine(f"{LLAMA_CPP}-{q}", str(path), q, quant, False))
+            out.append(Row(f"{LLAMA_CPP}-{q}", str(path), q, quant, False))
     return out
 
 
@@ -90,7 +90,7 @@ def _drafter_quant(quant: str) -> str:
     return {"F32": "f32", "F16": "f16"}.get(quant, "q8_0")
 
 
-def quality_runtime(e: Engine) -> str:
+def quality_runtime(e: Row) -> str:
     """The row's runtime as `stages.quality` names it (its quality is measured against the lean engine at fp32)."""
     if e.lean:
         return f"lean:{e.dtype}"
@@ -103,14 +103,14 @@ def quality_of(p) -> dict[str, str]:
         return {}
     q = json.loads((p.folder("quality") / "quality.json").read_text())
     out = {}
-    for e in rows(p.base):
+    for e in planned(p.base):
         s = q.get(quality_runtime(e)) or {}
         if s.get("agreement") is not None:
             out[e.name] = f"agreement {s['agreement']:.3f}, ΔNLL {s['nll_delta']:+.3f}"
     return out
 
 
-def dropped(p, e: Engine) -> bool:
+def dropped(p, e: Row) -> bool:
     """Whether the budget left row `e` out (`plan.DROPS`)."""
     if e.lean:
         return p.dropped(LEAN_INT8)
@@ -126,7 +126,7 @@ def _options(config) -> dict:
     return {"device": "cpu", "threads": config.threads}
 
 
-def bench_config(p, e: Engine, **kw) -> BenchConfig:
+def bench_config(p, e: Row, **kw) -> BenchConfig:
     """A bench on row `e` (the selection grid's prompts unless `kw` says otherwise)."""
     c = p.config
     kw = {"suite": c.bench_suites, "limit": c.bench_limit, **kw}
@@ -164,7 +164,7 @@ def builtins(nearest: dict[str, str]) -> list[str]:
     return list(dict.fromkeys(names + list(nearest.values())))
 
 
-def run_row(p, e: Engine, target, models: dict[str, str], lookups: bool, predicted) -> dict:
+def run_row(p, e: Row, target, models: dict[str, str], lookups: bool, predicted) -> dict:
     """One engine row's stages (module docstring); returns its verdict record. `models`: the model candidates
     benchmarked on the lean engine ({name: spec}); `predicted(p, spec, name, profile=...)`: design's prediction."""
     c = p.config
@@ -204,7 +204,7 @@ def run_row(p, e: Engine, target, models: dict[str, str], lookups: bool, predict
     return v
 
 
-def python_figures(p, e: Engine) -> dict:
+def python_figures(p, e: Row) -> dict:
     """llama-cpp-python with draftwise's lookup (its `LookupDraftModel`) over llama-cpp-python's plain generate."""
     recs = measure.records(p, [f"bench-python@{e.name}"])
     by = decide.timings(recs, lambda r: None if r["method"] == "llama-cpp" else r["method"] if r["method"] ==
@@ -215,7 +215,7 @@ def python_figures(p, e: Engine) -> dict:
                                  "speedup": decide.compare(by, plain, p.config.seed)["speedup"]["llama-cpp-lookup"]}}
 
 
-def verdict(p, e: Engine, cands: dict[str, tuple[str, int]], nearest: dict[str, str],
+def verdict(p, e: Row, cands: dict[str, tuple[str, int]], nearest: dict[str, str],
             scheduled: dict[str, str] | None = None) -> dict:
     """The row's verdict record (module docstring): draftwise's choice on E with its interval, the built-ins beside.
     `scheduled`: {scheduled option: its static candidate} (measured in that candidate's grid point)."""

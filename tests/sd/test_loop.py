@@ -9,7 +9,7 @@ from draftwise.errors import DraftwiseError
 from draftwise.models.hf import HFCausalLM
 from draftwise.models.lean import LeanLM
 from draftwise.models.vocab import ReducedHead, slice_head
-from draftwise.sd.engine import generate
+from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams, probs
 
 GREEDY = SamplingParams()

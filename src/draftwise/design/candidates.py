@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ... import cost
-from ...errors import DraftwiseError
+from .. import cost
+from ..errors import DraftwiseError
 
 
 @dataclass(frozen=True)

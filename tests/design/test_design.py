@@ -12,8 +12,8 @@ import torch
 from draftwise import cost
 from draftwise.config import DesignConfig, drafter_kind
 from draftwise.errors import DraftwiseError
-from draftwise.stages import design
-from draftwise.stages.design.candidates import (
+from draftwise import design
+from draftwise.design.candidates import (
     Candidate,
     candidates,
     narrow_twin,
@@ -84,7 +84,7 @@ def test_batch_dividend_skips_the_bench_when_not_even_one_sequence_fits(tiny_dir
     assert record["max_batch"] == 0 == record["batch"] and "bench-wide-L1-batch" not in p.done
     assert record["kv_bytes_per_seq_target"] == target.kv_bytes(64)
     assert record["kv_bytes_per_seq_drafter"] == drafter.kv_bytes(64)
-    from draftwise.report import design as report
+    from draftwise.design import report
 
     doc = report.Doc()
     report._batch_dividend(doc, p, cands)
@@ -183,7 +183,7 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     assert plain == {"lean-fp32/ar", "lean-int8/ar", "llama.cpp-F32/ar", "llama.cpp-F32/llama-server"}
     assert final["fastest_plain"] == max(plain, key=lambda n: final["options"][n]["tokens_per_s"])
     assert final["recommend"] == (final["option"] not in plain)
-    from draftwise.stages.design import fastest
+    from draftwise.design import fastest
 
     opening = report.split("\n## ")[1].split("\n\n")[1]
     assert opening.startswith(fastest.sentence(final, fastest.row_verdicts(design.Pipeline(config, out))))
@@ -280,7 +280,7 @@ def fake_grid(speedups: dict[str, float], prompts: int = 12, noise: float = 0.02
 
 @pytest.mark.parametrize("lookup_speedup,chosen", [(1.3, "ngram"), (0.9, "wide-L1")])
 def test_design_picks_a_lookup_drafter_when_it_measures_faster(tiny_dir, tmp_path, monkeypatch, lookup_speedup, chosen):
-    from draftwise.stages.design import measure
+    from draftwise.design import measure
 
     specs = {"wide-L1": "runs/distill-wide-L1", "narrow-L2": "runs/distill-narrow-L2", "ngram": "ngram:max=4"}
     monkeypatch.setattr(measure.bench_grid, "run", fake_grid({specs["wide-L1"]: 1.0, specs["narrow-L2"]: 0.85,
@@ -301,7 +301,7 @@ def test_design_picks_a_lookup_drafter_when_it_measures_faster(tiny_dir, tmp_pat
 def test_a_tie_within_noise_goes_to_the_cheaper_step(tiny_dir, tmp_path, monkeypatch):
     """n-gram and suffix equally fast under ±5 % per-prompt noise: the measurement cannot order them, so the one with
     the cheaper draft step wins whichever measured a hair faster; the decision keeps every interval and says why."""
-    from draftwise.stages.design import measure
+    from draftwise.design import measure
 
     specs = {"suffix": "suffix,factor=2", "ngram": "ngram:max=4", "wide-L2": "runs/distill-wide-L2"}
     monkeypatch.setattr(measure.bench_grid, "run", fake_grid({specs["suffix"]: 1.20, specs["ngram"]: 1.20,
@@ -317,7 +317,7 @@ def test_a_tie_within_noise_goes_to_the_cheaper_step(tiny_dir, tmp_path, monkeyp
 def test_lookups_whose_steps_differ_by_microseconds_tie_on_cost(tiny_dir, tmp_path, monkeypatch):
     """0.05 vs 0.1 ms beside a 33 ms AR step is no cost difference (both 0.00 AR steps): a tie in speed then goes to
     the faster point estimate, not to the proposer that happens to be 50 µs quicker."""
-    from draftwise.stages.design import measure
+    from draftwise.design import measure
 
     specs = {"suffix": "suffix,factor=2", "ngram": "ngram:max=4"}
     monkeypatch.setattr(measure.bench_grid, "run", fake_grid({specs["suffix"]: 1.23, specs["ngram"]: 1.20}, noise=0.08,
@@ -333,7 +333,7 @@ def test_lookups_whose_steps_differ_by_microseconds_tie_on_cost(tiny_dir, tmp_pa
 def test_a_scheduled_lookup_is_an_option_of_its_own(tiny_dir, tmp_path, monkeypatch, scheduled_speedup, chosen):
     """The scheduled variant runs in its static lookup's grid point and is decided like any candidate: chosen when it
     is faster beyond noise (then γ is refined with the scheduler on), else a tie that goes to static SD."""
-    from draftwise.stages.design import measure
+    from draftwise.design import measure
 
     specs = {"ngram": "ngram:max=4", "wide-L1": "runs/distill-wide-L1", "ngram+scheduled": "ngram:max=4"}
     runs = []
@@ -357,7 +357,7 @@ def test_a_scheduled_lookup_is_an_option_of_its_own(tiny_dir, tmp_path, monkeypa
 def test_paired_intervals_shrink_with_the_pairing():
     """Two options whose per-prompt speeds vary a lot across prompts but little between them: the paired lead interval
     is narrow although each option's own interval is wide."""
-    from draftwise.stages.design import decide
+    from draftwise.design import decide
 
     rng = np.random.default_rng(0)
     scale = rng.uniform(0.5, 2.0, 30)  # prompts differ by 4x in length
@@ -377,7 +377,7 @@ def verdict_record(spec: str, recommend: bool, name: str = "suffix") -> dict:
 
 
 def test_a_lookup_export_holds_no_machine_paths(tiny_dir, tmp_path):
-    from draftwise.stages.design import export
+    from draftwise.design import export
 
     index = tmp_path / "d" / "stages" / "suffix-index"
     index.mkdir(parents=True)
@@ -405,7 +405,7 @@ def test_a_scheduled_lookup_exports_what_the_scheduler_loads_and_no_machine_path
     --calibration schedule`; neither names a folder of the run (the profile's drafter entries are left out)."""
     from draftwise.sd import calibrate
     from draftwise.sd.schedule import VerifyCurve
-    from draftwise.stages.design import export
+    from draftwise.design import export
 
     p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
     drafter = str(tmp_path / "d" / "stages" / "distill-wide-L1")
@@ -436,7 +436,7 @@ def test_an_export_that_lost_to_plain_decoding_says_so(tiny_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from draftwise.models import load
-    from draftwise.stages.design import export
+    from draftwise.design import export
 
     p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
     assert export.export(p, load(tiny_dir), verdict_record("layers:0,1", False, "first-2")) is not None
@@ -498,7 +498,7 @@ def synthetic_pipeline(tiny_dir, tmp_path, speedups: dict[str, list[float]], kin
     ({"wide-L2": [0.88, 0.84, 0.92], "ngram": [1.03, 0.97, 1.09]}, False),  # above 1 only within noise: not a deploy
 ])
 def test_the_verdict_recommends_only_what_beats_plain_decoding(tiny_dir, tmp_path, speedups, recommend):
-    from draftwise.stages.design import verdict
+    from draftwise.design import verdict
 
     p = synthetic_pipeline(tiny_dir, tmp_path, speedups, {"wide-L2": "model", "ngram": "lookup"})
     v = verdict.decide(p, 2)
@@ -517,7 +517,7 @@ def test_the_verdict_recommends_only_what_beats_plain_decoding(tiny_dir, tmp_pat
 def test_shapes_come_from_the_fitted_step_model():
     """With the full head a narrow shape is predicted fastest (its head reads a third of the bytes): it is trained, with
     the full-width shape as its control; where layers cost more than bytes, the full width wins, with its deep twin."""
-    from draftwise.stages.design.candidates import budget_shapes, choose_shapes
+    from draftwise.design.candidates import budget_shapes, choose_shapes
 
     budget = SMOL.params()["non_embedding"] * 2 // 30
     bytes_bound = cost.StepModel(fixed_ms=1.0, layer_overhead_ms=0.05, ms_per_layer_mb=0.05, ms_per_head_mb=0.05)
@@ -575,7 +575,7 @@ def test_a_tie_tells_one_story_in_headline_wide_vs_deep_and_export(tiny_dir, tmp
 
 def test_lookup_settings_tie_goes_to_the_cheaper_settings():
     """Replayed settings that differ by less than their noise over prompts: the smaller γ, then the higher min_prob."""
-    from draftwise.stages.design.lookup import choose_setting
+    from draftwise.design.lookup import choose_setting
 
     docs = [{"prompt_id": f"p{i}", "continuation": [0] * 10} for i in range(12)]
     t_verify = lambda g: 0.01 * (1 + 0.1 * g)  # noqa: E731

@@ -9,10 +9,10 @@ import pytest
 
 from draftwise.config import BenchConfig, BenchGridConfig
 from draftwise.errors import DraftwiseError
-from draftwise.stages.design import fastest
+from draftwise.design import fastest
 
-ROWS = [fastest.Row("lean-fp32", None, "sd", "suffix"), fastest.Row("lean-int8", None, "sd", "suffix"),
-        fastest.Row("llama.cpp-Q4_1", None, None, None)]
+ROWS = [fastest.Entry("lean-fp32", None, "sd", "suffix"), fastest.Entry("lean-int8", None, "sd", "suffix"),
+        fastest.Entry("llama.cpp-Q4_1", None, None, None)]
 
 
 def fake(tmp_path, speeds: dict[str, float], prompts: int = 12, noise: float = 0.03) -> SimpleNamespace:
@@ -66,7 +66,7 @@ def test_a_method_within_noise_of_the_fastest_plain_decoding_is_not_deployed(tmp
 def test_rows_run_on_their_own_runtimes_on_the_grids_prompts():
     lean = BenchConfig(target="t", drafter=None, baselines=("ar",), limit=4)
     int8 = BenchConfig(target="t", dtype="int8", drafter="ngram", gamma=3, baselines=("ar",), limit=4)
-    grid = fastest.grid([fastest.Row("lean-fp32", lean, None, None), fastest.Row("lean-int8", int8, "sd", "ngram")])
+    grid = fastest.grid([fastest.Entry("lean-fp32", lean, None, None), fastest.Entry("lean-int8", int8, "sd", "ngram")])
     assert [c.dtype for c in grid.points()] == ["fp32", "int8"] and grid.runtimes() == [None, "lean-int8"]
     with pytest.raises(DraftwiseError, match="grid's prompts"):
         BenchGridConfig(bench=lean, rows=(BenchConfig(target="t", limit=5),), row_names=("x",))
@@ -75,7 +75,7 @@ def test_rows_run_on_their_own_runtimes_on_the_grids_prompts():
 def test_the_export_opens_with_the_answer_and_its_command(tmp_path):
     """SD on lean-int8 as the answer: the export README's first lines say it, with its quality and the command that
     runs it from the export folder (the suffix corpus under engines/lean-int8/, no path of this machine)."""
-    from draftwise.stages.design import export_engines
+    from draftwise.design import export_rows
 
     p = fake(tmp_path, {"lean-fp32/ar": 30, "lean-fp32/sd": 36, "lean-int8/ar": 60, "lean-int8/sd": 90,
                         "llama.cpp-Q4_1/ar": 42, "llama.cpp-Q4_1/llama-server": 45})
@@ -89,7 +89,7 @@ def test_the_export_opens_with_the_answer_and_its_command(tmp_path):
     top = tmp_path / "export"
     top.mkdir()
     (top / "README.md").write_text("## The draftwise lean engine at fp32\n")
-    export_engines.export_rows(top, [v], SimpleNamespace(target="default", threads=2), f, {"lean-int8": v},
+    export_rows.export_rows(top, [v], SimpleNamespace(target="default", threads=2), f, {"lean-int8": v},
                                {"lean-int8": "agreement 0.993, ΔNLL +0.000"})
     readme = (top / "README.md").read_text()
     assert readme.startswith("# What to run on this machine\n\n**Verdict:** Deploy suffix")

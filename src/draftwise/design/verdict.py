@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 
-from ... import cost
-from ...config import drafter_kind
-from ..bench_grid import as_method, label
+from .. import cost
+from ..config import drafter_kind
+from ..stages.bench_grid import as_method, label
 from .measure import grid_points, method_of, summary
 
 

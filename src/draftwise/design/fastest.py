@@ -22,18 +22,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...config import BenchConfig, BenchGridConfig
-from ...models.llamacpp_load import LLAMA_CPP
-from ..bench import SCHEDULED
-from ..bench_grid import label
-from . import decide, engines, measure
+from ..config import BenchConfig, BenchGridConfig
+from ..models.llamacpp_load import LLAMA_CPP
+from ..stages.bench import SCHEDULED
+from ..stages.bench_grid import label
+from . import decide, measure, rows
 
 PLAIN = ("ar", "llama-server")  # the plain methods of a row: draftwise AR, llama-server without speculation
 STAGE = "bench-fastest"
 
 
 @dataclass(frozen=True)
-class Row:
+class Entry:
     """One runtime of the grid: its name, its bench (plain baselines, and its chosen method's drafter if any)."""
 
     name: str
@@ -46,36 +46,36 @@ def lean_name(config) -> str:
     return f"lean-{config.dtype}"
 
 
-def rows(p) -> list[Row]:
+def entries(p) -> list[Entry]:
     """Every runtime of the design (the base config's, whatever the budget dropped) with what its verdict chose."""
     c, base = p.config, p.base
     v = p.done["verdict"]
     scheduled = measure.scheduling(p) if v["recommend"] and v["method"] != "sd" else {}
     main = measure.base_config(p, v["spec"] if v["recommend"] else None, v["gamma"], c.bench_limit,
                                baselines=("ar",), **scheduled)
-    out = [Row(lean_name(c), main, v["method"] if v["recommend"] else None, v["drafter"] if v["recommend"] else None)]
-    for e in engines.rows(base):
+    out = [Entry(lean_name(c), main, v["method"] if v["recommend"] else None, v["drafter"] if v["recommend"] else None)]
+    for e in rows.planned(base):
         done = p.done.get(f"verdict@{e.name}")
         pick = done if done and done["recommend"] else None
         scheduled = measure.scheduling(p, f"profile@{e.name}") if pick and pick["method"] != "sd" else {}
-        bench = engines.bench_config(p, e, drafter=pick["spec"] if pick else None, gamma=pick["gamma"] if pick else 1,
+        bench = rows.bench_config(p, e, drafter=pick["spec"] if pick else None, gamma=pick["gamma"] if pick else 1,
                                      baselines=PLAIN if e.backend == LLAMA_CPP else ("ar",), **scheduled)
-        out.append(Row(e.name, bench, pick and pick["method"], pick and pick["drafter"]))
+        out.append(Entry(e.name, bench, pick and pick["method"], pick and pick["drafter"]))
     return out
 
 
-def grid(rows: list[Row]) -> BenchGridConfig:
+def grid(entries: list[Entry]) -> BenchGridConfig:
     """The first row as the grid's own bench, the others as its rows (each on its own runtime)."""
-    first, rest = rows[0], rows[1:]
+    first, rest = entries[0], entries[1:]
     return BenchGridConfig(bench=first.bench, rows=tuple(r.bench for r in rest), row_names=tuple(r.name for r in rest))
 
 
-def option(rows: list[Row]):
+def option(entries: list[Entry]):
     """The records key of an option: '<runtime>/<method>' (the grid's own points are the first row's runtime)."""
-    chosen = {r.name: r.method for r in rows}
+    chosen = {r.name: r.method for r in entries}
 
     def key(r: dict):
-        runtime = r.get("runtime") or rows[0].name
+        runtime = r.get("runtime") or entries[0].name
         if r["method"] in PLAIN or r["method"] == chosen.get(runtime):
             return f"{runtime}/{r['method']}"
         return decide.IGNORE
@@ -85,12 +85,12 @@ def option(rows: list[Row]):
 
 def run(p) -> dict:
     """The grid, then the verdict record (module docstring)."""
-    rs = rows(p)
+    rs = entries(p)
     measure.run_grid(p, STAGE, grid(rs), runtimes=[r.name for r in rs])
     return p.stage("fastest", lambda f: decide_fastest(p, rs))
 
 
-def decide_fastest(p, rs: list[Row]) -> dict:
+def decide_fastest(p, rs: list[Entry]) -> dict:
     """The verdict record from the last grid's records: every option over the fastest plain one (module docstring)."""
     by = decide.timings(measure.records(p, [STAGE]), option(rs))
     speed = {n: sum(t for t, _ in v.values()) / sum(s for _, s in v.values()) for n, v in by.items()}
@@ -144,7 +144,7 @@ def row_verdicts(p) -> dict[str, dict]:
     return out
 
 
-__all__ = ["Row", "rows", "grid", "run", "decide_fastest", "sentence", "describe", "row_verdicts", "lean_name"]
+__all__ = ["Entry", "entries", "grid", "run", "decide_fastest", "sentence", "describe", "row_verdicts", "lean_name"]
 
 
 def versus(f: dict | None, runtime: str, method: str) -> str:
@@ -161,7 +161,7 @@ def deploy_command(f: dict, v: dict | None, target: str, threads: int | None) ->
     """What to run for the fastest option (`v`: its row's verdict record), paths relative to the export folder."""
     runtime, method = f["runtime"], f["method"]
     if method == "llama-server":
-        file = engines.target_name(v) if v else f"<the target's {runtime.removeprefix(LLAMA_CPP + '-')} GGUF>"
+        file = rows.target_name(v) if v else f"<the target's {runtime.removeprefix(LLAMA_CPP + '-')} GGUF>"
         return f"`llama-server -m {file} -t {threads or 2} --host 127.0.0.1 --port 8080`"
     if runtime.startswith("lean-"):
         dtype = runtime.removeprefix("lean-")
