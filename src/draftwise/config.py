@@ -506,8 +506,8 @@ class DesignConfig:
     memory: str = "1GiB"  # budget for target + drafter weights and both KV caches: the largest batch that fits with SD on
     context: int = 1024  # KV positions per sequence in that footprint
     batch_cap: int = 8  # the largest batch benchmarked here (the feasible batch is capped to it, and the report says so)
-    engines: tuple[str, ...] = ("lean", "lean-int8", "llama.cpp")  # where verdicts are measured (lean-int8: the lean
-    # engine at int8, a lossy choice; llama.cpp: the target's own GGUF)
+    rows: tuple[str, ...] = ("lean", "lean-int8", "llama.cpp")  # the runtimes given a verdict each (lean-int8: the lean
+    # engine at int8, a lossy choice; llama.cpp: the target's own GGUF); `--engines` is its old flag
     gguf_quants: tuple[str, ...] = ()  # further llama.cpp rows: the target written at these precisions (lossy choices)
     llama_server: str | None = None  # the llama-server binary of the llama.cpp rows' built-ins (None: PATH, .venv/bin)
     seed: int = 0
@@ -518,18 +518,18 @@ class DesignConfig:
     def __post_init__(self):
         from .cost import parse_count
 
-        for name in ("engines", "gguf_quants"):
+        for name in ("rows", "gguf_quants"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         for q in self.gguf_quants:
             _check_gguf_quant(q)
         if self.dtype == "int8":
             raise DraftwiseError("design builds and trains its candidates at a float precision (--dtype fp32, bf16 or "
-                                 "fp16); the lean engine at int8 is a row of its own: --engines lean,lean-int8")
-        if "lean" not in self.engines or set(self.engines) - {"lean", "lean-int8", "llama.cpp"}:
-            raise DraftwiseError(f"engines must include lean (where candidates are built) and may add lean-int8 and "
-                                 f"llama.cpp, got {','.join(self.engines)}")
-        if self.gguf_quants and "llama.cpp" not in self.engines:
-            raise DraftwiseError("gguf_quants are llama.cpp rows: add llama.cpp to engines")
+                                 "fp16); the lean engine at int8 is a row of its own: --rows lean,lean-int8")
+        if "lean" not in self.rows or set(self.rows) - {"lean", "lean-int8", "llama.cpp"}:
+            raise DraftwiseError(f"rows must include lean (where candidates are built) and may add lean-int8 and "
+                                 f"llama.cpp, got {','.join(self.rows)}")
+        if self.gguf_quants and "llama.cpp" not in self.rows:
+            raise DraftwiseError("gguf_quants are llama.cpp rows: add llama.cpp to rows")
 
         object.__setattr__(self, "wide_layers", tuple(self.wide_layers))
         object.__setattr__(self, "draft_vocabs", tuple(self.draft_vocabs))

@@ -70,7 +70,7 @@ def test_kind_of_names_every_stage_a_design_writes():
 def _config(tiny_dir, minutes: float) -> DesignConfig:
     return DesignConfig(target=tiny_dir, minutes=minutes, wide_layers=(1,), narrow_factor=2, bench_limit=3,
                         refine_limit=2, headline_limit=2, tune_prompts=6, max_new_tokens=8, accuracy_items=3,
-                        engines=("lean",), threads=1)
+                        rows=("lean",), threads=1)
 
 
 def test_a_budget_too_small_is_refused_before_any_stage_with_the_smallest_that_fits(tiny_dir, tmp_path):

@@ -21,9 +21,9 @@ def test_a_gguf_target_gets_its_own_file_then_each_requested_precision():
     assert (planned[0].backend, planned[0].dtype, planned[0].target) == ("lean", "int8", "default")
     assert planned[1].target == str(default_gguf())
     assert [rows.quality_runtime(r) for r in planned] == ["lean:int8", "llama.cpp", "llama.cpp:q8_0"]
-    assert rows.planned(DesignConfig(target="default", engines=("lean",))) == []
-    assert [r.name for r in rows.planned(DesignConfig(target="default", engines=("lean", "lean-int8")))] == ["lean-int8"]
-    assert rows.planned(DesignConfig(target="default", engines=("lean", "lean-int8"), device="cuda")) == []
+    assert rows.planned(DesignConfig(target="default", rows=("lean",))) == []
+    assert [r.name for r in rows.planned(DesignConfig(target="default", rows=("lean", "lean-int8")))] == ["lean-int8"]
+    assert rows.planned(DesignConfig(target="default", rows=("lean", "lean-int8"), device="cuda")) == []
 
 
 def test_an_hf_target_runs_in_llama_cpp_as_an_f32_copy(tiny_dir):
@@ -32,10 +32,10 @@ def test_an_hf_target_runs_in_llama_cpp_as_an_f32_copy(tiny_dir):
 
 
 def test_engines_need_lean_and_gguf_quants_need_llama_cpp():
-    with pytest.raises(DraftwiseError, match="engines must include lean"):
-        DesignConfig(engines=("llama.cpp",))
+    with pytest.raises(DraftwiseError, match="rows must include lean"):
+        DesignConfig(rows=("llama.cpp",))
     with pytest.raises(DraftwiseError, match="add llama.cpp"):
-        DesignConfig(engines=("lean",), gguf_quants=("q8_0",))
+        DesignConfig(rows=("lean",), gguf_quants=("q8_0",))
     with pytest.raises(DraftwiseError, match="unknown GGUF quantization"):
         DesignConfig(gguf_quants=("q4_k",))
     with pytest.raises(DraftwiseError, match="a row of its own"):

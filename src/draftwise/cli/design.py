@@ -63,7 +63,7 @@ def _design_parser(sub) -> None:
                    help="budget for target + drafter weights and KV caches: the largest batch that fits with SD on")
     p.add_argument("--context", type=int, default=1024, help="KV positions per sequence in that footprint")
     p.add_argument("--batch-cap", type=int, default=8, help="the largest batch benchmarked on this machine")
-    p.add_argument("--engines", default="lean,lean-int8,llama.cpp",
+    p.add_argument("--rows", "--engines", dest="rows", default="lean,lean-int8,llama.cpp",
                    help="where verdicts are measured: lean (draftwise's engine at --dtype, where candidates are built), "
                         "lean-int8 (the same engine at int8: a lossy choice, its quality measured) and llama.cpp (the "
                         "target's own GGUF, at its quantization); the design's answer compares every one's choice with "
@@ -93,7 +93,7 @@ def _design(args) -> None:
                             select_repeats=args.select_repeats, plan=not args.fixed_sizes,
                             max_new_tokens=args.max_new_tokens, memory=args.memory,
                             context=args.context, batch_cap=args.batch_cap, seed=args.seed,
-                            engines=_list(args.engines), gguf_quants=_list(args.gguf_quants),
+                            rows=_list(args.rows), gguf_quants=_list(args.gguf_quants),
                             llama_server=args.llama_server,
                             dtype=args.dtype, device=args.device, threads=args.threads), args.out, executor(args),
                started=args.started)

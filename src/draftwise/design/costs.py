@@ -41,8 +41,8 @@ class Outline:
     def of(cls, config: DesignConfig) -> Outline:
         trained = 2 * len(config.wide_layers) if config.wide_layers else 2
         user = 1 if config.drafter else 0
-        rows = (1 + len(config.gguf_quants)) if "llama.cpp" in config.engines else 0
-        int8 = "lean-int8" in config.engines and config.device == "cpu"
+        rows = (1 + len(config.gguf_quants)) if "llama.cpp" in config.rows else 0
+        int8 = "lean-int8" in config.rows and config.device == "cpu"
         return cls(trained, 2 + user, trained + user, 3 if config.lookups else 0, rows, int8_row=int8,
                    trained_control=not config.wide_layers)
 

@@ -69,7 +69,7 @@ class Sizes:
                        select_repeats=0 if "repeats" in d else base.select_repeats,
                        temperatures=(0.0,) if "temperatures" in d else base.temperatures,
                        gguf_quants=() if d & {"extra-rows", "llama.cpp"} else base.gguf_quants,
-                       engines=tuple(e for e in base.engines if e not in d),  # llama.cpp, lean-int8 rows
+                       rows=tuple(e for e in base.rows if e not in d),  # llama.cpp, lean-int8 rows
                        scheduler=base.scheduler and "scheduler" not in d,
                        draft_vocabs=() if "reduced-heads" in d else base.draft_vocabs,
                        adaptive=base.adaptive and "reduced-heads" not in d)

@@ -69,9 +69,9 @@ def planned(config) -> list[Row]:
     """The rows of a design beyond the lean engine at its own precision: lean-int8, then llama.cpp's — the target's
     own file, then each `gguf_quants` copy."""
     out: list[Row] = []
-    if LEAN_INT8 in config.engines and config.device == "cpu":  # int8 is a CPU precision
+    if LEAN_INT8 in config.rows and config.device == "cpu":  # int8 is a CPU precision
         out.append(Row(LEAN_INT8, config.target, INT8.upper(), "f32", False, backend="lean", dtype=INT8))
-    if LLAMA_CPP not in config.engines:
+    if LLAMA_CPP not in config.rows:
         return out
     own = gguf_file(config.target)
     if own is not None:
