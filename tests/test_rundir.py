@@ -35,3 +35,37 @@ def test_a_corrupt_line_inside_the_records_is_refused_in_one_line(tmp_path):
     run.records_path.write_text("\n".join([lines[0], "{not json", lines[2]]) + "\n")
     with pytest.raises(DraftwiseError, match=r"line 2 is not a JSON record"):
         RunDir(tmp_path / "r", BenchConfig(target="x")).records()
+
+
+def test_an_out_that_is_a_file_or_lies_under_one_is_refused_in_one_line(tmp_path):
+    file = tmp_path / "notes.txt"
+    file.write_text("x")
+    with pytest.raises(DraftwiseError, match=r"notes.txt: is a file, not a run folder"):
+        RunDir(file, BenchConfig())
+    with pytest.raises(DraftwiseError, match=r"notes.txt/run: .*notes.txt is a file, not a folder"):
+        RunDir(file / "run", BenchConfig())
+    assert file.read_text() == "x"
+
+
+def test_the_cli_refuses_a_file_as_out_in_one_line(tmp_path, capsys):
+    from draftwise.cli import main
+
+    file = tmp_path / "notes.txt"
+    file.write_text("x")
+    assert main(["bench", "--target", "default", "--drafter", "ngram", "--limit", "1", "--out", str(file)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"draftwise: error: --out {file}: is a file, not a run folder"
+
+
+def test_a_folder_of_another_stage_or_tool_is_refused_in_one_line(tmp_path):
+    from draftwise.config import SweepConfig
+
+    RunDir(tmp_path / "sweep", SweepConfig())
+    with pytest.raises(DraftwiseError, match="holds a SweepConfig run, not a BenchConfig one: use another --out"):
+        RunDir(tmp_path / "sweep", BenchConfig())
+    for name, text in [("model", json.dumps({"architectures": ["LlamaForCausalLM"]})), ("torn", "{not json")]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(text)
+        with pytest.raises(DraftwiseError, match="config.json is not a draftwise run's config: use another --out"):
+            RunDir(tmp_path / name, BenchConfig())
+        assert (tmp_path / name / "config.json").read_text() == text

@@ -42,11 +42,14 @@ def read_records(path: Path) -> list[dict]:
 class RunDir:
     def __init__(self, path: str | os.PathLike, config):
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        _make_folder(self.path)
         self.records_path = self.path / "records.jsonl"
         saved = self.path / "config.json"
         if saved.exists():
-            old, new = _with_defaults(json.loads(saved.read_text()), config), json.loads(json.dumps(cfg.to_dict(config)))
+            old, new = _with_defaults(_read_config(saved), config), json.loads(json.dumps(cfg.to_dict(config)))
+            if old.get("stage") != new["stage"]:
+                raise DraftwiseError(f"{self.path} holds a {old['stage']} run, not a {new['stage']} one: use another "
+                                     "--out, or delete the folder to start over")
             if old != new:
                 changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
                 raise DraftwiseError(
@@ -81,6 +84,30 @@ class RunDir:
 
     def write_json(self, name: str, obj) -> Path:
         return write_atomic(self.path / name, json.dumps(obj, indent=2) + "\n")
+
+
+def _make_folder(path: Path) -> None:
+    """Create a run folder (and its parents), refusing in one line a path that is, or lies under, a file."""
+    if path.exists() and not path.is_dir():
+        raise DraftwiseError(f"--out {path}: is a file, not a run folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        file = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        raise DraftwiseError(f"--out {path}: {file} is a file, not a folder" if file is not None
+                             else f"--out {path}: cannot create the run folder ({e.strerror or e})") from None
+
+
+def _read_config(saved: Path) -> dict:
+    """A run folder's saved config; a config.json that is not one draftwise wrote (another tool's, hand-edited into
+    invalid JSON) is refused in one line rather than mixed with."""
+    try:
+        data = json.loads(saved.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        data = None
+    if not isinstance(data, dict) or "stage" not in data:
+        raise DraftwiseError(f"{saved} is not a draftwise run's config: use another --out")
+    return data
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> Path:

@@ -128,3 +128,37 @@ def test_gguf_of_an_architecture_transformers_cannot_read_is_named(tmp_path, mon
     writer.close()
     with pytest.raises(DraftwiseError, match="architecture rwkv99"):
         load(str(tmp_path / "m.gguf"))
+
+
+@pytest.mark.parametrize("keep", [lambda size: size - 1, lambda size: size // 2, lambda size: 100, lambda size: 0])
+def test_a_truncated_gguf_is_named_in_one_line(tmp_path, monkeypatch, tiny_gguf, keep):
+    from pathlib import Path
+
+    from draftwise.models.gguf_vocab import read_tokenizer
+    from draftwise.models.llamacpp_load import gguf_file
+
+    monkeypatch.setenv("DRAFTWISE_CACHE", str(tmp_path / "cache"))
+    data = Path(tiny_gguf).read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[: keep(len(data))])
+    message = r"cut.gguf is truncated: (tensor \S+ needs bytes up to \d+ but the file has \d+|its header runs past the " \
+              r"file's \d+ bytes) \(a partial download\?\)$"
+    with pytest.raises(DraftwiseError, match=message):
+        load(str(cut))  # the lean engine: before transformers dequantises it
+    with pytest.raises(DraftwiseError, match=message):
+        gguf_file(str(cut))  # llama.cpp: before its metadata is read
+    with pytest.raises(DraftwiseError, match=message):
+        read_tokenizer(cut)  # a drafter's vocabulary check, a tokenizer copied into an export
+
+
+def test_a_whole_gguf_passes_the_truncation_check(tiny_gguf):
+    from pathlib import Path
+
+    from draftwise.models.source import check_gguf
+
+    check_gguf(Path(tiny_gguf))
+    f = Path(tiny_gguf).with_name("tail.gguf")
+    f.write_bytes(Path(tiny_gguf).read_bytes()[:-1])
+    with pytest.raises(DraftwiseError, match=f"tensor .* needs bytes up to {f.stat().st_size + 1} but the file has "
+                                             f"{f.stat().st_size} "):
+        check_gguf(f)

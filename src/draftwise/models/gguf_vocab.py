@@ -30,6 +30,7 @@ import gguf
 from gguf import GGUFValueType, TokenType
 
 from ..errors import DraftwiseError
+from .source import check_gguf
 
 PREFIX = "tokenizer."
 GPT2_PRE = "gpt-2"  # llama.cpp's name of GPT-2's pre-tokenizer
@@ -41,6 +42,7 @@ def read_tokenizer(path: Path) -> dict[str, tuple[object, GGUFValueType, GGUFVal
     try:
         reader = gguf.GGUFReader(path)
     except (OSError, ValueError) as e:
+        check_gguf(Path(path))  # a file cut short says so
         raise DraftwiseError(f"cannot read GGUF file {path}: {str(e).splitlines()[0]}") from e
     out = {}
     for key, field in reader.fields.items():

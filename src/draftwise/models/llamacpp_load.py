@@ -14,6 +14,7 @@ changed checkpoint is written again and an unchanged one is not.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -24,21 +25,31 @@ from pathlib import Path
 from ..config import GGUF_QUANTS
 from ..errors import DraftwiseError
 from ..paths import cache_dir
-from .source import default_gguf, resolve
+from .source import check_gguf, default_gguf, resolve
 
 LLAMA_CPP = "llama.cpp"
 
 
 def gguf_file(spec: str) -> Path | None:
-    """The GGUF file a spec names as it is ('default' or a .gguf path), else None (draftwise writes one)."""
+    """The GGUF file a spec names as it is ('default' or a .gguf path), else None (draftwise writes one); one cut
+    short is refused in one line."""
     if spec == "default":
-        return default_gguf()
-    path = Path(spec).expanduser()
-    if path.suffix == ".gguf":
+        path = default_gguf()
+    else:
+        path = Path(spec).expanduser()
+        if path.suffix != ".gguf":
+            return None
         if not path.is_file():
             raise DraftwiseError(f"model not found: {spec} (no such .gguf file)")
-        return path.resolve()
-    return None
+        path = path.resolve()
+    _checked(path, _stamp(path))
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def _checked(path: Path, stamp: str) -> None:
+    """`check_gguf`, once per version of a file (`stamp`) in a process: specs are resolved to files many times."""
+    check_gguf(path)
 
 
 def _stamp(path: Path) -> str:
