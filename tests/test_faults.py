@@ -17,6 +17,8 @@ import pytest
 from faults import (Kill, command, compare, descendants, draftwise, environment, kill_at, kill_worker, names, reap, records,
                     run_killed)
 
+pytestmark = pytest.mark.slow  # fault injection (subprocesses killed mid-run): the slow tier
+
 FAST = ["--warmup", "0", "--threads", "1", "--seed", "0"]
 
 

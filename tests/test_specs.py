@@ -1,17 +1,20 @@
-"""Drafter specs: parsing, loading, and a one-line error for each bad input (unknown kind, a suffix folder that is not a
-gen-data folder, a corpus of another tokenizer, a corpus holding an eval prompt's output)."""
+"""Drafter specs: parsing (each family's module), loading, and a one-line error for each bad input (unknown kind, a
+suffix folder that is not a gen-data folder, a corpus of another tokenizer, a corpus holding an eval prompt's output,
+a bench its drafter's kind cannot run)."""
 
 import json
 
 import pytest
-from conftest import save_checkpoint, tiny_config, tiny_model, tiny_tokenizer
 
+from conftest import save_checkpoint, tiny_config, tiny_model, tiny_tokenizer
 from draftwise import data, specs
 from draftwise.cli import main
-from draftwise.config import GenDataConfig, drafter_kind
+from draftwise.config import BenchConfig, BenchGridConfig, GenDataConfig
+from draftwise.continuations import read_shard
 from draftwise.errors import DraftwiseError
 from draftwise.models import load, write_fingerprint
 from draftwise.sd.drafters import HybridDrafter
+from draftwise.sd.families import drafter_kind, hybrid, ngram, suffix
 from draftwise.sd.lookup import NgramDrafter, SuffixDrafter
 from draftwise.stages import gen_data
 
@@ -26,11 +29,13 @@ def gen_dir(tiny_dir, tmp_path_factory):
 def test_kinds_and_options():
     assert [drafter_kind(s) for s in ("ngram", "ngram:max=3", "suffix", "suffix:/x,factor=2", "hybrid:a+ngram",
                                       "layers:0,1", "/some/ckpt")] == ["lookup"] * 4 + ["hybrid", "model", "model"]
-    assert specs.parse_ngram("ngram:min=2,max=5") == NgramDrafter(2, 5)
-    assert specs.split_suffix("suffix:/data/gen,factor=2,min_prob=0.3") == (
-        "/data/gen", {**specs.SUFFIX_DEFAULTS, "factor": 2.0, "min_prob": 0.3})
-    assert specs.split_suffix("suffix,learn=1")[1]["learn"] is True
-    assert specs.split_hybrid("hybrid:runs/d+x+suffix:/g,factor=2,model_gamma=2") == ("runs/d+x", "suffix:/g,factor=2", 2)
+    assert ngram.parse("ngram:min=2,max=5") == NgramDrafter(2, 5)
+    assert suffix.split("suffix:/data/gen,factor=2,min_prob=0.3") == (
+        "/data/gen", {**suffix.DEFAULTS, "factor": 2.0, "min_prob": 0.3})
+    assert suffix.split("suffix,learn=1")[1]["learn"] is True
+    assert hybrid.split("hybrid:runs/d+x+suffix:/g,factor=2,model_gamma=2") == ("runs/d+x", "suffix:/g,factor=2", 2)
+    assert hybrid.compose("runs/d+x", "suffix:/g,factor=2", 2) == "hybrid:runs/d+x+suffix:/g,factor=2,model_gamma=2"
+    assert specs.split_hybrid is hybrid.split  # the stages' name for it
 
 
 @pytest.mark.parametrize("spec,message", [
@@ -45,31 +50,29 @@ def test_kinds_and_options():
 def test_bad_specs_are_named(spec, message):
     with pytest.raises(DraftwiseError, match=message):
         if spec.startswith("hybrid"):
-            specs.split_hybrid(spec)
+            hybrid.split(spec)
         elif spec.startswith("ngram"):
-            specs.parse_ngram(spec)
+            ngram.parse(spec)
         else:
-            specs.split_suffix(spec)
+            suffix.split(spec)
 
 
 def test_loading_each_kind(tiny_dir, gen_dir):
     target = load(tiny_dir)
-    assert specs.load("ngram:max=3", target).engine == NgramDrafter(1, 3)
+    assert specs.load("ngram:max=3", target).loop_drafter == NgramDrafter(1, 3)
     suffix = specs.load(f"suffix:{gen_dir},factor=2", target)
-    assert isinstance(suffix.engine, SuffixDrafter) and suffix.engine.factor == 2.0 and suffix.engine.trie.tokens > 0
+    assert isinstance(suffix.loop_drafter, SuffixDrafter) and suffix.loop_drafter.factor == 2.0 and suffix.loop_drafter.trie.tokens > 0
     hybrid = specs.load("hybrid:layers:0+ngram,model_gamma=2", target)
-    assert isinstance(hybrid.engine, HybridDrafter) and hybrid.engine.model_gamma == 2 and hybrid.model is not None
+    assert isinstance(hybrid.loop_drafter, HybridDrafter) and hybrid.loop_drafter.model_gamma == 2 and hybrid.model is not None
     assert hybrid.describe()["lookup"]["method"] == "ngram" and hybrid.describe()["kind"] == "hybrid"
 
 
 def test_the_corpus_is_the_continuations_of_train_prompts(tiny_dir, gen_dir):
-    from draftwise.stages.gen_data import read_shard
-
     records = [json.loads(line) for line in (gen_dir / "records.jsonl").read_text().splitlines()]
     packaged = {p.id: p for p in data.load_prompts("all", "all")}
     assert all(data.split_of(packaged[pid].text) == "train" for r in records for pid, _ in r["prompts"])
     want = [row["tokens"][row["prompt_len"]:].tolist() for r in records for row in read_shard(gen_dir / r["file"])]
-    assert specs.read_corpus(gen_dir, load(tiny_dir)) == want  # outputs only: no prompt text at all
+    assert suffix.read_corpus(gen_dir, load(tiny_dir)) == want  # outputs only: no prompt text at all
     prompts = {tuple(load(tiny_dir).encode(packaged[pid].text)) for r in records for pid, _ in r["prompts"]}
     assert not prompts & {tuple(s) for s in want}
 
@@ -117,3 +120,23 @@ def test_an_unknown_drafter_kind_gets_one_line(tiny_dir, tmp_path, capsys):
     code = main(["bench", "--target", tiny_dir, "--drafter", f"suffix:{tmp_path}/nope", "--limit", "1",
                  "--out", str(tmp_path / "c")])
     assert code == 2 and "no such folder" in capsys.readouterr().err
+
+
+def test_a_bench_its_drafters_kind_cannot_run_is_refused_in_one_line():
+    """The configs validate what needs no drafter; what the drafter's kind decides is `specs.check`'s (the stage
+    calls it before its run folder exists)."""
+    for config, message in [
+        (BenchConfig(drafter="ngram", baselines=("ar", "hf-assisted")), "hf-assisted needs a model drafter, not a lookup"),
+        (BenchConfig(drafter="hybrid:layers:0+ngram", batch_size=2), "hybrid drafters run at batch size 1"),
+        (BenchConfig(drafter="layers:0", baselines=("llama-cpp-lookup",)), "give an ngram or suffix --drafter"),
+    ]:
+        with pytest.raises(DraftwiseError, match=message):
+            specs.check(config)
+    specs.check(BenchConfig(drafter="ngram", baselines=("ar", "hf-prompt-lookup", "llama-cpp-lookup")))
+
+
+def test_grid_points_keep_the_drafter_bound_baselines_their_kind_runs():
+    grid = BenchGridConfig(bench=BenchConfig(drafter="ngram", baselines=("ar", "hf-assisted", "llama-cpp-lookup")),
+                           drafters=("ngram", "layers:0"))
+    own = {p.drafter: p.baselines for p in specs.points(grid) if p.drafter}
+    assert own == {"ngram": ("llama-cpp-lookup",), "layers:0": ("hf-assisted",)}

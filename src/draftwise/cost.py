@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .errors import DraftwiseError
+from .units import parse_count  # noqa: F401  (cost.parse_count: callers read counts through the cost model)
 
 
 # --- acceptance and throughput --------------------------------------------------------------------------------------
@@ -252,22 +253,6 @@ def shape_for_budget(template: Shape, layers: int, budget: int, multiple: int = 
     fixed = shape.params()["non_embedding"] - layers * 3 * d * shape.ffn  # everything but the FFN weights
     ffn = max(multiple, int(round((budget - fixed) / (layers * 3 * d) / multiple)) * multiple)
     return Shape(layers, d, shape.heads, shape.kv_heads, shape.head_dim, ffn, shape.vocab, shape.tied, shape.norms, shape.qk_norm)
-
-
-def parse_count(text: str) -> int:
-    """'15M' -> 15_000_000; '1.5B', '800k', '16GiB', '512MB' likewise (binary suffixes for *iB)."""
-    units = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 1e3, "mb": 1e6, "gb": 1e9}
-    t = text.strip().lower()
-    for suffix in sorted(units, key=len, reverse=True):
-        if t.endswith(suffix):
-            try:
-                return int(float(t[: -len(suffix)]) * units[suffix])
-            except ValueError:
-                break
-    try:
-        return int(float(t))
-    except ValueError:
-        raise DraftwiseError(f"not a count: {text!r} (e.g. 15M, 1.5B, 16GiB)") from None
 
 
 def max_batch(memory: int, target: Shape, drafter: Shape, context: int, bytes_per_value: int = 4) -> int:

@@ -10,15 +10,21 @@ import pytest
 import torch
 
 from draftwise import cost
-from draftwise.config import DesignConfig, drafter_kind
+from draftwise.config import DesignConfig
 from draftwise.errors import DraftwiseError
+from draftwise.sd.families import drafter_kind
 from draftwise import design
+from draftwise import stages as stage_modules
+from draftwise.design import build, estimate
+from draftwise.stages import agree, bench, distill, gen_data, prune  # noqa: F401  (loaded for monkeypatching)
 from draftwise.design.candidates import (
     Candidate,
     candidates,
     narrow_twin,
     self_speculative_layers,
 )
+
+pytestmark = pytest.mark.slow  # end-to-end designs on a tiny target: the slow tier
 
 SMOL = cost.Shape(layers=30, hidden=576, heads=9, kv_heads=3, head_dim=64, ffn=1536, vocab=49152)
 
@@ -77,17 +83,18 @@ def test_batch_dividend_skips_the_bench_when_not_even_one_sequence_fits(tiny_dir
     target, drafter = _shape(tiny_dir), _shape(tiny_drafter_dir)
     memory = target.weight_bytes(4) + drafter.weight_bytes(4) - 1  # the weights alone do not fit
     p = design.Pipeline(DesignConfig(target=tiny_dir, memory=str(memory), context=64), tmp_path / "design")
-    monkeypatch.setattr(design.bench, "run", lambda *a, **k: pytest.fail("benchmarked a batch that does not fit"))
+    monkeypatch.setattr(stage_modules.bench, "run", lambda *a, **k: pytest.fail("benchmarked a batch that does not fit"))
     cands = [Candidate("wide-L1", "wide-shallow", drafter)]
     design.batch_dividend(p, target, {"wide-L1": tiny_drafter_dir}, cands)
     record = p.done["max-batch-wide-L1"]
     assert record["max_batch"] == 0 == record["batch"] and "bench-wide-L1-batch" not in p.done
     assert record["kv_bytes_per_seq_target"] == target.kv_bytes(64)
     assert record["kv_bytes_per_seq_drafter"] == drafter.kv_bytes(64)
-    from draftwise.design import report
+    from draftwise.design.report import models
+    from draftwise.report.doc import Doc
 
-    doc = report.Doc()
-    report._batch_dividend(doc, p, cands)
+    doc = Doc()
+    models.batch_dividend(doc, p, cands)
     assert "Batch dividend" in doc.markdown(tmp_path) and "does not fit" in doc.markdown(tmp_path)
 
 
@@ -102,14 +109,14 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
                           memory=str(memory), context=context, batch_cap=2, threads=1)
     out = tmp_path / "design"
 
-    agree_run = design.agree.run
+    agree_run = stage_modules.agree.run
 
     def killed(agree_config, folder):  # the second candidate's item dies after its prune and distill finished
         if "narrow" in agree_config.drafter:
             raise RuntimeError("killed")
         return agree_run(agree_config, folder)
 
-    monkeypatch.setattr(design.agree, "run", killed)
+    monkeypatch.setattr(stage_modules.agree, "run", killed)
     with pytest.raises(RuntimeError, match="killed"):
         design.run(config, out)
     monkeypatch.undo()
@@ -119,7 +126,7 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     assert {"gen-data", "prune-wide-L1", "distill-wide-L1", "agree-wide-L1", "prune-narrow-L2", "distill-narrow-L2"} <= finished
 
     calls = []
-    for stage in (design.gen_data, design.prune, design.distill):
+    for stage in (stage_modules.gen_data, stage_modules.prune, stage_modules.distill):
         original = stage.run
         monkeypatch.setattr(stage, "run", lambda c, f, *a, _o=original, **k: (calls.append(Path(f).name), _o(c, f, *a, **k))[1])
     design.run(config, out)
@@ -173,7 +180,7 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     prompts = {r["prompt_id"] for r in grid}
     for method in ("ar", "llama-cpp", "llama-server", "llama-server:--spec-type ngram-mod"):  # all on the same prompts
         assert {r["prompt_id"] for r in grid if r["method"] == method} == prompts
-    table = report.split("## Per engine")[1].split("\n\n")[1].splitlines()
+    table = report.split("## Per runtime")[1].split("\n\n")[1].splitlines()
     assert [line.split("|")[1].strip() for line in table[2:]] == ["draftwise lean (fp32)",
                                                                    "lean-int8 (requantized: a lossy choice)",
                                                                    "llama.cpp-F32 (an F32 copy)"]
@@ -197,6 +204,13 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
                 "accuracy_vs_tar", "verify_vs_gamma", "step_vs_layers", "latency_vs_width", "verify_per_engine"):
         assert (out / "plots" / f"{png}.png").exists()
     assert "data:image/png;base64," in (out / "report.html").read_text()
+    from draftwise.cli import main
+
+    written = {f: (out / f).read_text() for f in ("report.md", "report.html")}
+    for f in written:
+        (out / f).unlink()
+    assert main(["report", "--out", str(out)]) == 0  # from the run folder alone: nothing reruns, the same report
+    assert {f: (out / f).read_text() for f in written} == written
     headline = json.loads((out / "stages" / "bench-headline" / "summary.json").read_text())
     assert headline["methods"]["sd"]["identical_to_ar"] == 1.0  # greedy SD stays lossless inside the pipeline
     verdict = next(r for r in records if r["stage"] == "verdict")
@@ -237,7 +251,7 @@ def test_batched_bench_runs_at_the_gamma_predicted_for_its_batch(tiny_dir, tmp_p
     profiled = json.loads((out / "stages" / "profile" / "profile.json").read_text())["batches"]
     assert set(profiled) == {"1", "3"}
     for name in ("wide-L1", "narrow-L2"):
-        pred = design.predicted(p, design.spec_of(p, next(c for c in candidates(target, (1,), 2) if c.name == name)), name, 3)
+        pred = estimate.predicted(p, build.spec_of(p, next(c for c in candidates(target, (1,), 2) if c.name == name)), name, 3)
         assert pred and p.done[f"bench-{name}-batch"]["gamma"] == max(pred, key=pred.get)
     # model drafters only: no lookup stages; the chosen model drafter's reduced heads and adaptive lookahead were tried
     assert not {"agree-lookup", "tune-lookup", "suffix-index"} & set(p.done)

@@ -121,6 +121,12 @@ def test_a_planned_design_killed_and_resumed_reuses_its_plans(tiny_dir, tmp_path
     assert bench["bench"]["limit"] == select["sizes"]["bench_limit"]  # the stage ran at its phase's planned size
     report = (out / "report.md").read_text()
     assert "## Time budget" in report and "Left out by the budget: " in report and "nothing." not in report
+    sections = {s.split("\n", 1)[0]: s.split("\n", 1)[1].strip() for s in report.split("\n## ")[1:]}
+    left_out = "Not measured: the time budget left it out (see *Time budget*)."
+    for stage, title in (("accuracy", "Accuracy sanity check: task accuracy vs TAR"),
+                         ("bench-headline", "Headline (spec_bench eval mix, T=0)")):
+        if stage not in stages:  # a section whose stage the budget left out says so and shows nothing else
+            assert sections[title] == left_out, sections[title]
     assert (out / "plots" / "time_budget.png").exists()
 
 

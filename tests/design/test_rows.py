@@ -4,6 +4,7 @@ method."""
 from __future__ import annotations
 
 import shlex
+from types import SimpleNamespace
 
 import pytest
 
@@ -52,3 +53,25 @@ def test_nearest_builtins_carry_the_draftwise_settings(tiny_dir):
     assert model[model.index("-md") + 1].endswith(".gguf")
     assert rows.short_args("llama-server:" + shlex.join(model)).split()[3] == model[3].rsplit("/", 1)[-1]
     assert rows.short_args("llama-server") == "(plain)"
+
+
+def test_each_runtime_is_a_row_kind_behind_one_interface(tiny_dir):
+    """lean and llama.cpp rows differ only through their kind: built-ins, peers, quality runtime, label, export."""
+    lean, own, copy = rows.planned(DesignConfig(target="default", gguf_quants=("q8_0",)))
+    assert (type(lean), type(own), type(copy)) == (rows.LeanRow, rows.LlamaCppRow, rows.LlamaCppRow)
+    assert lean.nearest("ngram", 3) is None and lean.peers({}) == ()
+    assert own.nearest("ngram:max=3", 2) == "llama-server:" + rows.nearest_builtin("ngram:max=3", 2, own.target, "q8_0")
+    assert own.peers({"ngram": "llama-server:--spec-type ngram-simple"})[:2] == ("llama-cpp", "llama-server")
+    for e in (lean, own):  # stage records are the same for every kind: the verdict's backend names the kind again
+        assert rows.kind_of({"backend": e.backend}) is type(e)
+    assert rows.kind_of({}) is rows.LlamaCppRow  # a verdict written before lean rows existed
+    assert rows.runtime_label({"quant": "Q4_1", "shipped": True}) == "llama.cpp Q4_1 (the file the target ships as)"
+    assert rows.runtime_label({"backend": "lean", "dtype": "int8"}).startswith("the draftwise lean engine at int8")
+    profile = lean.profile_config(SimpleNamespace(seed=0, threads=1), ("layers:0",))
+    assert (profile.backend, profile.dtype, profile.drafters, profile.batches) == ("lean", "int8", ("layers:0",), (1,))
+
+
+def test_the_nearest_builtin_of_a_hybrid_is_its_parts_in_turn(tiny_dir):
+    args = rows.nearest_builtin("hybrid:layers:0,1+suffix:somewhere,model_gamma=2", 4, tiny_dir, "f32")
+    assert args.startswith("--spec-type ngram-cache,draft-simple --spec-draft-n-max 4 -md ")
+    assert args.endswith(".gguf --spec-draft-n-max 2")

@@ -15,6 +15,8 @@ from draftwise.executors.ray import RayExecutor  # noqa: E402
 from draftwise.stages import bench_grid, sweep  # noqa: E402
 
 
+pytestmark = pytest.mark.slow  # a local Ray cluster: the slow tier
+
 @pytest.fixture(scope="module")
 def cluster():
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this test module

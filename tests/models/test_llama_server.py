@@ -16,6 +16,8 @@ from draftwise.models.llama_server import LlamaServer
 from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 
+pytestmark = pytest.mark.slow  # llama-server processes: the slow tier
+
 PROMPT = "w1 w2 w3 w4 w5 w6 w1 w2 w3 w4 w5 w6 w1 w2 w3"
 
 

@@ -53,7 +53,7 @@ def test_a_lookup_drafters_replay_is_a_real_greedy_sd_run(tiny_dir, tmp_path):
         for r in (json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()):
             for gamma in (2, 5):
                 sd = generate(target.lm, r["prompt"], SamplingParams(), len(r["continuation"]), torch.Generator(),
-                              drafter=drafter.engine, gamma=gamma, eos=target.eos_ids)
+                              drafter=drafter.loop_drafter, gamma=gamma, eos=target.eos_ids)
                 assert sd.tokens == r["continuation"]
                 assert [[x.drafted, x.accepted] for x in sd.rounds] == r["rounds"][str(gamma)]
         assert summary["predicted_greedy_tar"]["5"] >= 1 and 0 < summary["proposed_fraction"]["5"] <= 1

@@ -112,11 +112,12 @@ def test_a_learning_suffix_corpus_never_holds_the_output_of_the_prompt_being_dec
     assert set(resumed.drafter.lookup.learned) == {runner.prompts[units[0][0]].id}
 
 
-def test_configs_that_cannot_run_are_refused(tiny_dir):
+def test_configs_that_cannot_run_are_refused(tiny_dir, tmp_path):
     with pytest.raises(DraftwiseError, match="hf-assisted needs a model drafter, not a lookup"):
-        config(tiny_dir, drafter="ngram")
+        bench.run(config(tiny_dir, drafter="ngram"), tmp_path / "a")  # the drafter's kind: `specs.check`
     with pytest.raises(DraftwiseError, match="hybrid drafters run at batch size 1"):
-        config(tiny_dir, drafter="hybrid:layers:0+ngram", baselines=("ar",), batch_size=2)
+        bench.run(config(tiny_dir, drafter="hybrid:layers:0+ngram", baselines=("ar",), batch_size=2), tmp_path / "b")
+    assert not (tmp_path / "a").exists()  # refused before its run folder
 
 
 def test_the_summary_says_where_sd_parts_from_ar(tiny_dir):

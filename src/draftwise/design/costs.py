@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..config import DesignConfig
-
-if TYPE_CHECKING:
-    from .plan import Sizes
+from .sizes import Sizes
 
 REF_TOKENS = 96  # new tokens per prompt the token-based costs below were measured at
 STAGE_S = 0.5  # per stage, whatever the model: loading, files, process start

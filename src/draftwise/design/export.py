@@ -11,10 +11,10 @@ import shutil
 from pathlib import Path
 
 from .. import specs
-from ..config import drafter_kind
 from ..models import layer_subset, parse_layers, read_weights, save_checkpoint
 from ..models.source import resolve
-from ..sd import calibrate
+from ..sd import calibrate, families
+from ..sd.families import drafter_kind
 from .fastest import lean_name, versus
 from .verdict import sentence
 
@@ -47,7 +47,7 @@ draftwise bench --target {target_spec} --drafter drafter --gamma {gamma}
 ```
 """
 
-LOOKUP = """# Exported drafter: {name} (`{method}`, γ = {gamma}: at most {gamma} tokens proposed per round)
+LOOKUP = """# Exported drafter: {name} (`{family}`, γ = {gamma}: at most {gamma} tokens proposed per round)
 
 No weights: a lookup drafter proposes the tokens that followed the sequence's own ending {where}.
 Paths below are relative to this folder.
@@ -60,7 +60,7 @@ llm = LLM(model="<target>", speculative_config={vllm})
 {vllm_note}
 transformers (its prompt lookup: n-grams of the request only):
 ```python
-out = target.generate(ids, prompt_lookup_num_tokens={gamma}, max_matching_ngram_size={ngram}, max_new_tokens=128)
+out = target.generate(ids, {transformers}, max_new_tokens=128)
 ```
 
 draftwise (run from this folder):
@@ -69,16 +69,10 @@ draftwise bench --target <target> --drafter '{spec}' --gamma {gamma}
 ```
 """
 
-SUFFIX_NOTE = """vLLM's suffix method grows its global suffix tree from the requests it serves; draftwise starts it from
-`suffix-corpus/` (the target's own continuations of train prompts), which vLLM cannot load: expect vLLM to reach the
-measured acceptance once it has served comparable traffic.
-"""
-
-
 def export_reduced(pipeline, reduced: Path) -> Path:
     """The reduced-vocabulary variant beside the full one (draftwise engine only; the id map travels with it)."""
-    ckpt = pipeline.dir.path / "export" / "drafter"
-    home = ckpt.parent if ckpt.exists() else next((pipeline.dir.path / "export").glob("not-recommended-*"))
+    ckpt = pipeline.path / "export" / "drafter"
+    home = ckpt.parent if ckpt.exists() else next((pipeline.path / "export").glob("not-recommended-*"))
     out = home / "drafter-reduced-vocab"
     shutil.copytree(reduced, out, dirs_exist_ok=True)
     with open(home / "README.md", "a") as f:
@@ -94,51 +88,33 @@ def target_spec(pipeline) -> str:
 
 
 def vllm_lookup(spec: str, gamma: int) -> dict:
-    """vLLM's `speculative_config` for a lookup spec (n-gram: prompt_lookup_min/max; suffix: its tree settings)."""
-    if not spec.startswith("suffix"):
-        ngram = specs.parse_ngram(spec)
-        return {"method": "ngram", "num_speculative_tokens": gamma, "prompt_lookup_min": ngram.min_n,
-                "prompt_lookup_max": ngram.max_n}
-    s = specs.split_suffix(spec)[1]
-    return {"method": "suffix", "num_speculative_tokens": gamma, "suffix_decoding_max_tree_depth": s["depth"],
-            "suffix_decoding_max_spec_factor": s["factor"], "suffix_decoding_min_token_prob": s["min_prob"]}
+    """vLLM's `speculative_config` for a lookup spec: its family's (n-gram: prompt_lookup_min/max; suffix: its tree
+    settings; a family with no vLLM method of its own: vLLM's n-gram)."""
+    return families.lookup_family(spec).vllm(spec, gamma)
 
 
-def copy_corpus(folder: Path, dest: Path) -> None:
-    """A suffix corpus's own files only: the stage's done.json names the run folder, which the export must not."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in (specs.CORPUS_FILE, "tokenizer.json"):
-        if (folder / name).exists():
-            shutil.copy2(folder / name, dest / name)
-
-
-def relocated(spec: str, corpus: str) -> str:
-    """A lookup spec with its suffix corpus (if it has one) named `corpus` instead; other specs as they are."""
-    folder = specs.split_suffix(spec)[0] if spec.startswith("suffix") else None
-    return spec.replace(folder, corpus, 1) if folder else spec
+def relocated(spec: str, prefix: str = "") -> str:
+    """A lookup spec naming the data an export copies for it (a suffix corpus: `<prefix>suffix-corpus`) instead of
+    this machine's folder; other specs as they are."""
+    return families.family_of(spec).relocate(spec, prefix) if drafter_kind(spec) == "lookup" else spec
 
 
 def local_lookup(spec: str, out: Path) -> str:
-    """A lookup spec as the export folder `out` names it: a suffix corpus copied into `out/suffix-corpus`, the spec
-    pointing there (relative, so the folder can move); other specs as they are."""
-    folder = specs.split_suffix(spec)[0] if spec.startswith("suffix") else None
-    if folder:
-        copy_corpus(Path(folder), out / "suffix-corpus")
-    return relocated(spec, "suffix-corpus")
+    """A lookup spec as the export folder `out` names it: its data (a suffix corpus) copied into `out`, the spec
+    pointing there (relative, so the folder can move)."""
+    family = families.lookup_family(spec)
+    family.copy_data(spec, out)
+    return family.relocate(spec)
 
 
 def export_lookup(out: Path, spec: str, name: str, gamma: int) -> str:
-    """README and vLLM config of a lookup spec; returns the spec as the export names it (`local_lookup`)."""
-    local = local_lookup(spec, out)
-    folder = local != spec
-    vllm = vllm_lookup(local, gamma)
-    method = vllm["method"]
-    ngram = vllm.get("prompt_lookup_max", 4)
-    where = ("earlier in the request (prompt + output so far)" if method == "ngram" else
-             "in the request or in a corpus of the target's own outputs (`suffix-corpus/`)")
+    """README and vLLM config of a lookup spec, from its family; returns the spec as the export names it."""
+    family, local = families.lookup_family(spec), local_lookup(spec, out)
+    vllm = family.vllm(local, gamma)
     (out / "vllm_speculative_config.json").write_text(json.dumps(vllm, indent=2) + "\n")
-    (out / "README.md").write_text(LOOKUP.format(name=name, method=method, gamma=gamma, where=where, vllm=json.dumps(vllm),
-                                                 vllm_note=SUFFIX_NOTE if folder else "", ngram=ngram, spec=local))
+    (out / "README.md").write_text(LOOKUP.format(name=name, family=family.name, gamma=gamma, where=family.where,
+                                                 vllm=json.dumps(vllm), vllm_note=family.vllm_note(spec),
+                                                 transformers=family.transformers(local, gamma), spec=local))
     return local
 
 
@@ -188,7 +164,7 @@ def export_model(out: Path, target, spec: str) -> Path:
 def export(pipeline, target, verdict: dict, final: dict | None = None) -> Path | None:
     """Returns the exported full-vocabulary checkpoint folder (None for a lookup drafter: it has no weights).
     `final`: the design's answer (`fastest`), beside which the lean engine's own verdict is stated."""
-    top = pipeline.dir.path / "export"
+    top = pipeline.path / "export"
     against = versus(final, lean_name(pipeline.config), verdict.get("method", "sd") if verdict["recommend"] else "ar")
     name, spec, gamma = verdict["drafter"], verdict["spec"], verdict["gamma"]
     out = top if verdict["recommend"] else top / f"not-recommended-{name}"

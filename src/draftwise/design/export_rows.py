@@ -1,8 +1,9 @@
-"""Export per engine: for each row, `export/engines/<engine>/README.md` with what its verdict says to run. A llama.cpp
-row: the llama-server command line (the nearest built-in of the chosen method with its settings, or plain decoding),
-the llama-cpp-python call (draftwise's lookup drafter as a `LlamaDraftModel`), the model drafter as GGUF where one is
-chosen — each with the figure measured for that exact command on this machine, or "not measured here". A lean row
-(lean-int8): the draftwise command at that precision, with its figure.
+"""Export per row: for each row, `export/engines/<engine>/README.md` with what its verdict says to run, written by its
+row kind's export (`EXPORTS`). A llama.cpp row: the llama-server command line (the nearest built-in of the chosen
+method with its settings, or plain decoding), the llama-cpp-python call (draftwise's lookup drafter as a
+`LlamaDraftModel`), the model drafter as GGUF where one is chosen — each with the figure measured for that exact command
+on this machine, or "not measured here". A lean row (lean-int8): the draftwise command at that precision, with its
+figure.
 
 Paths are relative to the folder the README is in; the target file is named, not located (it is the user's)."""
 
@@ -11,10 +12,12 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
-from .. import specs as spec_lib
 from ..models.llamacpp_load import written
+from ..sd.families import family_of, hybrid
 from . import fastest, rows
 from .export import local_lookup, relocated
 
@@ -58,8 +61,7 @@ def export_rows(top: Path, verdicts_done: list[dict], config, final: dict | None
     spec = "default" if config.target == "default" else "<target>"
     lines = ["\n## Per engine\n", "Each engine's own verdict (what to run if you deploy on that engine):\n"]
     for v in verdicts_done:
-        folder = export_lean_row(top, v, spec, final) if v.get("backend", "llama.cpp") != "llama.cpp" else \
-            export_row(top, v, config.threads, rows.target_name(v), spec, final)
+        folder = EXPORTS[rows.kind_of(v)].folder(top, v, config, spec, final)
         lines.append(f"- `{folder.relative_to(top)}/`: {rows.sentence(v)}{_versus(final, v)}")
     readme = top / "README.md"
     head = fastest.readme_header(final, verdicts or {}, spec, config.threads, quality, _how(final, verdicts, spec)) \
@@ -68,11 +70,11 @@ def export_rows(top: Path, verdicts_done: list[dict], config, final: dict | None
 
 
 def _how(final: dict | None, verdicts: dict[str, dict] | None, target_spec: str) -> str | None:
-    """The command of the design's answer when it is SD on a lean row (its corpus under engines/<row>/)."""
+    """The command of the design's answer when its row's kind runs it in draftwise (a lean row: its corpus under
+    engines/<row>/)."""
     v = (verdicts or {}).get(final["runtime"]) if final and final["recommend"] else None
-    if v is None or v.get("backend", "llama.cpp") == "llama.cpp":
-        return None
-    return f"`{lean_command(v, target_spec, 'engines/' + v['engine'] + '/')}`"
+    command = EXPORTS[rows.kind_of(v)].command if v is not None else None
+    return f"`{command(v, target_spec, 'engines/' + v['engine'] + '/')}`" if command else None
 
 
 def _versus(final: dict | None, v: dict) -> str:
@@ -107,15 +109,15 @@ def lean_command(v: dict, target_spec: str, folder: str = "") -> str:
     if not v["recommend"]:
         return f"draftwise bench --target {target_spec} --dtype {v['dtype']} --baseline ar"
     if v["kind"] == "lookup":
-        local = relocated(v["spec"], folder + "suffix-corpus")
+        local = relocated(v["spec"], folder)
     elif v["kind"] == "model":
         local = "<the drafter checkpoint>"
     else:
-        local = "hybrid:<the drafter checkpoint>+" + spec_lib.split_hybrid(v["spec"])[1]
+        local = hybrid.compose("<the drafter checkpoint>", hybrid.split(v["spec"])[1])
     return f"draftwise bench --target {target_spec} --dtype {v['dtype']} --drafter '{local}' --gamma {v['gamma']}"
 
 
-def export_lean_row(top: Path, v: dict, target_spec: str, final: dict | None = None) -> Path:
+def export_lean_row(top: Path, v: dict, config, target_spec: str, final: dict | None = None) -> Path:
     """A lean row's folder: the draftwise command at the row's precision (its lookup corpus copied beside it)."""
     out = top / "engines" / v["engine"]
     out.mkdir(parents=True, exist_ok=True)
@@ -134,13 +136,12 @@ def export_lean_row(top: Path, v: dict, target_spec: str, final: dict | None = N
     return out
 
 
-def export_row(top: Path, v: dict, threads: int | None, target_name: str, target_spec: str,
-               final: dict | None = None) -> Path:
-    """One engine row's folder (`v`: its verdict; `v["python"]`: the llama-cpp-python snippet's measured figure, when a
-    lookup drafter was chosen)."""
+def export_row(top: Path, v: dict, config, target_spec: str, final: dict | None = None) -> Path:
+    """A llama.cpp row's folder (`v`: its verdict; `v["python"]`: the llama-cpp-python snippet's measured figure, when
+    a lookup drafter was chosen)."""
     out = top / "engines" / v["engine"]
     out.mkdir(parents=True, exist_ok=True)
-    threads = threads or 2
+    threads, target_name = config.threads or 2, rows.target_name(v)
     spec, gamma, kind = v["spec"], v["gamma"], v["kind"]
     parts = [f"# {v['engine']}: {'deploy ' + v['drafter'] if v['recommend'] else 'plain decoding'}\n",
              f"**Verdict:** {rows.sentence(v)}{_versus(final, v)}\n"]
@@ -173,7 +174,7 @@ def export_row(top: Path, v: dict, threads: int | None, target_name: str, target
                      f" --drafter '{local}' --gamma {gamma} --schedule <a profile of this engine> "
                      "--calibration <the design export's schedule/>`.\n")
     if kind == "lookup" and v["recommend"]:
-        parts.append(PYTHON_LOOKUP.format(method=local.split(":")[0].split(",")[0], measured=_measured(
+        parts.append(PYTHON_LOOKUP.format(method=family_of(local).name, measured=_measured(
             v.get("python", {}).get("llama-cpp-lookup"), "llama-cpp-python's plain generate"), target=target_name,
             threads=threads, spec=local, gamma=gamma))
     else:
@@ -186,3 +187,15 @@ def export_row(top: Path, v: dict, threads: int | None, target_name: str, target
     (out / "README.md").write_text("\n".join(parts))
     _verdict_json(out, v)
     return out
+
+
+class Export(NamedTuple):
+    """A row kind's export: its folder (`folder(top, v, config, target spec, final)`), and the command its verdict
+    runs from the export's top folder when that is draftwise's own (None: the folder's README says how to run it)."""
+
+    folder: Callable[..., Path]
+    command: Callable[[dict, str, str], str] | None = None
+
+
+EXPORTS: dict[type[rows.Row], Export] = {rows.LeanRow: Export(export_lean_row, lean_command),
+                                         rows.LlamaCppRow: Export(export_row)}

@@ -1,4 +1,5 @@
-"""`design`'s lookup candidates: n-gram and suffix drafters, tuned on the target's own text before any benchmark.
+"""`design`'s lookup candidates: every registered lookup family (`sd.families`: n-gram, suffix, ...), tuned on the
+target's own text before any benchmark.
 
   agree-lookup    the target's greedy continuations of `eval` prompts of every bench suite (long prompts included),
                   with the default n-gram drafter's rounds replayed (an `agree` run; its texts serve every replay below)
@@ -6,11 +7,12 @@
                   doubling still raised its predicted tokens/s by `corpus_gain` or more, gen-data is extended once
                   (`gen-data-more`: as many new train prompts again), since the corpus is what a suffix drafter learns from
   suffix-index    the corpus (gen-data, and gen-data-more if it ran) saved with its tokenizer: `suffix:<that folder>`
-  tune-lookup     a settings grid (n-gram min/max, suffix factor/min_prob, γ) replayed exactly over those texts — greedy SD
-                  emits exactly the target's greedy text, so every proposal and acceptance of a real run is reproduced —
-                  priced with the profile's verify times (`cost.predict_rounds`). The best n-gram and suffix settings, and
-                  the hybrid of the best model drafter with the better lookup, are benchmarked beside the model drafters.
-  calibrate-lookup  the round scheduler's starting calibration (`sd.calibrate`): the tuned n-gram and suffix drafters
+  tune-lookup     each lookup family's settings grid (`LookupFamily.grid`: n-gram min/max, suffix factor/min_prob, ...)
+                  × γ replayed exactly over those texts — greedy SD emits exactly the target's greedy text, so every
+                  proposal and acceptance of a real run is reproduced — priced with the profile's verify times
+                  (`cost.predict_rounds`). Each family's best settings, and the hybrid of the best model drafter with
+                  the best lookup, are benchmarked beside the model drafters.
+  calibrate-lookup  the round scheduler's starting calibration (`sd.calibrate`): the tuned lookup drafters
                   replayed over the same texts at every design temperature — in-sample for these prompts, as the
                   settings are; each scheduled run then updates it from its own rounds. The scheduled variant of each
                   tuned lookup is a candidate of its own (`measure.select`)
@@ -22,22 +24,21 @@ import json
 import time
 from pathlib import Path
 
-from .. import continuations, cost, metrics, specs
+from .. import continuations, cost, metrics
 from ..config import AgreeConfig, GenDataConfig
-from ..models import write_fingerprint
+from ..models import Model, write_fingerprint
 from ..rundir import write_atomic
-from ..sd import calibrate
-from ..sd.lookup import NgramDrafter, SuffixDrafter
+from ..sd import calibrate, families
+from ..sd.families import hybrid
+from ..sd.families.suffix import CORPUS_FILE, gen_data_corpus, save_corpus
+from ..sd.lookup import SuffixDrafter
 from ..sd.suffix import SuffixTrie
 from ..stages import agree, gen_data
 from . import decide
 from .measure import SCHEDULED
 
-NGRAMS = ((1, 2), (1, 4), (2, 4), (3, 6))  # (min, max)
-SUFFIXES = ((0.5, 0.1), (1.0, 0.1), (1.0, 0.3), (2.0, 0.1), (2.0, 0.3))  # (factor, min_prob)
-GAMMAS = (2, 3, 4, 6, 8)
+GAMMAS = (2, 3, 4, 6, 8)  # each lookup setting's γ axis
 CURVE_GAMMA = 4
-SCHEDULED_METHODS = ("ngram", "suffix")  # the lookups whose scheduled variant is a candidate
 
 
 def verify_seconds(p, batch: int = 1, profile: str = "profile"):
@@ -78,8 +79,9 @@ def per_prompt(rounds: list[dict], t_verify, t_model_step=None) -> dict[str, tup
 def choose_setting(rows: list[dict], docs: list[dict], t_verify) -> tuple[dict, dict]:
     """The best settings of one method: paired over prompts (bootstrap intervals of predicted speedup, as measured
     decisions are), a tie within noise going to the cheaper settings — smaller γ (a shorter verify pass), then fewer
-    speculated tokens (higher min_prob; a shorter n-gram match length to look up; a smaller suffix factor). Each row
-    carries its `settings`. Returns (row, decision record)."""
+    speculated tokens (higher min_prob; a shorter n-gram match length to look up; a smaller suffix factor: by the
+    settings' names, 0 where a family has no such setting). Each row carries its `settings`. Returns (row, decision
+    record)."""
     ar = {d["prompt_id"]: (len(d["continuation"]), len(d["continuation"]) * t_verify(0)) for d in docs}
     options = {r["spec"] + f"@{r['gamma']}": r for r in rows}
 
@@ -123,7 +125,7 @@ def corpus_gain(p, opts: dict, prompts: int) -> None:
     c, t_verify = p.config, verify_seconds(p)
 
     def decide(folder) -> dict:
-        seqs, docs = specs.gen_data_corpus(p.folder("gen-data")), texts(p)
+        seqs, docs = gen_data_corpus(p.folder("gen-data")), texts(p)
         curve = {}
         for share in (4, 2, 1):  # strided subsets: every temperature and prompt length in each
             trie = SuffixTrie()
@@ -145,9 +147,9 @@ def corpus_gain(p, opts: dict, prompts: int) -> None:
 def suffix_index(p, target) -> None:
     def build(folder: Path) -> dict:
         seqs = [s for name in ("gen-data", "gen-data-more") if name in p.done
-                for s in specs.gen_data_corpus(p.folder(name))]
+                for s in gen_data_corpus(p.folder(name))]
         folder.mkdir(parents=True, exist_ok=True)
-        specs.save_corpus(folder / specs.CORPUS_FILE, seqs)
+        save_corpus(folder / CORPUS_FILE, seqs)
         write_fingerprint(folder, target.tokenizer)
         start = time.perf_counter()
         trie = SuffixTrie()
@@ -158,42 +160,44 @@ def suffix_index(p, target) -> None:
     p.stage("suffix-index", build)
 
 
-def suffix_spec(p, factor: float, min_prob: float) -> str:
-    return f"suffix:{p.folder('suffix-index')},factor={factor:g},min_prob={min_prob:g}"
+def settings_rows(docs: list[dict], t_verify, data: Path | None, target: Model | None) -> list[dict]:
+    """Every lookup family's tuning grid at every γ, replayed over the texts and priced; `data`: the suffix index."""
+    rows = []
+    for family in families.lookup_families():
+        for setting in family.grid(data, target):
+            for g in GAMMAS:
+                rounds = replay(docs, setting.drafter, g)
+                rows.append({**row(setting.spec, family.name, g, rounds, t_verify), "settings": setting.settings})
+    return rows
+
+
+def hybrid_row(p, target, model: tuple[str, str, int], lookup: dict, docs: list[dict], t_verify, profile: str) -> dict:
+    """The best model drafter (by its own prediction, at its γ) where the best lookup (its row) has nothing."""
+    name, spec, g_model = model
+    drafter = families.load(spec, target)
+    seqs = [continuations.Sequence(d["prompt_id"], d["prompt"] + d["continuation"], len(d["prompt"])) for d in docs]
+    matches = continuations.top1_matches(drafter.model.lm, seqs)
+    step = json.loads((p.folder(profile) / "profile.json").read_text())["batches"]["1"]["drafters"][spec]["step_ms"]
+    rounds = replay(docs, families.lookup(lookup["spec"], target), lookup["gamma"], matches, g_model)
+    return row(hybrid.compose(spec, lookup["spec"], g_model), hybrid.FAMILY.name, lookup["gamma"], rounds, t_verify,
+               step / 1e3)
 
 
 def tune(p, target, model: tuple[str, str, int] | None, profile: str = "profile", stage: str = "tune-lookup") -> dict:
-    """The settings grid replayed and priced with the verify times of `profile` (a profile stage: each engine has its
-    own); returns the decision: the best n-gram, suffix and hybrid (spec, γ)."""
+    """The settings grids replayed and priced with the verify times of `profile` (a profile stage: each engine has its
+    own); returns the decision: each lookup family's best (spec, γ), and the hybrid's."""
     t_verify = verify_seconds(p, profile=profile)
 
     def decide(folder: Path) -> dict:
-        docs, rows = texts(p), []
-        for lo, hi in NGRAMS:
-            for g in GAMMAS:
-                spec = f"ngram:min={lo},max={hi}"
-                rows.append({**row(spec, "ngram", g, replay(docs, NgramDrafter(lo, hi), g), t_verify),
-                             "settings": {"min": lo, "max": hi}})
-        trie = specs.parse_suffix(f"suffix:{p.folder('suffix-index')}", target).trie
-        for factor, min_prob in SUFFIXES:
-            for g in GAMMAS:
-                rounds = replay(docs, SuffixDrafter(trie, factor, min_prob), g)
-                rows.append({**row(suffix_spec(p, factor, min_prob), "suffix", g, rounds, t_verify),
-                             "settings": {"factor": factor, "min_prob": min_prob}})
+        docs = texts(p)
+        rows = settings_rows(docs, t_verify, p.folder("suffix-index"), target)
         best, decisions = {}, {}
-        for m in ("ngram", "suffix"):
+        for m in dict.fromkeys(r["method"] for r in rows):
             best[m], decisions[m] = choose_setting([r for r in rows if r["method"] == m], docs, t_verify)
-        if model is not None:  # the best model drafter (by its own prediction) where the better lookup has nothing
-            name, spec, g_model = model
+        if model is not None:
             lookup = max(best.values(), key=lambda r: r["predicted_tokens_per_s"])
-            drafter = specs.load(spec, target)
-            seqs = [continuations.Sequence(d["prompt_id"], d["prompt"] + d["continuation"], len(d["prompt"])) for d in docs]
-            matches = continuations.top1_matches(drafter.model.lm, seqs)
-            step = json.loads((p.folder(profile) / "profile.json").read_text())["batches"]["1"]["drafters"][spec]["step_ms"]
-            rounds = replay(docs, specs.parse_lookup(lookup["spec"], target), lookup["gamma"], matches, g_model)
-            hybrid = f"hybrid:{spec}+{lookup['spec']},model_gamma={g_model}"
-            rows.append(row(hybrid, "hybrid", lookup["gamma"], rounds, t_verify, step / 1e3))
-            best["hybrid"] = rows[-1]
+            rows.append(hybrid_row(p, target, model, lookup, docs, t_verify, profile))
+            best[rows[-1]["method"]] = rows[-1]
         folder.mkdir(parents=True, exist_ok=True)
         write_atomic(folder / "tune.json", json.dumps({"definitions": "predicted tokens/s: `cost.predict_rounds` over the "
                                                       "replayed greedy rounds with the profile's verify times (batch 1)",
@@ -205,16 +209,23 @@ def tune(p, target, model: tuple[str, str, int] | None, profile: str = "profile"
     return p.stage(stage, decide)
 
 
+def tuned_candidates(tuned: dict) -> list[tuple[str, str, str]]:
+    """(name, role, spec) of each method `tune` chose (its done record): each lookup family's, then the hybrid; the
+    role is the family's kind (lookup | hybrid)."""
+    names = [m for m in (*families.lookup_names(), hybrid.FAMILY.name) if m in tuned]
+    return [(m, families.drafter_kind(tuned[m]["spec"]), tuned[m]["spec"]) for m in names]
+
+
 def scheduled_options(names) -> dict[str, str]:
     """{scheduled option: its static candidate} for the tuned lookups among `names` (`measure.select`)."""
-    return {m + SCHEDULED: m for m in SCHEDULED_METHODS if m in names}
+    return {m + SCHEDULED: m for m in families.lookup_names() if m in names}
 
 
 def calibrate_lookups(p, target, tuned: dict, stage: str = "calibrate-lookup") -> None:
-    """calibration.json of the tuned n-gram and suffix drafters at T = 0 and every design temperature."""
+    """calibration.json of the tuned lookup drafters at T = 0 and every design temperature."""
     def build(folder: Path) -> dict:
-        lookups = {tuned[m]["spec"]: (specs.parse_lookup(tuned[m]["spec"], target), tuned[m]["gamma"])
-                   for m in SCHEDULED_METHODS if m in tuned}
+        lookups = {tuned[m]["spec"]: (families.lookup(tuned[m]["spec"], target), tuned[m]["gamma"])
+                   for m in families.lookup_names() if m in tuned}
         temps = sorted({0.0, *p.base.temperatures})  # all of them, whatever the budget leaves to measure
         content = calibrate.calibrate(target.lm, texts(p), lookups, temps)
         calibrate.write(folder, content)

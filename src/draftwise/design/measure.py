@@ -21,11 +21,12 @@ import json
 from pathlib import Path
 
 from .. import cost
-from ..config import BenchConfig, BenchGridConfig, drafter_kind
+from ..config import BenchConfig, BenchGridConfig
 from ..models import hf
+from ..sd.families import drafter_kind
 from ..stages import bench, bench_grid
 from ..stages.draft_vocab import write_reduced
-from . import decide
+from . import decide, estimate
 from .candidates import Candidate
 
 
@@ -185,8 +186,7 @@ def batch_dividend(p, target_shape: cost.Shape, specs: dict[str, str], cands: li
     The decision (`max-batch-<name>`) is a record; the bench (`bench-<name>-batch`) decodes about `refine_limit`
     spec_bench eval prompts in full batches of that size at T = 0 and the γ* predicted at that batch (`predicted`:
     the profile at that batch, the candidate's greedy TAR; its batch-1 γ when the profile lacks the batch)."""
-    if predicted is None:
-        from . import predicted
+    predicted = predicted or estimate.predicted
     c = p.config
     memory, bpv = cost.parse_count(c.memory), hf.bytes_per_value(c.dtype)
     for cand in (x for x in cands if x.trained):

@@ -21,6 +21,9 @@ precision, machine), so a γ, a drafter or a verdict chosen on one engine does n
                    built-in with its interval, and how often greedy SD reproduced AR's tokens on E (a quantized
                    multi-token pass of llama.cpp may round differently from a one-token step; lean-int8's cannot)
 
+A row is of a kind (`Row`): `LeanRow` (the lean engine at a precision), `LlamaCppRow` (llama.cpp at a GGUF type). The
+kind says what the row profiles and benches with, its runtime's own methods measured beside draftwise's (llama.cpp:
+llama-server's built-ins, llama-cpp-python) and its export (`export_rows.EXPORTS`); stages and records are alike.
 Which row to deploy on is `fastest`'s question: every row's choice against the fastest plain decoding of any row.
 """
 
@@ -31,10 +34,11 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import metrics, specs as spec_lib
-from ..config import BenchConfig, BenchGridConfig, ProfileConfig, drafter_kind
+from .. import metrics
+from ..config import BenchConfig, BenchGridConfig, ProfileConfig
 from ..models.int8 import NAME as INT8
 from ..models.llamacpp_load import LLAMA_CPP, gguf_file, quant_name, written
+from ..sd.families import drafter_kind, family_of
 from ..stages import profile
 from ..stages.bench import SCHEDULED
 from ..stages.bench_grid import as_method, label
@@ -46,11 +50,14 @@ SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache")  # llam
 
 
 LEAN_INT8 = "lean-int8"  # the lean engine at int8, a row of its own
+DRAFTER_QUANT = {"F32": "f32", "F16": "f16"}  # a drafter's precision beside a target file of this type (else q8_0)
 
 
 @dataclass(frozen=True)
 class Row:
-    """One verdict row: llama.cpp running `target` (a GGUF file), or the lean engine at another precision."""
+    """One verdict row: a runtime the design measures. A kind of row (`LeanRow`, `LlamaCppRow`) says what it profiles
+    and benches with, which built-ins it measures beside draftwise and what it measures after its verdict; its export
+    is `export_rows.EXPORTS[kind]`. Stage names and records are the same for every kind."""
 
     name: str  # e.g. llama.cpp-Q4_1, lean-int8: stage names and the report's rows
     target: str  # what the row loads: a GGUF file (llama.cpp), the design's target (lean)
@@ -60,41 +67,142 @@ class Row:
     backend: str = LLAMA_CPP
     dtype: str = "fp32"  # the lean engine's precision on a lean row
 
-    @property
-    def lean(self) -> bool:
-        return self.backend != LLAMA_CPP
+    @classmethod
+    def plan(cls, config) -> list[Row]:
+        """The rows of this kind a design config asks for."""
+        return []
+
+    def quality_runtime(self) -> str:
+        """The row's runtime as `stages.quality` names it (its quality is measured against the lean engine at fp32)."""
+        raise NotImplementedError
+
+    def dropped(self, p) -> bool:
+        """Whether the budget left the row out (`plan.DROPS`)."""
+        raise NotImplementedError
+
+    def profile_config(self, c, drafters: tuple[str, ...]) -> ProfileConfig:
+        """Its verify curve, and each model candidate's step on it."""
+        return ProfileConfig(target=self.target, drafters=drafters, depths=(), gammas=GAMMAS, batches=(1,), warmup=2,
+                             repeats=7, seed=c.seed, backend=self.backend, dtype=self.dtype,
+                             gguf_quant=self.drafter_quant, **_options(c))
+
+    def bench_config(self, p, **kw) -> BenchConfig:
+        """A bench on the row (the selection grid's prompts unless `kw` says otherwise)."""
+        c = p.config
+        kw = {"suite": c.bench_suites, "limit": c.bench_limit, **kw}
+        return BenchConfig(target=self.target, backend=self.backend, dtype=self.dtype, gguf_quant=self.drafter_quant,
+                           max_new_tokens=c.max_new_tokens, seed=c.seed, llama_server=c.llama_server, **_options(c),
+                           **kw)
+
+    def nearest(self, spec: str, gamma: int) -> str | None:
+        """The baseline name of the runtime's own method nearest to a draftwise drafter (None: the runtime has none)."""
+        return None
+
+    def peers(self, nearest: dict[str, str]) -> tuple[str, ...]:
+        """The runtime's own methods the selection grid measures beside draftwise's."""
+        return ()
+
+    def follow_up(self, p, v: dict) -> dict:
+        """What the row measures after its verdict (`v`), added to it."""
+        return v
+
+    @staticmethod
+    def label(v: dict) -> str:
+        """A verdict's runtime in words."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class LeanRow(Row):
+    """The lean engine at a precision other than the design's own (int8: a lossy choice)."""
+
+    backend: str = "lean"
+
+    @classmethod
+    def plan(cls, config) -> list[Row]:
+        if LEAN_INT8 in config.rows and config.device == "cpu":  # int8 is a CPU precision
+            return [cls(LEAN_INT8, config.target, INT8.upper(), "f32", False, dtype=INT8)]
+        return []
+
+    def quality_runtime(self) -> str:
+        return f"lean:{self.dtype}"
+
+    def dropped(self, p) -> bool:
+        return p.dropped(LEAN_INT8)
+
+    @staticmethod
+    def label(v: dict) -> str:
+        return ("the draftwise lean engine at int8 (int8 weights, activations quantized per token: a lossy choice, "
+                "its quality measured against fp32)")
+
+
+@dataclass(frozen=True)
+class LlamaCppRow(Row):
+    """llama.cpp running a GGUF file of the target (its own, or one written at a precision the user chose), beside
+    llama-server's built-ins and llama-cpp-python."""
+
+    backend: str = LLAMA_CPP
+
+    @classmethod
+    def plan(cls, config) -> list[Row]:
+        """The target's own file, then each `gguf_quants` copy."""
+        if LLAMA_CPP not in config.rows:
+            return []
+        out: list[Row] = []
+        own = gguf_file(config.target)
+        if own is not None:
+            q = quant_name(own)
+            out.append(cls(f"{LLAMA_CPP}-{q}", str(own), q, DRAFTER_QUANT.get(q, "q8_0"), True))
+        for quant in (() if own is not None else ("f32",)) + tuple(config.gguf_quants):
+            path = written(config.target, config.target, quant)
+            q = quant_name(path)
+            if all(e.quant != q for e in out):
+                out.append(cls(f"{LLAMA_CPP}-{q}", str(path), q, quant, False))
+        return out
+
+    def quality_runtime(self) -> str:
+        return LLAMA_CPP if self.shipped else f"{LLAMA_CPP}:{self.drafter_quant}"
+
+    def dropped(self, p) -> bool:
+        return p.dropped(LLAMA_CPP) or (not self.shipped and p.dropped("extra-rows"))
+
+    def nearest(self, spec: str, gamma: int) -> str | None:
+        return "llama-server:" + nearest_builtin(spec, gamma, self.target, self.drafter_quant)
+
+    def peers(self, nearest: dict[str, str]) -> tuple[str, ...]:
+        return ("llama-cpp", *builtins(nearest))
+
+    def follow_up(self, p, v: dict) -> dict:
+        """The export's llama-cpp-python snippet with a lookup drafter, as it runs."""
+        if not (v["recommend"] and v["kind"] == "lookup"):
+            return v
+        config = self.bench_config(p, drafter=v["spec"], gamma=v["gamma"], limit=p.config.headline_limit,
+                                   suite="spec_bench", baselines=("llama-cpp", "llama-cpp-lookup"))
+        measure.run_grid(p, f"bench-python@{self.name}", BenchGridConfig(bench=config), drafter=v["spec"])
+        return {**v, "python": python_figures(p, self)}
+
+    @staticmethod
+    def label(v: dict) -> str:
+        return f"{LLAMA_CPP} {v['quant']} (" + ("the file the target ships as" if v["shipped"] else
+                                               "a copy written at this precision") + ")"
+
+
+KINDS: dict[str, type[Row]] = {"lean": LeanRow, LLAMA_CPP: LlamaCppRow}  # by backend, in planning order
+
+
+def kind_of(v: dict) -> type[Row]:
+    """A verdict record's row kind (records written before lean rows had no backend: llama.cpp)."""
+    return KINDS[v.get("backend", LLAMA_CPP)]
 
 
 def planned(config) -> list[Row]:
     """The rows of a design beyond the lean engine at its own precision: lean-int8, then llama.cpp's — the target's
     own file, then each `gguf_quants` copy."""
-    out: list[Row] = []
-    if LEAN_INT8 in config.rows and config.device == "cpu":  # int8 is a CPU precision
-        out.append(Row(LEAN_INT8, config.target, INT8.upper(), "f32", False, backend="lean", dtype=INT8))
-    if LLAMA_CPP not in config.rows:
-        return out
-    own = gguf_file(config.target)
-    if own is not None:
-        q = quant_name(own)
-        out.append(Row(f"{LLAMA_CPP}-{q}", str(own), q, _drafter_quant(q), True))
-    for quant in (() if own is not None else ("f32",)) + tuple(config.gguf_quants):
-        path = written(config.target, config.target, quant)
-        q = quant_name(path)
-        if all(e.quant != q for e in out):
-            out.append(Row(f"{LLAMA_CPP}-{q}", str(path), q, quant, False))
-    return out
-
-
-def _drafter_quant(quant: str) -> str:
-    """A drafter's precision beside a target of this file type: its own where draftwise writes it, else Q8_0."""
-    return {"F32": "f32", "F16": "f16"}.get(quant, "q8_0")
+    return [row for kind in KINDS.values() for row in kind.plan(config)]
 
 
 def quality_runtime(e: Row) -> str:
-    """The row's runtime as `stages.quality` names it (its quality is measured against the lean engine at fp32)."""
-    if e.lean:
-        return f"lean:{e.dtype}"
-    return LLAMA_CPP if e.shipped else f"{LLAMA_CPP}:{e.drafter_quant}"
+    return e.quality_runtime()
 
 
 def quality_of(p) -> dict[str, str]:
@@ -104,17 +212,14 @@ def quality_of(p) -> dict[str, str]:
     q = json.loads((p.folder("quality") / "quality.json").read_text())
     out = {}
     for e in planned(p.base):
-        s = q.get(quality_runtime(e)) or {}
+        s = q.get(e.quality_runtime()) or {}
         if s.get("agreement") is not None:
             out[e.name] = f"agreement {s['agreement']:.3f}, ΔNLL {s['nll_delta']:+.3f}"
     return out
 
 
 def dropped(p, e: Row) -> bool:
-    """Whether the budget left row `e` out (`plan.DROPS`)."""
-    if e.lean:
-        return p.dropped(LEAN_INT8)
-    return p.dropped(LLAMA_CPP) or (not e.shipped and p.dropped("extra-rows"))
+    return e.dropped(p)
 
 
 def target_name(v: dict) -> str:
@@ -127,35 +232,14 @@ def _options(config) -> dict:
 
 
 def bench_config(p, e: Row, **kw) -> BenchConfig:
-    """A bench on row `e` (the selection grid's prompts unless `kw` says otherwise)."""
-    c = p.config
-    kw = {"suite": c.bench_suites, "limit": c.bench_limit, **kw}
-    return BenchConfig(target=e.target, backend=e.backend, dtype=e.dtype, gguf_quant=e.drafter_quant,
-                       max_new_tokens=c.max_new_tokens, seed=c.seed, llama_server=c.llama_server, **_options(c), **kw)
+    return e.bench_config(p, **kw)
 
 
 def nearest_builtin(spec: str, gamma: int, target: str, quant: str) -> str:
-    """llama-server's built-in closest to a draftwise method, with its settings (the args after `llama-server:`):
-    n-gram lookup → ngram-simple (its longest n-gram as the lookup length, γ as the draft length); the suffix index →
-    ngram-cache (an n-gram cache that grows with what the server generates); a model drafter → draft-simple with the
-    same drafter as GGUF; a hybrid → both, llama-server trying them in turn."""
-    kind = drafter_kind(spec)
-    if kind == "model":
-        return f"--spec-type draft-simple -md {shlex.quote(str(written(spec, target, quant)))} --spec-draft-n-max {gamma}"
-    if kind == "hybrid":
-        model, lookup_spec, model_gamma = spec_lib.split_hybrid(spec)
-        types = _lookup_type(lookup_spec, gamma)
-        drafter = shlex.quote(str(written(model, target, quant)))
-        return f"--spec-type {types[0]},draft-simple {types[1]} -md {drafter} --spec-draft-n-max {model_gamma or gamma}"
-    kind_args = _lookup_type(spec, gamma)
-    return f"--spec-type {kind_args[0]} {kind_args[1]}".strip()
-
-
-def _lookup_type(spec: str, gamma: int) -> tuple[str, str]:
-    if spec.startswith("ngram"):
-        n = spec_lib.parse_ngram(spec).max_n
-        return "ngram-simple", f"--spec-ngram-simple-size-n {n} --spec-ngram-simple-size-m {gamma}"
-    return "ngram-cache", f"--spec-draft-n-max {gamma}"
+    """llama-server's built-in closest to a draftwise method, with its settings (the args after `llama-server:`): the
+    drafter's family's (`sd.families`: n-gram lookup → ngram-simple, the suffix index → ngram-cache, a model drafter →
+    draft-simple with the same drafter as GGUF at `quant`, a hybrid → both, llama-server trying them in turn)."""
+    return family_of(spec).llama_server(spec, gamma, lambda model: written(model, target, quant)).command()
 
 
 def builtins(nearest: dict[str, str]) -> list[str]:
@@ -164,14 +248,10 @@ def builtins(nearest: dict[str, str]) -> list[str]:
     return list(dict.fromkeys(names + list(nearest.values())))
 
 
-def run_row(p, e: Row, target, models: dict[str, str], lookups: bool, predicted) -> dict:
-    """One engine row's stages (module docstring); returns its verdict record. `models`: the model candidates
-    benchmarked on the lean engine ({name: spec}); `predicted(p, spec, name, profile=...)`: design's prediction."""
-    c = p.config
+def candidates(p, e: Row, target, models: dict[str, str], lookups: bool, predicted) -> dict[str, tuple]:
+    """{name: (spec, γ)} the row's selection grid runs: the lookups tuned with its verify times and the hybrid, and
+    the model candidates its cost model cannot rule out (≥ SCREEN of the best prediction)."""
     prof = f"profile@{e.name}"
-    p.stage(prof, lambda f: profile.run(ProfileConfig(
-        target=e.target, drafters=tuple(models.values()), depths=(), gammas=GAMMAS, batches=(1,), warmup=2, repeats=7,
-        seed=c.seed, backend=e.backend, dtype=e.dtype, gguf_quant=e.drafter_quant, **_options(c)), f, p.executor))
     best = {n: max(predicted(p, s, n, profile=prof).items(), key=lambda kv: kv[1], default=(1, 0.0))
             for n, s in models.items()}
     cands: dict[str, tuple[str, int]] = {}
@@ -180,28 +260,30 @@ def run_row(p, e: Row, target, models: dict[str, str], lookups: bool, predicted)
         top = max(models, key=lambda n: best[n][1]) if models else None
         tuned = lookup.tune(p, target, (top, models[top], best[top][0]) if top else None, profile=prof,
                             stage=f"tune-lookup@{e.name}")
-        cands.update({m: (tuned[m]["spec"], tuned[m]["gamma"]) for m in ("ngram", "suffix", "hybrid") if m in tuned})
+        cands.update({m: (spec, tuned[m]["gamma"]) for m, _, spec in lookup.tuned_candidates(tuned)})
     lead = max([tuned[m]["predicted_tokens_per_s"] for m in cands] + [b for _, b in best.values()], default=0.0)
     cands.update({n: (models[n], best[n][0]) for n in models if best[n][1] >= SCREEN * lead})
-    names = list(cands)
-    nearest = {} if e.lean else \
-        {n: "llama-server:" + nearest_builtin(s, g, e.target, e.drafter_quant) for n, (s, g) in cands.items()}
+    return cands
+
+
+def run_row(p, e: Row, target, models: dict[str, str], lookups: bool, predicted) -> dict:
+    """One row's stages (module docstring); returns its verdict record. `models`: the model candidates benchmarked on
+    the lean engine ({name: spec}); `predicted(p, spec, name, profile=...)`: design's prediction."""
+    prof = f"profile@{e.name}"
+    p.stage(prof, lambda f: profile.run(e.profile_config(p.config, tuple(models.values())), f, p.executor))
+    cands = candidates(p, e, target, models, lookups, predicted)
+    nearest = {n: b for n, (s, g) in cands.items() if (b := e.nearest(s, g)) is not None}
     # each tuned lookup's scheduled variant, priced by E's verify curve, from the design's calibration
     scheduled = lookup.scheduled_options(cands) if "calibrate-lookup" in p.done else {}
-    peers = () if e.lean else ("llama-cpp", *builtins(nearest))
-    grid = BenchGridConfig(bench=bench_config(p, e, drafter=cands[names[0]][0], gamma=1, baselines=("ar", *peers),
-                                              **(measure.scheduling(p, prof) if scheduled else {})),
+    first = next(iter(cands.values()))[0]
+    grid = BenchGridConfig(bench=e.bench_config(p, drafter=first, gamma=1, baselines=("ar", *e.peers(nearest)),
+                                                **(measure.scheduling(p, prof) if scheduled else {})),
                            drafters=tuple(s for s, _ in cands.values()), drafter_gammas=tuple(g for _, g in cands.values()),
                            scheduled=tuple(cands[m][0] for m in scheduled.values()))
     measure.run_grid(p, f"bench-select@{e.name}", grid, drafters={n: s for n, (s, _) in cands.items()},
                      gammas={n: g for n, (_, g) in cands.items()}, scheduled=scheduled)
     v = p.stage(f"verdict@{e.name}", lambda f: verdict(p, e, cands, nearest, scheduled))
-    if v["recommend"] and v["kind"] == "lookup" and not e.lean:  # the export's llama-cpp-python snippet, as it runs
-        config = bench_config(p, e, drafter=v["spec"], gamma=v["gamma"], limit=c.headline_limit, suite="spec_bench",
-                              baselines=("llama-cpp", "llama-cpp-lookup"))
-        measure.run_grid(p, f"bench-python@{e.name}", BenchGridConfig(bench=config), drafter=v["spec"])
-        v = {**v, "python": python_figures(p, e)}
-    return v
+    return e.follow_up(p, v)
 
 
 def python_figures(p, e: Row) -> dict:
@@ -306,8 +388,4 @@ def sentence(v: dict) -> str:
 
 def runtime_label(v: dict) -> str:
     """A row's runtime in words: engine, precision, and whether that precision is the user's lossy choice."""
-    if v.get("backend", LLAMA_CPP) != LLAMA_CPP:
-        return ("the draftwise lean engine at int8 (int8 weights, activations quantized per token: a lossy choice, "
-                "its quality measured against fp32)")
-    return f"{LLAMA_CPP} {v['quant']} (" + ("the file the target ships as" if v["shipped"] else
-                                           "a copy written at this precision") + ")"
+    return kind_of(v).label(v)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 
 from .. import cost
-from ..config import drafter_kind
+from ..sd.families import drafter_kind
 from ..stages.bench_grid import as_method, label
 from .measure import grid_points, method_of, summary
 

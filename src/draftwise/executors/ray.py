@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 
 from ..errors import DraftwiseError
-from . import Resources, Work
+from .base import Resources, Work
 
 _BUILT: OrderedDict = OrderedDict()  # per worker process: recipe digest -> its built item function (a cache, not state)
 _KEEP = 2

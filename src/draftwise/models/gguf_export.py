@@ -336,7 +336,9 @@ def export(spec: str, out: str | os.PathLike, quant: str = "f32", target: str = 
     """Write the model `spec` names (a checkpoint or run folder, 'default', a .gguf file, `layers:i,j,...` or
     `random:...` of `target`) as GGUF at `quant`, with `target`'s tokenizer: copied from the target's GGUF when it
     has one ('default', a .gguf file, a dir converted from one), else built from its Hugging Face tokenizer."""
-    from . import ModelOptions, _config_and_tokenizer, check_compatible, layer_subset, parse_layers, random, read_weights
+    from . import random
+    from .base import ModelOptions, check_compatible, layer_subset, parse_layers, read_weights
+    from .base import config_and_tokenizer as _config_and_tokenizer
     from . import vocab as reduced
     from .source import resolve
 

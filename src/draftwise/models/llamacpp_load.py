@@ -25,6 +25,8 @@ from pathlib import Path
 from ..config import GGUF_QUANTS
 from ..errors import DraftwiseError
 from ..paths import cache_dir
+from .base import Model, ModelOptions, layer_subset, parse_layers
+from .base import config_and_tokenizer as _config_and_tokenizer
 from .source import check_gguf, default_gguf, resolve
 
 LLAMA_CPP = "llama.cpp"
@@ -69,7 +71,6 @@ def metadata(gguf: Path, tokenizer: bool = True):
 
     note = json.loads(source(gguf).read_text()) if source(gguf).is_file() else {}
     if note.get("spec") == note.get("target") and not note.get("spec", "layers:").startswith(("layers:", "random:")):
-        from . import ModelOptions, _config_and_tokenizer
 
         config, tok = _config_and_tokenizer(resolve(note["spec"]), ModelOptions())
         return config, tok if tokenizer else None
@@ -144,7 +145,6 @@ def origin(spec: str) -> str:
 
 
 def _model(spec: str, gguf: Path, config, tokenizer, options, hf_factory, path: Path | None):
-    from . import Model
     from .llamacpp import LlamaCppLM, LlamaCppModel
 
     start = time.perf_counter()
@@ -154,7 +154,7 @@ def _model(spec: str, gguf: Path, config, tokenizer, options, hf_factory, path: 
 
 def load(spec: str, options):
     """A target on llama.cpp (see the module docstring)."""
-    from . import _config_and_tokenizer, hf
+    from . import hf
 
     dtype = hf.torch_dtype("fp32")
     file = gguf_file(spec)
@@ -173,7 +173,7 @@ def load(spec: str, options):
 
 def load_drafter(spec: str, target, options):
     """A model drafter on llama.cpp for a llama.cpp `target` (see the module docstring)."""
-    from . import _config_and_tokenizer, layer_subset, parse_layers, random, vocab
+    from . import random, vocab
 
     file = gguf_file(spec)
     if file is not None:

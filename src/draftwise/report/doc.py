@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from pathlib import Path
+
+
+INLINE_CODE = re.compile(r"`([^`]+)`")
+
+
+def inline(text: str) -> str:
+    """Markdown text as HTML: escaped, with `code` spans as <code>."""
+    return INLINE_CODE.sub(r"<code>\1</code>", html.escape(text))
 
 
 class Doc:
@@ -51,10 +60,10 @@ class Doc:
             if b[0] == "h":
                 out.append(f"<h{b[1]}>{html.escape(b[2])}</h{b[1]}>")
             elif b[0] == "p":
-                out.append(f"<p>{html.escape(b[1])}</p>")
+                out.append(f"<p>{inline(b[1])}</p>")
             elif b[0] == "table":
-                head = "".join(f"<th>{html.escape(c)}</th>" for c in b[1])
-                body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in b[2])
+                head = "".join(f"<th>{inline(c)}</th>" for c in b[1])
+                body = "".join("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in r) + "</tr>" for r in b[2])
                 out.append(f"<table><tr>{head}</tr>{body}</table>")
             elif b[0] == "img":
                 data = base64.b64encode(b[1].read_bytes()).decode()

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from ..errors import DraftwiseError
 from ..rundir import write_atomic
-from .drafters import Draft
+from .roles import Draft, Drafter
 from .sampling import SamplingParams, probs
 from .schedule import Calibration, feature
 
@@ -35,7 +35,7 @@ DEFINITIONS = ("counts[feature bin] = [proposed positions observed, sum of their
                "replayed over that text, a position observed while the proposal agreed with the text before it")
 
 
-def observe_text(calibration: Calibration, lookup, prompt: list[int], continuation: list[int], gamma: int,
+def observe_text(calibration: Calibration, lookup: Drafter, prompt: list[int], continuation: list[int], gamma: int,
                  p_text: torch.Tensor | None = None) -> int:
     """Replay `lookup` at lookahead γ over `continuation` (rounds advance as greedy SD's would) and observe each
     proposed position the text reaches; `p_text` [n, V]: the target's probabilities after each prefix of the text at
@@ -68,7 +68,7 @@ def text_logits(lm, prompt: list[int], continuation: list[int]) -> torch.Tensor:
     return lm.forward(ids, 0, len(continuation) + 1)[0, :-1].float()  # [n, V]
 
 
-def calibrate(lm, texts: Sequence[dict], lookups: dict[str, tuple[object, int]], temperatures: Sequence[float]) -> dict:
+def calibrate(lm, texts: Sequence[dict], lookups: dict[str, tuple[Drafter, int]], temperatures: Sequence[float]) -> dict:
     """calibration.json's content: every lookup in `lookups` ({spec: (drafter, γ)}) replayed at its γ over every text
     ({prompt, continuation} token ids), the observations pooled per temperature (the features name the proposer's
     signal, so one table serves every lookup)."""

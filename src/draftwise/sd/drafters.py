@@ -1,4 +1,4 @@
-"""Drafters: whatever proposes tokens for the target to verify, behind one small interface.
+"""Drafters: whatever proposes tokens for the target to verify, behind one small interface (`sd.roles.Drafter`).
 
   drafter.start(prompts, slots, vocab_size, batched) -> Session     one per generate() call; indexes / prefills
   session.propose(seqs, γ, params, generator, stop_below) -> {row: Draft}
@@ -8,7 +8,7 @@
 propose: the round is a plain AR step). `keep` is called after every round with the tokens any drafter could have
 seen that are now final (the sequence but its newest token); a drafter drops whatever it holds beyond them.
 
-Kinds (the glossary's):
+Kinds (the glossary's; each spec family that builds them is a module of `sd.families`):
   model    `ModelDrafter`: γ serial forwards of a small LM, each token drawn from its q (kept for the acceptance test).
   lookup   `NgramDrafter`, `SuffixDrafter` (sd/lookup.py): no weights; one call proposes a run of up to γ tokens,
            and q is one-hot on each proposed token (Draft.qs None), so the acceptance rule — accept x with
@@ -19,21 +19,12 @@ Kinds (the glossary's):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
 from ..errors import DraftwiseError
+from .roles import LM, Draft, Drafter, Session
 from .rows import Rows
 from .sampling import SamplingParams, argmax, probs, sample
-
-
-@dataclass
-class Draft:
-    tokens: list[int] = field(default_factory=list)
-    qs: list[torch.Tensor] | None = None  # [V] per token under sampling; None = one-hot on each token (lookup)
-    source: str = ""  # "model" | "lookup": who proposed (hybrid rounds say which)
-    features: list[str] | None = None  # per token, the proposer's own confidence signal ("kind|a|b"; see `sd.schedule`)
 
 
 def bucket(x: float, bins: int = 5) -> int:
@@ -59,7 +50,7 @@ def match_vocab(logits: torch.Tensor, size: int) -> torch.Tensor:
 class Context:
     """A batch-1 cache: the first `length` tokens of the sequence are in `lm`'s cache; `feed` appends more."""
 
-    def __init__(self, lm, vocab_size: int):
+    def __init__(self, lm: LM, vocab_size: int):
         self.lm, self.vocab_size, self.length = lm, vocab_size, 0
 
     def feed(self, tokens: list[int], n_logits: int) -> torch.Tensor:
@@ -121,7 +112,7 @@ def own_prob(logits: torch.Tensor, qs: list, token: int) -> float:
 class ModelDrafter:
     kind = "model"
 
-    def __init__(self, lm):
+    def __init__(self, lm: LM):
         self.lm = lm
 
     def start(self, prompts: list[list[int]], slots: int, vocab_size: int, batched: bool = False) -> "ModelSession":
@@ -174,7 +165,7 @@ class HybridDrafter:
 
     kind = "hybrid"
 
-    def __init__(self, model: ModelDrafter, lookup, model_gamma: int | None = None):
+    def __init__(self, model: ModelDrafter, lookup: Drafter, model_gamma: int | None = None):
         self.model, self.lookup, self.model_gamma = model, lookup, model_gamma
 
     def start(self, prompts: list[list[int]], slots: int, vocab_size: int, batched: bool = False) -> "HybridSession":
@@ -185,7 +176,7 @@ class HybridDrafter:
 
 
 class HybridSession:
-    def __init__(self, model: ModelSession, lookup, model_gamma: int | None):
+    def __init__(self, model: ModelSession, lookup: Session, model_gamma: int | None):
         self.model, self.lookup, self.model_gamma = model, lookup, model_gamma
 
     def propose(self, seqs, gamma, params, generator, stop_below: float = 0.0) -> dict[int, Draft]:
@@ -201,8 +192,8 @@ class HybridSession:
         self.lookup.keep(row, length)
 
 
-def as_drafter(drafter):
-    """What the engine drafts with: a drafter as it is, a bare LM (anything with `forward`) as a `ModelDrafter`."""
+def as_drafter(drafter: Drafter | LM | None) -> Drafter | None:
+    """What the loop drafts with: a drafter as it is, a bare LM (anything with `forward`) as a `ModelDrafter`."""
     if drafter is None or hasattr(drafter, "start"):
         return drafter
     return ModelDrafter(drafter)

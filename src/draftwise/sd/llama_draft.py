@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import families
+from .roles import Drafter
+
 try:  # the base class when llama-cpp-python is installed (it checks nothing but the call signature)
     from llama_cpp.llama_speculative import LlamaDraftModel as _Base
 except (ImportError, OSError):  # the adapter itself needs nothing from it
@@ -23,19 +26,17 @@ except (ImportError, OSError):  # the adapter itself needs nothing from it
 
 
 class LookupDraftModel(_Base):
-    """A draftwise lookup drafter (`NgramDrafter`, `SuffixDrafter`) as a llama-cpp-python draft model proposing up to
+    """A draftwise lookup drafter (`NgramDrafter`, `SuffixDrafter`, ...) as a llama-cpp-python draft model proposing up to
     `num_pred_tokens` (γ) tokens per call."""
 
-    def __init__(self, drafter, num_pred_tokens: int):
+    def __init__(self, drafter: Drafter, num_pred_tokens: int):
         self.drafter, self.num_pred_tokens = drafter, num_pred_tokens
         self.session, self.seen = None, []
 
     @classmethod
     def from_spec(cls, spec: str, num_pred_tokens: int) -> "LookupDraftModel":
-        """From a draftwise lookup spec (`ngram[:...]`, `suffix[:DIR][,...]`; see `draftwise.specs`)."""
-        from .. import specs
-
-        return cls(specs.parse_lookup(spec), num_pred_tokens)
+        """From a draftwise lookup spec (`ngram[:...]`, `suffix[:DIR][,...]`, any registered lookup family)."""
+        return cls(families.lookup(spec), num_pred_tokens)
 
     def __call__(self, input_ids, /, **kwargs) -> np.ndarray:
         seq = [int(t) for t in input_ids]

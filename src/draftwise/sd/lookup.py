@@ -8,9 +8,11 @@
           floor(factor · match length) tokens, and from the corpus it stops once the path's estimated probability
           falls below min_prob.
 
-A session holds one index per row (batched SD indexes each row on its own). Rows are indexed with committed tokens
-only: proposals are never written into an index, so `keep` has nothing to roll back in the engine; the index
-supports truncation anyway and stays exact under it (tests check it against a brute-force search).
+Both are `sd.roles.Proposer`s: `LookupSession` turns any proposer into a drafter session, so a new lookup family
+needs only its proposer (see `sd.families`). A session holds one index per row (batched SD indexes each row on its
+own). Rows are indexed with committed tokens only: proposals are never written into an index, so `keep` has nothing
+to roll back in the loop; the index supports truncation anyway and stays exact under it (tests check it against a
+brute-force search).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 
 from .drafters import Draft, bucket, length_bucket
 from .ngram import NgramIndex
+from .roles import Proposer, Signal
 from .suffix import SuffixTrie
 
 
@@ -37,7 +40,7 @@ class NgramDrafter:
     def start(self, prompts: list[list[int]], slots: int = 0, vocab_size: int = 0, batched: bool = False) -> "LookupSession":
         return LookupSession(self, prompts)
 
-    def propose(self, index: NgramIndex, gamma: int) -> tuple[list[int], list[str]]:
+    def propose(self, index: NgramIndex, gamma: int) -> tuple[list[int], list[Signal]]:
         """Up to γ tokens and, per token, its confidence signal (`own_signals`)."""
         m = index.match()
         if not m or gamma < 1:
@@ -69,7 +72,7 @@ class SuffixDrafter:
     def limit(self, matched: int, gamma: int) -> int:
         return min(gamma, math.floor(self.factor * matched + 1e-9))
 
-    def propose(self, index: NgramIndex, gamma: int) -> tuple[list[int], list[str]]:
+    def propose(self, index: NgramIndex, gamma: int) -> tuple[list[int], list[Signal]]:
         """Up to γ tokens and, per token, its confidence signal: the request's own (`own_signals`), or the corpus
         match length and the count share of each step's continuation among its siblings."""
         own = index.match()
@@ -102,7 +105,7 @@ class SuffixDrafter:
                 "corpus_tokens": self.trie.tokens}
 
 
-def own_signals(index: NgramIndex, n: int, tokens: list[int]) -> list[str]:
+def own_signals(index: NgramIndex, n: int, tokens: list[int]) -> list[Signal]:
     """The request's own match: its length and how often the matched n-gram's earlier occurrences were followed by
     the proposed first token (one signal for the whole run)."""
     agree = index.agreement(n, tokens[0]) if tokens else 0.0
@@ -110,7 +113,7 @@ def own_signals(index: NgramIndex, n: int, tokens: list[int]) -> list[str]:
 
 
 class LookupSession:
-    def __init__(self, drafter, prompts: list[list[int]]):
+    def __init__(self, drafter: Proposer, prompts: list[list[int]]):
         self.drafter = drafter
         self.rows = []
         for prompt in prompts:

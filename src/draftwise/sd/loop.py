@@ -1,11 +1,12 @@
 """The decoding loop: speculative decoding (SD) with an independent drafter, and plain autoregressive (AR) decoding
 as the same loop with no drafter (γ = 0: every round is one target step that emits its bonus token).
 
-Models are anything with `reset(batch, max_len)`, `forward(ids [1, T], pos, n_logits) -> [1, n, V]` and
-`vocab_size` (see `models.LeanLM`). A `Context` tracks how many leading tokens of the sequence a model's cache
-holds; it feeds a model whatever it has not seen yet, so prefill, catch-up after a fully accepted round and the
-verify pass are the same call, and rollback is a smaller length. Drafters (a model, a lookup, a hybrid: see
-`sd.drafters`) sit behind one session interface: each round they propose up to γ tokens, then keep what is final.
+Models are `sd.roles.LM`s: `reset(batch, max_len)`, `forward(ids [1, T], pos, n_logits) -> [1, n, V]`,
+`vocab_size` and `device` (the lean engine, transformers and llama.cpp alike). A `Context` tracks how many leading
+tokens of the sequence a model's cache holds; it feeds a model whatever it has not seen yet, so prefill, catch-up
+after a fully accepted round and the verify pass are the same call, and rollback is a smaller length. Drafters (a model, a lookup, a hybrid: see
+`sd.drafters`, built from specs by `sd.families`) sit behind one session interface (`sd.roles.Session`): each round
+they propose up to γ tokens, then keep what is final.
 
 Prefill takes the prompt but its last token, in both methods alike; every generated token's logits then come from
 a pass of at most γ+1 tokens. On the CPU fast path those passes compute each row exactly as a one-token step does,
@@ -21,7 +22,8 @@ import torch
 
 from ..errors import DraftwiseError
 from ..timing import sync
-from .drafters import Context, Draft, as_drafter
+from .drafters import Context, as_drafter
+from .roles import LM, Draft, Drafter
 from .sampling import SamplingParams, argmax, probs
 from .verify import Verdict, verify, verify_greedy, verify_synthetic
 
@@ -75,12 +77,12 @@ def settle(draft: Draft, logits: torch.Tensor, params: SamplingParams, generator
 
 
 def generate(
-    target,
+    target: LM,
     prompt: list[int],
     params: SamplingParams,
     max_new_tokens: int,
     generator: torch.Generator,
-    drafter=None,
+    drafter: Drafter | LM | None = None,
     gamma: int = 0,
     eos: frozenset[int] = frozenset(),
     stop_below: float = 0.0,

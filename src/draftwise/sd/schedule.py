@@ -41,7 +41,7 @@ import torch
 
 from .. import cost
 from ..errors import DraftwiseError
-from .drafters import Draft
+from .roles import Draft, Signal
 from .sampling import SamplingParams, argmax, probs
 
 PRIOR = 0.3  # acceptance assumed where nothing was observed yet (about the lookups' α on this project's suites)
@@ -124,7 +124,7 @@ class Calibration:
             entry[1] += accept_prob
 
 
-def feature(position: int, signal: str) -> str:
+def feature(position: int, signal: Signal) -> str:
     """A proposed position's calibration key: its proposer's signal (kind first) and the position, capped at 4."""
     kind, _, rest = signal.partition("|")
     return f"{kind}|p{min(position, 4)}" + (f"|{rest}" if rest else "")

@@ -89,7 +89,7 @@ def run(config: AgreeConfig, out: str | Path) -> Path:
                 rec["matches"] = [int(m) for m in match]
             if drafter.lookup is not None:  # a lookup proposes from the text itself: its rounds, replayed per γ
                 rec["rounds"] = {g: [[r["drafted"], r["accepted"]] for r in replay_rounds(
-                    ids, seq.continuation, g, drafter.lookup, match, getattr(drafter.engine, "model_gamma", None))]
+                    ids, seq.continuation, g, drafter.lookup, match, getattr(drafter.loop_drafter, "model_gamma", None))]
                     for g in config.gammas}
             run_dir.append(rec)
         bar.update(len(chunk))

@@ -56,7 +56,7 @@ def engine_method(target: Model, drafter: specs.Drafter | None, config: BenchCon
     def run(ids: list[int], seed: int, max_new_tokens: int = config.max_new_tokens) -> dict:
         gen = generate(
             target.lm, ids, params, max_new_tokens, torch.Generator(device=target.lm.device).manual_seed(seed),
-            drafter=drafter.engine if drafter else None, gamma=config.gamma, eos=target.eos_ids,
+            drafter=drafter.loop_drafter if drafter else None, gamma=config.gamma, eos=target.eos_ids,
             stop_below=config.draft_stop if drafter else 0.0, synthetic_alpha=config.synthetic_alpha if drafter else None,
             scheduler=scheduler,
         )
@@ -74,7 +74,7 @@ def batched_method(target: Model, drafter: specs.Drafter | None, config: BenchCo
     def run(batch: list[list[int]], seed: int, max_new_tokens: int = config.max_new_tokens) -> dict:
         gens, seconds = generate_batch_sd(
             target.lm, batch, params, max_new_tokens, torch.Generator(device=target.lm.device).manual_seed(seed),
-            drafter=drafter.engine if drafter else None, gamma=config.gamma, eos=target.eos_ids,
+            drafter=drafter.loop_drafter if drafter else None, gamma=config.gamma, eos=target.eos_ids,
             synthetic_alpha=config.synthetic_alpha if drafter else None,
         )
         return {"tokens": [g.tokens for g in gens], "new_tokens": sum(len(g.tokens) for g in gens), "seconds": seconds,
@@ -280,6 +280,7 @@ class BenchWork:
 
 
 def run(config: BenchConfig, out: str | Path, executor: Executor | None = None) -> Path:
+    specs.check(config)  # what the drafter's kind cannot run, refused before the run folder exists
     if config.threads:
         torch.set_num_threads(config.threads)
     run_dir = RunDir(out, config)

@@ -16,9 +16,11 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from .. import specs
 from ..config import BenchConfig, BenchGridConfig
 from ..executors import Executor, InProcess, exclusive
 from ..rundir import RunDir
+from ..sd.families import REGISTRY
 from . import bench
 
 AXES = ("drafter", "gamma", "temperature", "batch_size", "runtime")
@@ -39,7 +41,7 @@ class GridRunner:
     def __init__(self, grid: BenchGridConfig, done: tuple = ()):
         if grid.bench.threads:
             torch.set_num_threads(grid.bench.threads)
-        self.points, self.loaded, self.runners, self.done = grid.points(), {}, {}, done
+        self.points, self.loaded, self.runners, self.done = specs.points(grid), {}, {}, done
         self.names = grid.runtimes()
 
     def point(self, index: int) -> dict:
@@ -72,8 +74,8 @@ def _key(record: dict) -> tuple:
 
 
 def run(grid: BenchGridConfig, out: str | Path, executor: Executor | None = None) -> Path:
+    points = specs.points(grid)  # each checked against its drafter's kind before the run folder exists
     run_dir = RunDir(out, grid)
-    points = grid.points()
     work = GridWork(grid, tuple(run_dir.records()))
     runner = work()  # in-process, this runner (and the models loaded below) runs the items
     for config in points:  # every drafter loads and speaks the target's vocabulary, before any point runs
@@ -113,7 +115,7 @@ def label(spec: str | None, width: int = 32) -> str:
 
     def short(part: str) -> str:
         head, colon, rest = part.partition(":")
-        if not colon or head not in ("ngram", "suffix", "hybrid"):
+        if not colon or head not in REGISTRY:  # a family head, else a path (model drafters)
             head, colon, rest = "", "", part
         first, comma, options = rest.partition(",")
         return head + colon + first.rstrip("/").rsplit("/", 1)[-1] + comma + options

@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from .. import continuations
+from ..continuations import load_rows
 from ..config import DistillConfig
 from ..errors import DraftwiseError
 from ..models import ModelOptions, load, load_drafter
@@ -32,26 +33,6 @@ from ..sd.sampling import SamplingParams
 from . import losses
 from .agree import greedy_tar
 from .draft_vocab import ensure_reduced
-from .gen_data import read_shard
-
-
-def load_rows(data_dir: Path, max_len: int) -> list[dict]:
-    records = [json.loads(line) for line in (data_dir / "records.jsonl").read_text().splitlines() if line.strip()] \
-        if (data_dir / "records.jsonl").exists() else []
-    if not records:
-        raise DraftwiseError(f"no gen-data shards in {data_dir}: run `draftwise gen-data --out {data_dir}` first")
-    rows = [r for rec in sorted(records, key=lambda r: r["shard"]) for r in read_shard(data_dir / rec["file"])]
-    return [_truncate(r, max_len) for r in rows if len(r["topk_ids"])]
-
-
-def _truncate(row: dict, max_len: int) -> dict:
-    """Keep the last max_len tokens (a long prompt is cut from the left; continuation positions are kept)."""
-    cut = max(0, len(row["tokens"]) - max_len)
-    if cut > row["prompt_len"] - 1:
-        drop = cut - (row["prompt_len"] - 1)
-        return {**row, "tokens": row["tokens"][cut:], "prompt_len": 1,
-                "topk_ids": row["topk_ids"][drop:], "topk_probs": row["topk_probs"][drop:]}
-    return {**row, "tokens": row["tokens"][cut:], "prompt_len": row["prompt_len"] - cut}
 
 
 def order(n_rows: int, step: int, batch_size: int, seed: int) -> list[int]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from safetensors.torch import save_file
 
+from ..continuations import load_rows
 from ..errors import DraftwiseError
 from ..models import read_weights, vocab
 from ..models.source import resolve
@@ -17,7 +18,6 @@ def write_reduced(drafter: str | Path, data_dir: str | Path, size: int, out: str
     """Write `out`: `drafter`'s checkpoint with its head cut to the `size` hottest tokens of gen-data `data_dir`."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from .distill import load_rows
 
     source, out, data_dir = resolve(str(drafter)), Path(out), Path(data_dir)
     saved = data_dir / "config.json"

@@ -7,7 +7,7 @@ decoding modes. Work units are (prompt, temperature) pairs in a fixed order, cut
 atomically (safetensors: token ids, prompt lengths, top-k ids and probabilities) and then recorded, so a killed run
 resumes shard by shard. Prompts in the `eval` split never enter: packaged ones are filtered by split and a user's
 file is filtered by the same text hash. The continuations are also a suffix drafter's corpus (`suffix:<this folder>`);
-tokenizer.json names the tokenizer that wrote them.
+tokenizer.json names the tokenizer that wrote them. The shard format is `continuations`' (`write_shard`, `read_shard`).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from .. import data
 from ..config import GenDataConfig
+from ..continuations import read_shard, write_shard  # noqa: F401  (read_shard: distill reads shards from here)
 from ..models import ModelOptions, load, write_fingerprint
 from ..rundir import RunDir
 from ..sd.batched import generate_batch
@@ -42,37 +42,6 @@ def units(config: GenDataConfig, target) -> list[tuple[data.Prompt, list[int], f
     if config.limit:
         encoded = encoded[: config.limit]
     return [(p, ids, t) for t in config.temperatures for p, ids in encoded]
-
-
-def write_shard(path: Path, rows: list[dict], topk: int) -> None:
-    n, T = len(rows), max(len(r["tokens"]) for r in rows)
-    C = max(len(r["topk_ids"]) for r in rows)
-    tokens = torch.full((n, T), -1, dtype=torch.int32)
-    ids = torch.zeros(n, C, topk, dtype=torch.int32)
-    probs = torch.zeros(n, C, topk, dtype=torch.float16)
-    for i, r in enumerate(rows):
-        tokens[i, : len(r["tokens"])] = torch.tensor(r["tokens"], dtype=torch.int32)
-        c = len(r["topk_ids"])
-        ids[i, :c] = torch.tensor(r["topk_ids"], dtype=torch.int32)
-        probs[i, :c] = torch.tensor(r["topk_probs"], dtype=torch.float16)
-    tensors = {"tokens": tokens, "lengths": torch.tensor([len(r["tokens"]) for r in rows], dtype=torch.int32),
-               "prompt_lengths": torch.tensor([r["prompt_len"] for r in rows], dtype=torch.int32),
-               "topk_ids": ids, "topk_probs": probs}
-    tmp = path.with_suffix(".tmp")
-    save_file(tensors, tmp)
-    tmp.replace(path)
-
-
-def read_shard(path: Path) -> list[dict]:
-    """Rows of a shard: tokens (prompt + continuation), prompt_len, and per continuation position topk ids/probs."""
-    t = load_file(path)
-    out = []
-    for i in range(len(t["lengths"])):
-        n, p = int(t["lengths"][i]), int(t["prompt_lengths"][i])
-        c = n - p
-        out.append({"tokens": t["tokens"][i, :n].long(), "prompt_len": p,
-                    "topk_ids": t["topk_ids"][i, :c].long(), "topk_probs": t["topk_probs"][i, :c].float()})
-    return out
 
 
 def run(config: GenDataConfig, out: str | Path) -> Path:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-LOSSES = ("fkl", "rkl", "tvd", "jsd")
+from ..config import LOSSES
+
 EPS = 1e-8
 
 

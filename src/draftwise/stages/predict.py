@@ -18,8 +18,8 @@ import json
 from pathlib import Path
 
 from .. import cost, metrics
-from ..config import drafter_kind
 from ..errors import DraftwiseError
+from ..sd.families import drafter_kind
 from ..specs import split_hybrid
 from .bench import SCHEDULED
 

@@ -21,12 +21,13 @@ import torch
 from tqdm import tqdm
 
 from .. import cost, data, specs
-from ..config import ProfileConfig, drafter_kind
+from ..config import ProfileConfig
 from ..errors import DraftwiseError
 from ..executors import Executor, InProcess, exclusive
 from ..models import Model, ModelOptions, fill_cache, load, load_drafter, stamp
 from ..models.llamacpp_load import LLAMA_CPP
 from ..rundir import RunDir
+from ..sd.families import drafter_kind
 from ..timing import check_machine, measure_interleaved, median
 
 DEFINITIONS = """\
@@ -132,7 +133,7 @@ class Timer:
     def call(self, point: dict):
         """A zero-argument function that runs the point once."""
         if point["kind"] == "propose":
-            return self.propose(self.models[point["model"]].engine, max(self.config.gammas))
+            return self.propose(self.models[point["model"]].loop_drafter, max(self.config.gammas))
         lm = self.models[point["model"]].lm
         b, t, ctx = point["batch"], point["tokens"], self.config.context
         dev = lm.device

@@ -27,7 +27,7 @@ def section(doc, p, plots: Path, footer: str) -> None:
     if not plans:
         doc.p(f"Sizes fixed (`--fixed-sizes`): `--minutes {p.base.minutes:g}` sized only the data and distillation.")
         return
-    budget, used = 60 * p.base.minutes, planner.elapsed()
+    budget, used = 60 * p.base.minutes, p.elapsed()
     dropped = left_out(plans)
     doc.p(f"`--minutes {p.base.minutes:g}`: the stages took {used / 60:.1f} minutes up to this report "
           f"({used / budget:.0%} of the budget; export and report writing come after). Before each phase the plan "

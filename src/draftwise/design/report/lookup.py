@@ -61,7 +61,7 @@ def lookup_section(doc, p) -> list[dict]:
           f"{limit_of(p, 'agree-lookup')} eval prompts (greedy SD emits exactly that text) and priced with the profile's verify "
           "times. Best settings per method (predicted), then measured in the selection grid:")
     rows, pred_rows = [], []
-    for method in ("ngram", "suffix", "hybrid"):
+    for method in dict.fromkeys(r["method"] for r in tune):  # each family tuned, in the order it was tuned
         ranked = sorted((r for r in tune if r["method"] == method), key=lambda r: -r["predicted_tokens_per_s"])[:3]
         for r in ranked:
             picked = chosen.get(method, {}).get("spec") == r["spec"] and chosen[method]["gamma"] == r["gamma"]

@@ -1,4 +1,4 @@
-"""The `design` report's per-engine part: one verdict row per engine, beside llama-server's best built-in, and the
+"""The `design` report's per-runtime part: one verdict per row (a runtime), beside llama-server's best built-in, and the
 verify curves of every engine on one chart (see `design/rows.py` for how each row is measured)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def verify_curves(curves: dict[str, dict[int, float]], folder: Path, footer: str
         ax.plot(gammas, [curve[g] for g in gammas], "o-", label=name)
     ax.axhline(1.0, color="0.6", lw=1)
     ax.set(xlabel="γ (verify pass over γ+1 tokens)", ylabel="verify pass ÷ one AR step",
-           title="Verify cost per engine (batch 1, same machine)")
+           title="Verify cost per runtime (batch 1, same machine)")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7)
     return _save(fig, folder / "verify_per_engine.png", footer)
@@ -53,7 +53,7 @@ def section(doc, p, plots: Path, footer: str) -> None:
         return
     lean = p.done["verdict"]
     lean_pt = next(iter(json.loads((p.folder("bench-select") / "grid.json").read_text())["points"]))
-    doc.h("Per engine: where the verdict is deployed")
+    doc.h("Per runtime: where the verdict is deployed")
     quality = rows.quality_of(p)
     table = [[f"draftwise lean ({p.config.dtype})", _f(lean_pt["methods"]["ar"]["tokens_per_s"], ".1f"),
               _what(lean), _interval(lean["speedup"]), "reference" if p.config.dtype == "fp32" else "-",
@@ -96,8 +96,8 @@ def section(doc, p, plots: Path, footer: str) -> None:
                    for m, b in v["builtins"].items()])
     curves = {f"draftwise lean ({p.config.dtype})": _curve(p.folder("profile") / "profile.json")}
     curves.update({v["engine"]: _curve(p.folder(f"profile@{v['engine']}") / "profile.json") for v in verdicts})
-    doc.img(verify_curves(curves, plots, footer), "Verify pass over γ+1 tokens in AR steps, per engine")
-    doc.p("Verify cost per engine (γ: AR steps): " + "; ".join(
+    doc.img(verify_curves(curves, plots, footer), "Verify pass over γ+1 tokens in AR steps, per runtime")
+    doc.p("Verify cost per runtime (γ: AR steps): " + "; ".join(
         f"{name}: " + ", ".join(f"{g} {r:.2f}" for g, r in sorted(c.items()) if g) for name, c in curves.items()) + ".")
 
 

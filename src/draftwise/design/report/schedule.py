@@ -1,4 +1,4 @@
-"""The `design` report's section on the round scheduler (`sd.schedule`): per engine and temperature, each scheduled
+"""The `design` report's section on the round scheduler (`sd.schedule`): per runtime and temperature, each scheduled
 lookup beside its static settings and AR on the same prompts, the distribution of k* (tokens a round verified of its
 proposal), and the calibration — predicted acceptance â against the acceptance observed, per bin of â."""
 

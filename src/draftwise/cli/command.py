@@ -1,0 +1,57 @@
+"""What every command shares: the `Command` each module gives, its parser made from its config's fields, and what
+is not a stage's setting — where its run folder goes, where its work runs."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from . import options
+
+
+class Command(NamedTuple):
+    """A subcommand: its config class, how its arguments become that config, and how the config runs."""
+
+    config: type
+    make: Callable[[argparse.Namespace], Any]  # args -> config
+    run: Callable[[Any, argparse.Namespace], None]  # (config, args) -> None
+    parser: argparse.ArgumentParser
+
+
+def subparser(sub, name: str, help: str, config: type, axes: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+    """A subcommand's parser with an argument per user field of `config`."""
+    p = sub.add_parser(name, help=help, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    options.add(p, config, axes)
+    return p
+
+
+def simple(config: type, run, parser: argparse.ArgumentParser) -> Command:
+    """A command whose config is its given options as they are."""
+    return Command(config, lambda args: config(**options.values(config, args)), run, parser)
+
+
+def out_arg(p, help: str = "run folder; rerun the same command to resume after a kill", required: bool = True) -> None:
+    p.add_argument("--out", required=required, help=help, **({"default": argparse.SUPPRESS} if required else {}))
+
+
+def executor_args(p) -> None:
+    p.add_argument("--executor", default="inprocess", choices=["inprocess", "ray"],
+                   help="where the points run: here, one after another, or as Ray tasks (pip install 'draftwise[ray]')")
+    p.add_argument("--ray-address", help="an existing Ray cluster (default with --executor ray: start a local one)")
+
+
+_OPEN: list = []  # the executors this command made; `main` closes them however the command ends
+
+
+def executor(args):
+    from ..executors import make
+
+    made = make(args.executor, args.ray_address)
+    _OPEN.append(made)
+    return made
+
+
+def close_executors() -> None:
+    while _OPEN:
+        _OPEN.pop().close()

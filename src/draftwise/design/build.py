@@ -1,0 +1,186 @@
+"""The design's candidates, built: the shape sweep and the trained shapes it picks, target data, each model
+candidate's own stages (prune, distill, agree; one executor item each), the profile, and the lookup and hybrid
+candidates tuned on the target's own text (`lookup`). `write_candidates` leaves them in the run folder for the report."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .. import cost
+from ..config import AgreeConfig, DesignConfig, DistillConfig, ProfileConfig, PruneConfig, SweepConfig
+from ..executors import exclusive
+from ..models import ModelOptions, hf, load_drafter
+from ..rundir import RunDir, write_atomic
+from ..sd.families import drafter_kind
+from ..specs import split_hybrid
+from ..stages import accuracy, agree, distill, gen_data, profile, prune, sweep
+from . import lookup
+from .candidates import Candidate, budget_shapes, choose_shapes
+from .estimate import GAMMAS, SCREEN
+from .measure import feasible_batch
+from .pipeline import CANDIDATES, Pipeline, Stages, runtime_options
+from .sizes import Sizes
+
+
+def spec_of(p: Stages, cand: Candidate) -> str:
+    """What the engine loads for a candidate: its distilled checkpoint, or the spec it is taken as."""
+    return str(p.folder(f"distill-{cand.name}")) if cand.trained else cand.spec
+
+
+def candidate_stages(p: Stages, cand: Candidate) -> None:
+    """One candidate's own stages: prune and distill (trained candidates), then teacher-forced agreement."""
+    c, opts = p.config, runtime_options(p.config)
+    if cand.trained:
+        p.stage(f"prune-{cand.name}", lambda f: prune.run(PruneConfig(
+            target=c.target, shape=cand.prune_shape(), calib_tokens=384, elimination_tokens=p.sizes.elimination_tokens,
+            seed=c.seed, **opts), f))
+        p.stage(f"distill-{cand.name}", lambda f: distill.run(DistillConfig(
+            target=c.target, drafter=str(p.folder(f"prune-{cand.name}")), data=str(p.folder("gen-data")), loss=c.loss,
+            minutes=p.sizes.distill_minutes, eval_prompts=16, eval_every=50, seed=c.seed, **opts), f))
+    p.stage(f"agree-{cand.name}", lambda f: agree.run(AgreeConfig(
+        target=c.target, drafter=spec_of(p, cand), limit=p.sizes.agree_limit, max_new_tokens=c.max_new_tokens, gammas=GAMMAS, **opts), f))
+
+
+@dataclass(frozen=True)
+class CandidateWork:
+    """The executor's recipe for one candidate's stages: items are (candidate, done records so far); the result is
+    the done records the candidate's stages wrote."""
+
+    config: DesignConfig
+    stages: str
+    sizes: Sizes
+
+    def __call__(self):
+        if self.config.threads:
+            torch.set_num_threads(self.config.threads)
+
+        def run_candidate(item: tuple[Candidate, dict]) -> list[dict]:
+            cand, done = item
+            records: list[dict] = []
+            candidate_stages(Stages(self.config, Path(self.stages), dict(done), records.append, self.sizes), cand)
+            return records
+
+        return run_candidate
+
+
+def build(p: Pipeline, cands: list[Candidate]) -> dict[str, str]:
+    """Target data, then every candidate's own stages (each candidate an executor item); {name: drafter spec}."""
+    opts = runtime_options(p.config)
+    p.stage("gen-data", lambda f: gen_data.run(lookup.gen_data_config(p, opts, p.sizes.gen_prompts), f))
+    p.replan("train")
+    todo = [(cand, dict(p.done)) for cand in cands if f"agree-{cand.name}" not in p.done]
+    work = CandidateWork(p.config, str(p.stages), p.sizes)
+    for _, records in p.executor.map(work, todo, exclusive(p.config.device, p.config.threads)):
+        for record in records:
+            p.add(record)
+    return {cand.name: spec_of(p, cand) for cand in cands}
+
+
+def budget(config: DesignConfig, target: cost.Shape) -> int:
+    """The drafters' non-embedding parameter budget: `--budget`, or that of the target's first `--wide-layers` (2)."""
+    if config.budget:
+        return cost.parse_count(config.budget)
+    return replace(target, layers=min(config.wide_layers or (2,))).params()["non_embedding"]
+
+
+def sweep_shapes(p: Pipeline, target: cost.Shape) -> tuple[cost.Shape, cost.Shape] | None:
+    """The shape sweep (random weights: latency needs no training), then — unless `--wide-layers` overrides — the
+    trained shapes from its fitted step model: the predicted-fastest at the budget and its control (a record)."""
+    c, opts, n = p.config, runtime_options(p.config), budget(p.config, target)
+    unit = target.head_dim * target.heads // target.kv_heads  # widths keep whole GQA groups
+    widths = tuple(sorted({max(unit, round(target.hidden * m / unit) * unit) for m in (1 / 3, 2 / 3, 1, 4 / 3)}))
+    depths = tuple(s.layers for s in budget_shapes(target, n) if s.layers in (1, 2, 3, 4, 6, 8, 12, 16))
+    shallow = max(1, round(n / target.layer_params()))
+    p.stage("sweep", lambda f: sweep.run(SweepConfig(
+        target=c.target, budget=str(n), layers=depths, widths=widths, width_depth=shallow, truncations=(), batches=(1,),
+        warmup=2, repeats=5, seed=c.seed, **opts), f, p.executor))
+    if c.wide_layers:
+        return None
+
+    def decide(folder) -> dict:
+        fit = json.loads((p.folder("sweep") / "sweep.json").read_text())["fits"]["1"]
+        model = cost.StepModel.from_dict(fit)
+        ranking = sorted(budget_shapes(target, n), key=model.predict_ms)
+        fast, control = choose_shapes(target, n, model, c.narrow_factor)
+        return {"budget": n, "head": target.vocab, "fit": fit, "shapes": [fast.__dict__, control.__dict__],
+                "ranking": [{**s.__dict__, "predicted_ms": model.predict_ms(s)} for s in ranking],
+                "predicted_ms": [model.predict_ms(fast), model.predict_ms(control)]}
+
+    chosen = p.stage("choose-shapes", decide)["shapes"]
+    return cost.Shape(**chosen[0]), cost.Shape(**chosen[1])
+
+
+def measure_costs(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str], cands: list[Candidate]) -> None:
+    """Profile at batch 1 and at each trained candidate's feasible batch (for γ* there)."""
+    c, opts = p.config, runtime_options(p.config)
+    depths = tuple(k for k in (1, 2, 4, 8) if k < target_shape.layers)
+    batches = (1,) + tuple(sorted({b for x in cands if x.trained and not p.dropped("batch")
+                                   for b in [feasible_batch(c, target_shape, x.shape)[1]] if b > 1}))
+    p.stage("profile", lambda f: profile.run(ProfileConfig(
+        target=c.target, drafters=tuple(specs.values()), depths=depths, gammas=GAMMAS, batches=batches, warmup=2,
+        repeats=7, seed=c.seed, **opts), f, p.executor))
+
+
+def screen(cands: list[Candidate], best: dict[str, tuple[int, float]]) -> list[Candidate]:
+    """The model candidates worth a benchmark: trained ones and the user's always (the wide-vs-deep comparison, the
+    user's question), untrained baselines only when the cost model cannot rule them out (≥ SCREEN of the best)."""
+    top = max(v for _, v in best.values())
+    return [x for x in cands if x.trained or x.role == "user" or best[x.name][1] >= SCREEN * top]
+
+
+def lookup_candidates(p: Pipeline, target, cands: list[Candidate], specs: dict[str, str],
+                      best: dict[str, tuple[int, float]]) -> list[Candidate]:
+    """Texts, corpus gain (and gen-data-more), the suffix index, then every lookup family's tuned candidate and the hybrid."""
+    opts = runtime_options(p.config)
+    lookup.lookup_text(p, opts)
+    lookup.corpus_gain(p, opts, p.sizes.gen_prompts)
+    lookup.suffix_index(p, target)
+    top = max(cands, key=lambda x: best[x.name][1])
+    tuned = lookup.tune(p, target, (top.name, specs[top.name], best[top.name][0]))
+    return [Candidate(name, role, spec=spec) for name, role, spec in lookup.tuned_candidates(tuned)]
+
+
+def kv_bytes(p: Pipeline, cands: list[Candidate], specs: dict[str, str]) -> dict[str, int]:
+    """Each candidate's drafter KV cache per sequence at `context` (a lookup holds none; a hybrid its model's)."""
+    drafters = json.loads((p.folder("profile") / "profile.json").read_text())["batches"]["1"]["drafters"]
+    bpv = hf.bytes_per_value(p.config.dtype)
+    model = {x.name: cost.Shape(**drafters[specs[x.name]]["shape"]).kv_bytes(p.config.context, 1, bpv)
+             for x in cands if drafter_kind(specs[x.name]) == "model"}
+    by_spec = {specs[n]: v for n, v in model.items()}
+    hybrid = {x.name: by_spec.get(split_hybrid(specs[x.name])[0], 0) for x in cands if x.role == "hybrid"}
+    return {**model, **hybrid}
+
+
+def measure_accuracy(config: DesignConfig, target, specs: dict[str, str], folder: Path, options: ModelOptions) -> None:
+    """MMLU and HellaSwag log-likelihood accuracy of the target and every drafter; records resume per item."""
+
+    run_dir = RunDir(folder, config)
+    done = {(r["model"], r["task"], r["item"]) for r in run_dir.records()}
+    tasks = {task: accuracy.items(task, target, config.accuracy_items) for task in accuracy.TASKS}
+    for name, spec in {"target": None, **specs}.items():
+        lm = target.lm if spec is None else load_drafter(spec, target, options).lm
+        todo = [(task, it) for task, its in tasks.items() for it in its if (name, task, it.id) not in done]
+        for task, item in tqdm(todo, desc=f"accuracy {name}", unit="item", file=sys.stderr, dynamic_ncols=True,
+                               disable=not todo):
+            run_dir.append({"model": name, "task": task, **accuracy.score(lm, item)})
+
+
+def write_candidates(p: Pipeline, cands: list[Candidate], specs: dict[str, str]) -> None:
+    """Every candidate the design measured, and the spec of each option (scheduled ones included), for the report."""
+    rows = [{"name": x.name, "role": x.role, "spec": x.spec, "shape": asdict(x.shape) if x.shape else None}
+            for x in cands]
+    write_atomic(p.path / CANDIDATES, json.dumps({"candidates": rows, "specs": specs}, indent=1) + "\n")
+
+
+def read_candidates(folder) -> tuple[list[Candidate], dict[str, str]]:
+    """`write_candidates`' file, as Candidates and specs."""
+    saved = json.loads((folder.path / CANDIDATES).read_text())
+    cands = [Candidate(r["name"], r["role"], cost.Shape(**r["shape"]) if r["shape"] else None, r["spec"])
+             for r in saved["candidates"]]
+    return cands, saved["specs"]

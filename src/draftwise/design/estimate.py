@@ -1,0 +1,31 @@
+"""What the design predicts before it measures: a model candidate's greedy tokens/s per γ, from its exact greedy TAR
+(`agree`) over the step and verify times a profile measured (the paper's cost model, `cost.throughput`)."""
+
+from __future__ import annotations
+
+import json
+
+from .. import cost
+from .pipeline import DesignFolder, Stages
+
+GAMMAS = (1, 2, 3, 4, 6, 8)  # the lookaheads a model candidate is profiled and predicted at
+SCREEN = 0.9  # an untrained model drafter predicted below this share of the best model drafter is not benchmarked
+
+
+def predicted(p: Stages | DesignFolder, spec: str, name: str, batch: int = 1, profile: str = "profile") -> dict[int, float]:
+    """Predicted greedy tokens/s per γ (per sequence, at `batch`): the exact greedy TAR replayed from `agree` over
+    step and verify times measured at that batch by `profile` (a profile stage: each engine has its own). Empty when
+    the profile has no such batch."""
+    prof = json.loads((p.folder(profile) / "profile.json").read_text())["batches"].get(str(batch))
+    if prof is None:
+        return {}
+    tar = json.loads((p.folder(f"agree-{name}") / "agree.json").read_text())["predicted_greedy_tar"]
+    verify = {int(g): ms for g, ms in prof["verify_ms"].items()}
+    step = prof["drafters"][spec]["step_ms"]
+    return {g: 1e3 * cost.throughput(tar[str(g)], g, step, verify[g]) for g in GAMMAS if tar.get(str(g))}
+
+
+def best_gamma(p: Stages | DesignFolder, spec: str, name: str, profile: str = "profile") -> tuple[int, float]:
+    """(γ*, its predicted tokens/s) of a model candidate at batch 1."""
+    pred = predicted(p, spec, name, profile=profile)
+    return max(pred.items(), key=lambda kv: kv[1]) if pred else (1, 0.0)
