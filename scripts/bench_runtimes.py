@@ -17,18 +17,25 @@ import json
 from pathlib import Path
 
 from draftwise.config import BenchConfig, BenchGridConfig
-from draftwise.stages import bench_grid
 from draftwise.design import decide
+from draftwise.stages import bench_grid
 
 
 def config(runtime: str, args) -> BenchConfig:
-    common = dict(target=args.target, suite=args.suite, limit=args.limit, max_new_tokens=args.max_new_tokens,
-                  threads=args.threads, seed=0)
+    common = dict(
+        target=args.target,
+        suite=args.suite,
+        limit=args.limit,
+        max_new_tokens=args.max_new_tokens,
+        threads=args.threads,
+        seed=0,
+    )
     engine, _, precision = runtime.partition(":")
     if engine == "lean":
         drafter, _, gamma = (args.drafter or "").rpartition("@") if args.drafter else (None, "", "1")
-        return BenchConfig(**common, dtype=precision, backend="lean", drafter=drafter or None, gamma=int(gamma),
-                           baselines=("ar",))
+        return BenchConfig(
+            **common, dtype=precision, backend="lean", drafter=drafter or None, gamma=int(gamma), baselines=("ar",)
+        )
     if engine == "llama.cpp":
         return BenchConfig(**common, backend="llama.cpp", drafter=None, baselines=("ar",))
     return BenchConfig(**common, drafter=None, baselines=("llama-server",))

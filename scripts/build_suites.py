@@ -23,8 +23,15 @@ DEFAULT_SRC = Path("/work/shared/data")
 DEFAULT_OUT = REPO / "src" / "draftwise" / "data" / "suites"
 
 EXPECTED = {
-    "spec_bench": 480, "mmlu": 285, "hellaswag": 500, "arena": 500, "cnn_dm": 100,
-    "xsum": 100, "alpaca": 80, "gsm8k": 80, "humaneval": 80,
+    "spec_bench": 480,
+    "mmlu": 285,
+    "hellaswag": 500,
+    "arena": 500,
+    "cnn_dm": 100,
+    "xsum": 100,
+    "alpaca": 80,
+    "gsm8k": 80,
+    "humaneval": 80,
 }
 
 MMLU_TEMPLATE = (
@@ -57,8 +64,15 @@ def mmlu(src: Path) -> list[dict]:
         prompt = MMLU_TEMPLATE.format(
             subject=subject.replace("_", " "), question=r["question"], c0=c[0], c1=c[1], c2=c[2], c3=c[3]
         )
-        out.append({"id": f"mmlu/{subject}/{n}", "category": subject, "prompt": prompt,
-                    "choices": list(c), "answer": int(r["answer"])})
+        out.append(
+            {
+                "id": f"mmlu/{subject}/{n}",
+                "category": subject,
+                "prompt": prompt,
+                "choices": list(c),
+                "answer": int(r["answer"]),
+            }
+        )
     return out
 
 

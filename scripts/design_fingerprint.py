@@ -29,8 +29,11 @@ def fingerprint(folder: Path) -> dict:
         "record_keys": {r["stage"]: sorted(r) for r in records},
         "decisions": {r["stage"]: {k: r[k] for k in DECISION_KEYS if k in r} for r in records},
         "stage_folders": stages,
-        "top_files": sorted(str(f.relative_to(folder)) for f in folder.rglob("*")
-                            if f.is_file() and "stages" not in f.relative_to(folder).parts),
+        "top_files": sorted(
+            str(f.relative_to(folder))
+            for f in folder.rglob("*")
+            if f.is_file() and "stages" not in f.relative_to(folder).parts
+        ),
     }
 
 
@@ -44,9 +47,23 @@ def run_tiny(out: Path) -> Path:
         from draftwise.config import DesignConfig
         from draftwise.design import run
     target = save_checkpoint(out / "target", tiny_model(tiny_config(layers=4), seed=1), tiny_tokenizer())
-    config = DesignConfig(target=str(target), minutes=0.3, plan=False, wide_layers=(1,), narrow_factor=2, bench_limit=3,
-                          refine_limit=2, headline_limit=2, tune_prompts=6, max_new_tokens=8, accuracy_items=3,
-                          draft_vocabs=(32, 16), context=64, batch_cap=2, threads=1)
+    config = DesignConfig(
+        target=str(target),
+        minutes=0.3,
+        plan=False,
+        wide_layers=(1,),
+        narrow_factor=2,
+        bench_limit=3,
+        refine_limit=2,
+        headline_limit=2,
+        tune_prompts=6,
+        max_new_tokens=8,
+        accuracy_items=3,
+        draft_vocabs=(32, 16),
+        context=64,
+        batch_cap=2,
+        threads=1,
+    )
     run(config, out / "design")
     return out / "design"
 

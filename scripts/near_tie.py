@@ -1,9 +1,14 @@
 """Where greedy SD parts from greedy AR on llama.cpp: the target's top-2 logit gap at that position, by one-token steps
 (the AR path) and by one pass over the whole prefix (the multi-token path). Not part of the package."""
-import json, sys, statistics
+
+import json
+import statistics
+import sys
+
 import torch
+
 from draftwise.config import BenchConfig
-from draftwise.models import load, ModelOptions
+from draftwise.models import ModelOptions, load
 from draftwise.stages.bench import encode_prompts
 
 torch.set_num_threads(2)
@@ -31,8 +36,10 @@ for r in recs:
     g = float(step[a[d]] - step[s[d]])
     gaps.append(abs(g))
     top2 = step.topk(2).values
-    print(f"{r['prompt_id']} {r['drafter'][:12]} at {d}: step logit(AR tok) - logit(SD tok) = {g:+.4f}; "
-          f"top-2 gap {float(top2[0]-top2[1]):.4f}; one-pass prefers {'AR' if whole[a[d]] > whole[s[d]] else 'SD'} tok")
+    print(
+        f"{r['prompt_id']} {r['drafter'][:12]} at {d}: step logit(AR tok) - logit(SD tok) = {g:+.4f}; "
+        f"top-2 gap {float(top2[0] - top2[1]):.4f}; one-pass prefers {'AR' if whole[a[d]] > whole[s[d]] else 'SD'} tok"
+    )
 # typical top-2 gaps along AR outputs, for scale
 for pid, a in list(ar.items())[:5]:
     prefix = ids[pid]
@@ -40,5 +47,7 @@ for pid, a in list(ar.items())[:5]:
     out = lm.forward(torch.tensor([prefix + a[:-1]]), 0, len(a))[0]  # [T, V]
     t2 = out.topk(2, dim=-1).values
     others += (t2[:, 0] - t2[:, 1]).tolist()
-print(f"{len(gaps)} partings: |gap| median {statistics.median(gaps):.4f}, max {max(gaps):.4f}; "
-      f"top-2 gap along AR text: median {statistics.median(others):.3f}, 5th pct {sorted(others)[len(others)//20]:.3f}")
+print(
+    f"{len(gaps)} partings: |gap| median {statistics.median(gaps):.4f}, max {max(gaps):.4f}; "
+    f"top-2 gap along AR text: median {statistics.median(others):.3f}, 5th pct {sorted(others)[len(others) // 20]:.3f}"
+)

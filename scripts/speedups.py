@@ -11,8 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
-from draftwise.stages.bench_grid import label
 from draftwise.design import decide
+from draftwise.stages.bench_grid import label
 
 
 def name(r: dict) -> str:

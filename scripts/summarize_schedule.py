@@ -2,6 +2,7 @@
 static and scheduled SD over AR (tokens/s, prefill included) with 95 % paired-bootstrap intervals over prompts, the
 scheduled run over the best static γ of the same drafter, the worst suite, the k* distribution and the calibration
 per bin of â. Also reads a design's grids (`runs/design/stages/bench-select*`, `bench-temps`): one block per drafter."""
+
 import json
 import sys
 from pathlib import Path
@@ -12,8 +13,10 @@ from draftwise.design import decide
 
 def ratio_ci(a: list[dict], b: list[dict]) -> tuple[float, float, float]:
     """tokens/s of records a over records b: point and 95 % interval, the design's paired bootstrap over prompts."""
+
     def per_prompt(records):
         return decide.timings(records, lambda r: 0)[0]
+
     return tuple(decide.compare({"a": per_prompt(a)}, per_prompt(b))["speedup"]["a"])
 
 
@@ -43,9 +46,13 @@ for folder in sys.argv[1:]:
                         y, ylo, yhi = ratio_ci(mine, static[best])
                         sched = metrics.schedule([rd for r in mine for rd in r["rounds"]])
                         big = [c for c in sched["calibration"] if c["positions"] >= 100]
-                        gaps = ", ".join(f"{c['bin']}: {c['predicted']:.2f}/{c['observed']:.2f} (n={c['positions']})" for c in big)
-                        line += (f"; over best static (γ={best}) {y:.3f}x [{ylo:.3f}–{yhi:.3f}]; k* {sched['k']}, "
-                                 f"verified {100 * sched['verified_fraction']:.0f} %, paused {sched['paused_rounds']}; "
-                                 f"calibration predicted/observed per bin ≥100: {gaps}; "
-                                 f"worst |gap| {max((abs(c['gap']) for c in big), default=float('nan')):.3f}")
+                        gaps = ", ".join(
+                            f"{c['bin']}: {c['predicted']:.2f}/{c['observed']:.2f} (n={c['positions']})" for c in big
+                        )
+                        line += (
+                            f"; over best static (γ={best}) {y:.3f}x [{ylo:.3f}–{yhi:.3f}]; k* {sched['k']}, "
+                            f"verified {100 * sched['verified_fraction']:.0f} %, paused {sched['paused_rounds']}; "
+                            f"calibration predicted/observed per bin ≥100: {gaps}; "
+                            f"worst |gap| {max((abs(c['gap']) for c in big), default=float('nan')):.3f}"
+                        )
                     print(line)

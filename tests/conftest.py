@@ -32,9 +32,19 @@ def tiny_config(kind: str = "llama", vocab: int = 64, layers: int = 2, **overrid
     import transformers
 
     cls = getattr(transformers, FAMILY_CONFIGS[kind])
-    kw = dict(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=layers, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True, bos_token_id=1,
-              eos_token_id=2, pad_token_id=2)
+    kw = dict(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
     if kind in ("qwen3", "gemma", "gemma2", "gemma3_text"):
         kw["head_dim"] = 8  # their configs default to a head_dim of their own, not hidden/heads
     if kind in ("gemma2", "gemma3_text"):
@@ -44,8 +54,16 @@ def tiny_config(kind: str = "llama", vocab: int = 64, layers: int = 2, **overrid
 
 
 # the transformers config class of each family the lean forward runs
-FAMILY_CONFIGS = {"llama": "LlamaConfig", "mistral": "MistralConfig", "qwen2": "Qwen2Config", "qwen3": "Qwen3Config",
-                  "phi3": "Phi3Config", "gemma": "GemmaConfig", "gemma2": "Gemma2Config", "gemma3_text": "Gemma3TextConfig"}
+FAMILY_CONFIGS = {
+    "llama": "LlamaConfig",
+    "mistral": "MistralConfig",
+    "qwen2": "Qwen2Config",
+    "qwen3": "Qwen3Config",
+    "phi3": "Phi3Config",
+    "gemma": "GemmaConfig",
+    "gemma2": "Gemma2Config",
+    "gemma3_text": "Gemma3TextConfig",
+}
 
 
 def tiny_model(config, seed: int = 0, std: float = 0.3):
@@ -72,7 +90,9 @@ def tiny_tokenizer(vocab: int = 64, chat_template: bool = True):
     names = ["<unk>", "<s>", "</s>"] + WORDS
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(names[:vocab])}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="</s>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="</s>"
+    )
     if chat_template:
         fast.chat_template = "{% for m in messages %}<s> {{ m['content'] }} {% endfor %}"
     return fast
@@ -119,8 +139,11 @@ def tiny_drafter_gguf(tiny_dir, tiny_drafter_dir, tmp_path_factory):
     """`tiny_drafter_dir` exported as GGUF at f32 with `tiny_gguf`'s tokenizer metadata: the .gguf path."""
     from draftwise.models.gguf_export import export
 
-    return str(export(tiny_drafter_dir, tmp_path_factory.mktemp("tiny-drafter-gguf") / "tiny-drafter.gguf", "f32",
-                      target=tiny_dir))
+    return str(
+        export(
+            tiny_drafter_dir, tmp_path_factory.mktemp("tiny-drafter-gguf") / "tiny-drafter.gguf", "f32", target=tiny_dir
+        )
+    )
 
 
 def write_json(path, obj) -> None:

@@ -22,8 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 POLL_S = 0.005
-ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-       "RAY_USAGE_STATS_ENABLED": "0"}
+ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "OMP_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
 
 
 def command(args: list[str], out: Path) -> list[str]:
@@ -46,8 +51,9 @@ def draftwise(args: list[str], out: Path, env: dict | None = None, timeout: floa
     """Run the command to completion (it must succeed); the run folder."""
     log = _log(out, f"run{time.monotonic_ns()}")
     with open(log, "wb") as f:
-        rc = subprocess.run(command(args, out), env=environment(env), stdout=f, stderr=subprocess.STDOUT,
-                            timeout=timeout).returncode
+        rc = subprocess.run(
+            command(args, out), env=environment(env), stdout=f, stderr=subprocess.STDOUT, timeout=timeout
+        ).returncode
     assert rc == 0, f"draftwise {' '.join(map(str, args))} exited {rc}:\n{log.read_text()[-3000:]}"
     return out
 
@@ -79,9 +85,17 @@ class Kill:
     log: Path | None = None
 
 
-def kill_at(args: list[str], out: Path, *, after_records: int | None = None, inside_write: int | None = None,
-            inside_file: tuple[str, int] | None = None, during: str | None = None, env: dict | None = None,
-            timeout: float = 300) -> Kill:
+def kill_at(
+    args: list[str],
+    out: Path,
+    *,
+    after_records: int | None = None,
+    inside_write: int | None = None,
+    inside_file: tuple[str, int] | None = None,
+    during: str | None = None,
+    env: dict | None = None,
+    timeout: float = 300,
+) -> Kill:
     """Start the command and SIGKILL it after `after_records` records (and, with `during`, once a process below it
     titled so runs: a Ray worker in an item), inside the write of record `inside_write` (counted from 1, this
     process's appends), or inside its N-th atomic write of a file NAME (`inside_file`: (NAME, N); a stage's final
@@ -118,21 +132,44 @@ def kill_at(args: list[str], out: Path, *, after_records: int | None = None, ins
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == -signal.SIGKILL, \
+    assert proc.returncode == -signal.SIGKILL, (
         f"expected a SIGKILL, the command exited {proc.returncode}:\n{log.read_text()[-3000:]}"
+    )
     return Kill(record_count(out), proc.returncode, children, log)
 
 
-def run_killed(args: list[str], out: Path, *, after_records: int | None = None, inside_write: int | None = None,
-               inside_file: tuple[str, int] | None = None, env: dict | None = None, timeout: float = 300) -> Path:
+def run_killed(
+    args: list[str],
+    out: Path,
+    *,
+    after_records: int | None = None,
+    inside_write: int | None = None,
+    inside_file: tuple[str, int] | None = None,
+    env: dict | None = None,
+    timeout: float = 300,
+) -> Path:
     """`kill_at`, then the same command again on the same folder to completion: the resumed run folder."""
-    kill_at(args, out, after_records=after_records, inside_write=inside_write, inside_file=inside_file, env=env,
-            timeout=timeout)
+    kill_at(
+        args,
+        out,
+        after_records=after_records,
+        inside_write=inside_write,
+        inside_file=inside_file,
+        env=env,
+        timeout=timeout,
+    )
     return draftwise(args, out, env, timeout)
 
 
-def kill_worker(args: list[str], out: Path, *, after_records: int, env: dict | None = None, timeout: float = 300,
-                name: str = "ray::_run_item") -> Kill:
+def kill_worker(
+    args: list[str],
+    out: Path,
+    *,
+    after_records: int,
+    env: dict | None = None,
+    timeout: float = 300,
+    name: str = "ray::_run_item",
+) -> Kill:
     """Run a `--executor ray` command to completion, SIGKILLing one Ray worker (a process below the driver titled
     `name`: running an item) once `after_records` records are in. `descendants`: every process seen below the
     driver while it ran (to check that a finished run leaves none of them behind)."""
@@ -194,8 +231,9 @@ def compare(folder: Path, reference: Path, key=key, greedy: bool = True) -> None
     mine, theirs = records(folder), records(reference)
     keys = [key(r) for r in mine]
     assert len(keys) == len(set(keys)), f"records twice: {sorted(k for k in set(keys) if keys.count(k) > 1)}"
-    assert set(keys) == {key(r) for r in theirs}, \
+    assert set(keys) == {key(r) for r in theirs}, (
         f"missing {set(map(key, theirs)) - set(keys)}, extra {set(keys) - set(map(key, theirs))}"
+    )
     if greedy:
         want = {key(r): untimed(r) for r in theirs}
         for r in mine:

@@ -12,12 +12,15 @@ def run_cli(capsys, *args):
     return code, err[-1] if err else ""
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--target", "/no/such/dir"], "model not found: /no/such/dir"),
-    (["--gamma", "0"], "gamma (lookahead) must be >= 1"),
-    (["--baseline", "vllm"], "unknown baseline 'vllm'"),
-    (["--drafter", "layers:0,99"], "the target has layers 0..3"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--target", "/no/such/dir"], "model not found: /no/such/dir"),
+        (["--gamma", "0"], "gamma (lookahead) must be >= 1"),
+        (["--baseline", "vllm"], "unknown baseline 'vllm'"),
+        (["--drafter", "layers:0,99"], "the target has layers 0..3"),
+    ],
+)
 def test_bad_arguments(capsys, tmp_path, tiny_dir, args, message):
     argv = ["--target", tiny_dir, "--drafter", "layers:0", "--out", str(tmp_path / "r"), "--limit", "1"]
     code, line = run_cli(capsys, *argv, *args)
@@ -41,8 +44,23 @@ def test_pickle_only_drafter(capsys, tmp_path, tiny_dir):
 
 
 def test_cli_runs_a_bench(capsys, tmp_path, tiny_dir):
-    code = main(["bench", "--target", tiny_dir, "--drafter", "layers:0,1", "--limit", "2", "--max-new-tokens", "8",
-                 "--warmup", "0", "--out", str(tmp_path / "r")])
+    code = main(
+        [
+            "bench",
+            "--target",
+            tiny_dir,
+            "--drafter",
+            "layers:0,1",
+            "--limit",
+            "2",
+            "--max-new-tokens",
+            "8",
+            "--warmup",
+            "0",
+            "--out",
+            str(tmp_path / "r"),
+        ]
+    )
     assert code == 0
     assert "tokens/s" in capsys.readouterr().out
 
@@ -58,10 +76,12 @@ from draftwise.cli.options import flags  # noqa: E402
 
 PARSER, COMMANDS = build()
 # what each command needs besides its defaults: (argv, the config's non-default fields)
-MINIMAL = {"agree": (["--drafter", "d", "--out", "o"], {"drafter": "d"}),
-           "distill": (["--drafter", "d", "--data", "g", "--out", "o"], {"drafter": "d", "data": "g"}),
-           "predict": (["--profile", "p"], {"profile": "p"}),
-           "export-gguf": (["m", "--out", "o.gguf"], {"model": "m"})}
+MINIMAL = {
+    "agree": (["--drafter", "d", "--out", "o"], {"drafter": "d"}),
+    "distill": (["--drafter", "d", "--data", "g", "--out", "o"], {"drafter": "d", "data": "g"}),
+    "predict": (["--profile", "p"], {"profile": "p"}),
+    "export-gguf": (["m", "--out", "o.gguf"], {"model": "m"}),
+}
 
 
 def config_classes() -> list[type]:
@@ -102,48 +122,103 @@ def test_defaults_are_the_dataclass_defaults(name):
 
 B = cfg.BenchConfig
 OLD_COMMAND_LINES = [  # README.md, docs/ and the tests' command lines, as they parsed before the configs declared them
-    ("design --target default --minutes 30 --threads 2 --out runs/design",
-     cfg.DesignConfig(target="default", minutes=30.0, threads=2)),
-    ("design --fixed-sizes --no-lookups --no-scheduler --engines lean,llama.cpp --gguf-quants f32,q8_0 --temperatures "
-     "0,0.5 --wide-layers 2 --budget 7M --loss tvd --out d",
-     cfg.DesignConfig(plan=False, lookups=False, scheduler=False, rows=("lean", "llama.cpp"),
-                      gguf_quants=("f32", "q8_0"), temperatures=(0.0, 0.5), wide_layers=(2,), budget="7M", loss="tvd")),
-    ("bench --target default --drafter ngram --gamma 3 --limit 4 --max-new-tokens 64 --threads 2 --out /tmp/first",
-     B(drafter="ngram", gamma=3, limit=4, max_new_tokens=64, threads=2)),
-    ("bench --target default --drafter layers:0,29 --gamma 4 --limit 10 --max-new-tokens 128 --baseline "
-     "ar,hf-generate,hf-assisted --threads 2 --out runs/foundation",
-     B(drafter="layers:0,29", baselines=("ar", "hf-generate", "hf-assisted"), threads=2)),
-    ("bench --drafter layers:0 --limit 0 --baseline ar --baseline 'llama-server:--spec-type ngram-simple,ngram-mod' "
-     "--temperature 0.7 --out b",
-     B(drafter="layers:0", limit=None, baselines=("ar", "llama-server:--spec-type ngram-simple,ngram-mod"),
-       temperature=0.7)),
+    (
+        "design --target default --minutes 30 --threads 2 --out runs/design",
+        cfg.DesignConfig(target="default", minutes=30.0, threads=2),
+    ),
+    (
+        "design --fixed-sizes --no-lookups --no-scheduler --engines lean,llama.cpp --gguf-quants f32,q8_0 --temperatures "
+        "0,0.5 --wide-layers 2 --budget 7M --loss tvd --out d",
+        cfg.DesignConfig(
+            plan=False,
+            lookups=False,
+            scheduler=False,
+            rows=("lean", "llama.cpp"),
+            gguf_quants=("f32", "q8_0"),
+            temperatures=(0.0, 0.5),
+            wide_layers=(2,),
+            budget="7M",
+            loss="tvd",
+        ),
+    ),
+    (
+        "bench --target default --drafter ngram --gamma 3 --limit 4 --max-new-tokens 64 --threads 2 --out /tmp/first",
+        B(drafter="ngram", gamma=3, limit=4, max_new_tokens=64, threads=2),
+    ),
+    (
+        "bench --target default --drafter layers:0,29 --gamma 4 --limit 10 --max-new-tokens 128 --baseline "
+        "ar,hf-generate,hf-assisted --threads 2 --out runs/foundation",
+        B(drafter="layers:0,29", baselines=("ar", "hf-generate", "hf-assisted"), threads=2),
+    ),
+    (
+        "bench --drafter layers:0 --limit 0 --baseline ar --baseline 'llama-server:--spec-type ngram-simple,ngram-mod' "
+        "--temperature 0.7 --out b",
+        B(
+            drafter="layers:0",
+            limit=None,
+            baselines=("ar", "llama-server:--spec-type ngram-simple,ngram-mod"),
+            temperature=0.7,
+        ),
+    ),
     ("bench --drafter layers:0 --batch-size 2 --top-p 0.9 --out b", B(drafter="layers:0", batch_size=2, top_p=0.9)),
     ("bench --baseline '' --drafter ngram --out b", B(drafter="ngram", baselines=())),
-    ("bench --drafter layers:0 --drafter layers:0,2 --gamma 1,3 --limit 2 --max-new-tokens 24 --warmup 0 --out g",
-     cfg.BenchGridConfig(bench=B(drafter="layers:0", gamma=1, limit=2, max_new_tokens=24, warmup=0),
-                         drafters=("layers:0", "layers:0,2"), gammas=(1, 3), temperatures=(0.0,), batch_sizes=(1,))),
-    ("bench --drafter layers:0@2 --drafter ngram:max=2@5 --temperature 0,1 --out g",
-     cfg.BenchGridConfig(bench=B(drafter="layers:0", gamma=2), drafters=("layers:0", "ngram:max=2"),
-                         drafter_gammas=(2, 5), temperatures=(0.0, 1.0), batch_sizes=(1,))),
-    ("profile --target default --drafter layers:0,29 --drafter ngram --gammas 1,2,3,4 --batch 1 --context 256 "
-     "--threads 2 --out p",
-     cfg.ProfileConfig(drafters=("layers:0,29", "ngram"), gammas=(1, 2, 3, 4), batches=(1,), threads=2)),
-    ("sweep --target default --vocab 0,8192 --backend llama.cpp --gguf-quant q8_0 --budget 7M --batch 1 --out s",
-     cfg.SweepConfig(vocabs=(0, 8192), backend="llama.cpp", gguf_quant="q8_0", budget="7M", batches=(1,))),
-    ("predict --profile P --bench R --alpha 0.6 --batch 4 --gammas 1,2",
-     cfg.PredictConfig(profile="P", bench="R", alpha=0.6, batch=4, gammas=(1, 2))),
-    ("prune --target default --shape layers=4 --method l0 --draft-vocab 8192 --vocab-data g --out runs/p4",
-     cfg.PruneConfig(shape="layers=4", method="l0", draft_vocab=8192, vocab_data="g")),
-    ("agree --target default --drafter runs/p4 --gammas 1,2 --backend llama.cpp --out runs/a4",
-     cfg.AgreeConfig(drafter="runs/p4", gammas=(1, 2), backend="llama.cpp")),
-    ("quality --target default --runtimes lean:int8,llama.cpp,llama.cpp:q8_0 --out q",
-     cfg.QualityConfig(runtimes=("lean:int8", "llama.cpp", "llama.cpp:q8_0"))),
-    ("gen-data --target default --split train --suites all --max-new-tokens 128 --temperatures 0,1 --out runs/data",
-     cfg.GenDataConfig()),
-    ("distill --target default --drafter runs/p4 --data runs/data --loss tvd --minutes 10 --out runs/d4",
-     cfg.DistillConfig(drafter="runs/p4", data="runs/data")),
-    ("distill --drafter d --data g --tokens 5000 --train-embeddings --out d",
-     cfg.DistillConfig(drafter="d", data="g", tokens=5000, minutes=None, train_embeddings=True)),
+    (
+        "bench --drafter layers:0 --drafter layers:0,2 --gamma 1,3 --limit 2 --max-new-tokens 24 --warmup 0 --out g",
+        cfg.BenchGridConfig(
+            bench=B(drafter="layers:0", gamma=1, limit=2, max_new_tokens=24, warmup=0),
+            drafters=("layers:0", "layers:0,2"),
+            gammas=(1, 3),
+            temperatures=(0.0,),
+            batch_sizes=(1,),
+        ),
+    ),
+    (
+        "bench --drafter layers:0@2 --drafter ngram:max=2@5 --temperature 0,1 --out g",
+        cfg.BenchGridConfig(
+            bench=B(drafter="layers:0", gamma=2),
+            drafters=("layers:0", "ngram:max=2"),
+            drafter_gammas=(2, 5),
+            temperatures=(0.0, 1.0),
+            batch_sizes=(1,),
+        ),
+    ),
+    (
+        "profile --target default --drafter layers:0,29 --drafter ngram --gammas 1,2,3,4 --batch 1 --context 256 "
+        "--threads 2 --out p",
+        cfg.ProfileConfig(drafters=("layers:0,29", "ngram"), gammas=(1, 2, 3, 4), batches=(1,), threads=2),
+    ),
+    (
+        "sweep --target default --vocab 0,8192 --backend llama.cpp --gguf-quant q8_0 --budget 7M --batch 1 --out s",
+        cfg.SweepConfig(vocabs=(0, 8192), backend="llama.cpp", gguf_quant="q8_0", budget="7M", batches=(1,)),
+    ),
+    (
+        "predict --profile P --bench R --alpha 0.6 --batch 4 --gammas 1,2",
+        cfg.PredictConfig(profile="P", bench="R", alpha=0.6, batch=4, gammas=(1, 2)),
+    ),
+    (
+        "prune --target default --shape layers=4 --method l0 --draft-vocab 8192 --vocab-data g --out runs/p4",
+        cfg.PruneConfig(shape="layers=4", method="l0", draft_vocab=8192, vocab_data="g"),
+    ),
+    (
+        "agree --target default --drafter runs/p4 --gammas 1,2 --backend llama.cpp --out runs/a4",
+        cfg.AgreeConfig(drafter="runs/p4", gammas=(1, 2), backend="llama.cpp"),
+    ),
+    (
+        "quality --target default --runtimes lean:int8,llama.cpp,llama.cpp:q8_0 --out q",
+        cfg.QualityConfig(runtimes=("lean:int8", "llama.cpp", "llama.cpp:q8_0")),
+    ),
+    (
+        "gen-data --target default --split train --suites all --max-new-tokens 128 --temperatures 0,1 --out runs/data",
+        cfg.GenDataConfig(),
+    ),
+    (
+        "distill --target default --drafter runs/p4 --data runs/data --loss tvd --minutes 10 --out runs/d4",
+        cfg.DistillConfig(drafter="runs/p4", data="runs/data"),
+    ),
+    (
+        "distill --drafter d --data g --tokens 5000 --train-embeddings --out d",
+        cfg.DistillConfig(drafter="d", data="g", tokens=5000, minutes=None, train_embeddings=True),
+    ),
     ("export-gguf default --quant q8_0 --out F.gguf", cfg.ExportGgufConfig(model="default", quant="q8_0")),
 ]
 
@@ -156,14 +231,23 @@ def test_old_command_lines_give_the_same_configs(line, expected):
 
 
 def test_agree_and_prune_take_dtype_and_device():
-    assert config_of(["agree", "--drafter", "d", "--dtype", "bf16", "--device", "cuda", "--out", "o"]) == \
-        cfg.AgreeConfig(drafter="d", dtype="bf16", device="cuda")
-    assert config_of(["prune", "--dtype", "fp16", "--device", "cuda:1", "--out", "o"]) == \
-        cfg.PruneConfig(dtype="fp16", device="cuda:1")
+    assert config_of(
+        ["agree", "--drafter", "d", "--dtype", "bf16", "--device", "cuda", "--out", "o"]
+    ) == cfg.AgreeConfig(drafter="d", dtype="bf16", device="cuda")
+    assert config_of(["prune", "--dtype", "fp16", "--device", "cuda:1", "--out", "o"]) == cfg.PruneConfig(
+        dtype="fp16", device="cuda:1"
+    )
 
 
-@pytest.mark.parametrize("argv", [["bench", "--gamma", "x", "--out", "o"], ["agree", "--out", "o"],
-                                  ["distill", "--minutes", "1", "--tokens", "2"], ["bench", "--dtype", "int4"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "--gamma", "x", "--out", "o"],
+        ["agree", "--out", "o"],
+        ["distill", "--minutes", "1", "--tokens", "2"],
+        ["bench", "--dtype", "int4"],
+    ],
+)
 def test_bad_flags_are_refused_by_the_parser(argv, capsys):
     with pytest.raises(SystemExit) as e:
         config_of(argv)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
-from conftest import tiny_config
 
+from conftest import tiny_config
 from draftwise import cost
 from draftwise.errors import DraftwiseError
 from draftwise.models.lean import LeanLM
@@ -49,9 +49,15 @@ def test_parameter_count_convention_matches_built_model(tied):
     template = cost.Shape.of(tiny_config(layers=4, tie_word_embeddings=tied))
     for layers in (1, 2, 3):
         shape = cost.shape_for_budget(template, layers, budget=30_000)
-        config = tiny_config(layers=layers, hidden_size=shape.hidden, num_attention_heads=shape.heads,
-                             num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim, intermediate_size=shape.ffn,
-                             tie_word_embeddings=tied)
+        config = tiny_config(
+            layers=layers,
+            hidden_size=shape.hidden,
+            num_attention_heads=shape.heads,
+            num_key_value_heads=shape.kv_heads,
+            head_dim=shape.head_dim,
+            intermediate_size=shape.ffn,
+            tie_word_embeddings=tied,
+        )
         model = AutoModelForCausalLM.from_config(config)
         counted = shape.params()
         assert counted["total"] == sum(p.numel() for p in model.parameters())  # tied head counted once
@@ -92,7 +98,12 @@ def test_max_batch():
 
 def test_step_model_fit_recovers_known_coefficients():
     truth = cost.StepModel(fixed_ms=1.5, layer_overhead_ms=0.3, ms_per_layer_mb=0.05, ms_per_head_mb=0.04)
-    shapes = [cost.Shape(L, d, d // 64, d // 64, 64, 3 * d, V) for L in (1, 2, 4, 8) for d in (256, 512) for V in (8192, 49152)]
+    shapes = [
+        cost.Shape(L, d, d // 64, d // 64, 64, 3 * d, V)
+        for L in (1, 2, 4, 8)
+        for d in (256, 512)
+        for V in (8192, 49152)
+    ]
     model = cost.StepModel.fit([(s, truth.predict_ms(s)) for s in shapes])
     for field in ("fixed_ms", "layer_overhead_ms", "ms_per_layer_mb", "ms_per_head_mb"):
         assert getattr(model, field) == pytest.approx(getattr(truth, field), rel=1e-6, abs=1e-9)
@@ -114,17 +125,22 @@ def test_mixture_throughput_is_tokens_over_time_of_the_round_mix():
     tps = cost.throughput_mixture(lengths, acc, lambda g: 0.001 if g else 0.0, t_verify)
     assert tps == pytest.approx((1 + 1.75) / (0.010 + 0.013))
     # the same proposals cut to one token: E[N | 1] = 1.5, verify(1)
-    assert cost.throughput_mixture(lengths, acc, lambda g: 0.001 if g else 0.0, t_verify, cap=1) == \
-        pytest.approx((1 + 1.5) / (0.010 + 0.012))
+    assert cost.throughput_mixture(lengths, acc, lambda g: 0.001 if g else 0.0, t_verify, cap=1) == pytest.approx(
+        (1 + 1.5) / (0.010 + 0.012)
+    )
 
 
 def test_predict_rounds_prices_each_proposer_with_its_own_draft_time():
-    rounds = ([{"drafted": 2, "accepted": 2, "emitted": 3, "source": "lookup", "draft_s": 0.001}] * 2
-              + [{"drafted": 1, "accepted": 0, "emitted": 1, "source": "model", "draft_s": 0.004}] * 2
-              + [{"drafted": 0, "accepted": 0, "emitted": 1, "source": "", "draft_s": 0.0}] * 2)
+    rounds = (
+        [{"drafted": 2, "accepted": 2, "emitted": 3, "source": "lookup", "draft_s": 0.001}] * 2
+        + [{"drafted": 1, "accepted": 0, "emitted": 1, "source": "model", "draft_s": 0.004}] * 2
+        + [{"drafted": 0, "accepted": 0, "emitted": 1, "source": "", "draft_s": 0.0}] * 2
+    )
     t_verify = {0: 0.010, 1: 0.011, 2: 0.012}.get
     # lookup: 3 tokens per 13 ms; model (3 ms a step from the profile): 1 token per 14 ms; none: 1 token per 10 ms
-    assert cost.predict_rounds(rounds, t_verify, t_model_step=0.003) == pytest.approx(10 / (2 * (0.013 + 0.014 + 0.010)))
+    assert cost.predict_rounds(rounds, t_verify, t_model_step=0.003) == pytest.approx(
+        10 / (2 * (0.013 + 0.014 + 0.010))
+    )
     # without a profiled step the measured one (4 ms) prices the model rounds
     assert cost.predict_rounds(rounds, t_verify) == pytest.approx(10 / (2 * (0.013 + 0.015 + 0.010)))
 
@@ -134,8 +150,9 @@ def test_budget_shapes_of_a_target_whose_width_is_not_its_attention_width():
     head layout is the target's own and the FFN absorbs the budget."""
     from draftwise.design.candidates import budget_shapes
 
-    gemma = cost.Shape(layers=18, hidden=640, heads=4, kv_heads=1, head_dim=256, ffn=2048, vocab=262144, norms=4,
-                       qk_norm=True)
+    gemma = cost.Shape(
+        layers=18, hidden=640, heads=4, kv_heads=1, head_dim=256, ffn=2048, vocab=262144, norms=4, qk_norm=True
+    )
     shapes = budget_shapes(gemma, 2 * gemma.layer_params())
     assert shapes and all(s.hidden == 640 and s.heads == 4 and s.ffn <= 2048 for s in shapes)
     assert shapes[0].layers == 2 and shapes[0].ffn == 2048

@@ -52,16 +52,53 @@ def test_cuda_event_timing_counts_gpu_work():
 
 def test_profile_sweep_and_synthetic_bench_on_cuda_in_bf16(tmp_path):
     target = "random:layers=4,hidden=256,heads=4,kv_heads=4,ffn=512,vocab=1000"
-    out = profile.run(ProfileConfig(target=target, drafters=("random:layers=1",), depths=(1, 2), gammas=(1, 3),
-                                    batches=(1,), context=64, warmup=1, repeats=3, dtype="bf16", device="cuda"),
-                      tmp_path / "p")
+    out = profile.run(
+        ProfileConfig(
+            target=target,
+            drafters=("random:layers=1",),
+            depths=(1, 2),
+            gammas=(1, 3),
+            batches=(1,),
+            context=64,
+            warmup=1,
+            repeats=3,
+            dtype="bf16",
+            device="cuda",
+        ),
+        tmp_path / "p",
+    )
     machine = json.loads((out / "profile.json").read_text())["machine"]
     assert machine["device"] == "cuda" and machine["dtype"] == "bf16" and machine["engine"] == "lean"
-    out = sweep.run(SweepConfig(target=target, budget="2M", layers=(1, 2), widths=(128, 256), width_depth=1,
-                                truncations=(1, 2), context=64, batches=(1,), warmup=1, repeats=3, dtype="bf16",
-                                device="cuda"), tmp_path / "s")
+    out = sweep.run(
+        SweepConfig(
+            target=target,
+            budget="2M",
+            layers=(1, 2),
+            widths=(128, 256),
+            width_depth=1,
+            truncations=(1, 2),
+            context=64,
+            batches=(1,),
+            warmup=1,
+            repeats=3,
+            dtype="bf16",
+            device="cuda",
+        ),
+        tmp_path / "s",
+    )
     assert json.loads((out / "sweep.json").read_text())["machine"]["device_name"] == torch.cuda.get_device_name()
-    out = bench.run(BenchConfig(target=target, drafter="random:layers=1", gamma=3, synthetic_alpha=0.7, limit=2,
-                                max_new_tokens=32, dtype="bf16", device="cuda"), tmp_path / "b")
+    out = bench.run(
+        BenchConfig(
+            target=target,
+            drafter="random:layers=1",
+            gamma=3,
+            synthetic_alpha=0.7,
+            limit=2,
+            max_new_tokens=32,
+            dtype="bf16",
+            device="cuda",
+        ),
+        tmp_path / "b",
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert 1 < summary["tar"] <= 4 and summary["greedy_identical_to_ar"] is None

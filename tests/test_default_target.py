@@ -42,7 +42,9 @@ def test_greedy_sd_identical_to_ar_on_packaged_prompts(target, drafter_spec):
     for p in prompts:
         ids = target.encode(p.text)
         ar = generate(target.lm, ids, SamplingParams(), 48, torch.Generator(), eos=target.eos_ids)
-        sd = generate(target.lm, ids, SamplingParams(), 48, torch.Generator(), drafter=drafter.lm, gamma=4, eos=target.eos_ids)
+        sd = generate(
+            target.lm, ids, SamplingParams(), 48, torch.Generator(), drafter=drafter.lm, gamma=4, eos=target.eos_ids
+        )
         assert sd.tokens == ar.tokens, p.id
         accepted += sum(r.accepted for r in sd.rounds)
     if drafter_spec == ALL_BUT_28:

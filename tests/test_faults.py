@@ -14,8 +14,20 @@ import time
 
 import pytest
 
-from faults import (Kill, command, compare, descendants, draftwise, environment, kill_at, kill_worker, names, reap, records,
-                    run_killed)
+from faults import (
+    Kill,
+    command,
+    compare,
+    descendants,
+    draftwise,
+    environment,
+    kill_at,
+    kill_worker,
+    names,
+    reap,
+    records,
+    run_killed,
+)
 
 pytestmark = pytest.mark.slow  # fault injection (subprocesses killed mid-run): the slow tier
 
@@ -23,13 +35,39 @@ FAST = ["--warmup", "0", "--threads", "1", "--seed", "0"]
 
 
 def bench_args(tiny_dir) -> list[str]:  # 3 prompts × (sd, ar): 6 records
-    return ["bench", "--target", tiny_dir, "--drafter", "layers:0,2", "--gamma", "3", "--limit", "3",
-            "--max-new-tokens", "24", *FAST]
+    return [
+        "bench",
+        "--target",
+        tiny_dir,
+        "--drafter",
+        "layers:0,2",
+        "--gamma",
+        "3",
+        "--limit",
+        "3",
+        "--max-new-tokens",
+        "24",
+        *FAST,
+    ]
 
 
 def grid_args(tiny_dir) -> list[str]:  # 2 drafters × 2 γ + AR, 2 prompts: 10 records
-    return ["bench", "--target", tiny_dir, "--drafter", "layers:0", "--drafter", "layers:0,2", "--gamma", "1,3",
-            "--limit", "2", "--max-new-tokens", "24", *FAST]
+    return [
+        "bench",
+        "--target",
+        tiny_dir,
+        "--drafter",
+        "layers:0",
+        "--drafter",
+        "layers:0,2",
+        "--gamma",
+        "1,3",
+        "--limit",
+        "2",
+        "--max-new-tokens",
+        "24",
+        *FAST,
+    ]
 
 
 def uninterrupted(args: list[str], out):
@@ -116,10 +154,50 @@ def test_bench_grid_killed_after_records_and_inside_its_final_file(tiny_dir, gri
 
 
 TIMING_STAGES = {  # timing records: no greedy tokens to compare, only which points were measured
-    "sweep": ["sweep", "--budget", "20k", "--layers", "1,2", "--widths", "16", "--width-depth", "1", "--truncations", "1",
-              "--context", "16", "--memory", "1GiB", "--batch", "1", "--warmup", "0", "--repeats", "2", "--threads", "1"],
-    "profile": ["profile", "--drafter", "layers:0,3", "--depths", "1,2", "--gammas", "1,2", "--batch", "1", "--context", "16",
-                "--warmup", "0", "--repeats", "2", "--threads", "1"],
+    "sweep": [
+        "sweep",
+        "--budget",
+        "20k",
+        "--layers",
+        "1,2",
+        "--widths",
+        "16",
+        "--width-depth",
+        "1",
+        "--truncations",
+        "1",
+        "--context",
+        "16",
+        "--memory",
+        "1GiB",
+        "--batch",
+        "1",
+        "--warmup",
+        "0",
+        "--repeats",
+        "2",
+        "--threads",
+        "1",
+    ],
+    "profile": [
+        "profile",
+        "--drafter",
+        "layers:0,3",
+        "--depths",
+        "1,2",
+        "--gammas",
+        "1,2",
+        "--batch",
+        "1",
+        "--context",
+        "16",
+        "--warmup",
+        "0",
+        "--repeats",
+        "2",
+        "--threads",
+        "1",
+    ],
 }
 
 
@@ -173,8 +251,12 @@ def test_ray_sigterm_shuts_the_local_instance_down(tiny_dir, tmp_path):
     goes with it. (Not sooner: a SIGTERM inside `ray.init` meets Ray's own C++ handler, which aborts the driver.)"""
     pytest.importorskip("ray")
     out = tmp_path / "grid"
-    proc = subprocess.Popen(command([*grid_args(tiny_dir), "--executor", "ray"], out), env=environment(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        command([*grid_args(tiny_dir), "--executor", "ray"], out),
+        env=environment(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline, children = time.monotonic() + 120, {}
     while "ray::_run_item" not in children.values() and proc.poll() is None and time.monotonic() < deadline:
         children = names(descendants(proc.pid))
@@ -189,8 +271,25 @@ def test_ray_sigterm_shuts_the_local_instance_down(tiny_dir, tmp_path):
 
 # --- gen-data and distill, in-process ------------------------------------------------------------------------------
 
-GEN_DATA = ["gen-data", "--suites", "spec_bench,alpaca", "--limit", "12", "--max-new-tokens", "10", "--temperatures", "0,1",
-            "--topk", "8", "--shard-size", "10", "--batch-size", "4", "--threads", "1"]
+GEN_DATA = [
+    "gen-data",
+    "--suites",
+    "spec_bench,alpaca",
+    "--limit",
+    "12",
+    "--max-new-tokens",
+    "10",
+    "--temperatures",
+    "0,1",
+    "--topk",
+    "8",
+    "--shard-size",
+    "10",
+    "--batch-size",
+    "4",
+    "--threads",
+    "1",
+]
 
 
 def test_gen_data_and_distill_killed_inside_a_record_write_and_after_records(tiny_dir, tmp_path):
@@ -208,8 +307,27 @@ def test_gen_data_and_distill_killed_inside_a_record_write_and_after_records(tin
         a, b = load_file(reference / r["file"]), load_file(data / r["file"])
         assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
 
-    distill_args = ["distill", "--target", tiny_dir, "--drafter", "layers:0,1", "--data", str(reference), "--tokens", "1200",
-                    "--batch-size", "4", "--lr", "1e-2", "--eval-every", "3", "--checkpoint-every", "4", "--threads", "1"]
+    distill_args = [
+        "distill",
+        "--target",
+        tiny_dir,
+        "--drafter",
+        "layers:0,1",
+        "--data",
+        str(reference),
+        "--tokens",
+        "1200",
+        "--batch-size",
+        "4",
+        "--lr",
+        "1e-2",
+        "--eval-every",
+        "3",
+        "--checkpoint-every",
+        "4",
+        "--threads",
+        "1",
+    ]
     whole = uninterrupted(distill_args, tmp_path / "distill-reference")
     steps = sum(r["event"] == "train" for r in records(whole))
     assert steps >= 8
@@ -230,9 +348,34 @@ def test_design_killed_inside_a_write_and_between_stages(executor, tiny_dir, tmp
     the driver dies with items in flight (what its Ray instance leaves is killed here, by pid)."""
     if executor == "ray":
         pytest.importorskip("ray")
-    args = ["design", "--target", tiny_dir, "--minutes", "0.2", "--fixed-sizes", "--wide-layers", "1", "--narrow-factor",
-            "2", "--bench-limit", "2", "--refine-limit", "2", "--tune-prompts", "4", "--max-new-tokens", "8", "--engines",
-            "lean", "--temperatures", "0,1", "--threads", "1", "--executor", executor]
+    args = [
+        "design",
+        "--target",
+        tiny_dir,
+        "--minutes",
+        "0.2",
+        "--fixed-sizes",
+        "--wide-layers",
+        "1",
+        "--narrow-factor",
+        "2",
+        "--bench-limit",
+        "2",
+        "--refine-limit",
+        "2",
+        "--tune-prompts",
+        "4",
+        "--max-new-tokens",
+        "8",
+        "--engines",
+        "lean",
+        "--temperatures",
+        "0,1",
+        "--threads",
+        "1",
+        "--executor",
+        executor,
+    ]
     out = tmp_path / "design"
     if executor == "inprocess":
         first = kill_at(args, out, inside_write=40, timeout=600)  # the 40th record this process appends, in any stage

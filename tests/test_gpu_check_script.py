@@ -13,8 +13,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_gpu_check_script_dry_run(tmp_path):
     env = {**os.environ, "DRAFTWISE_GPU_CHECK": "tiny", "PYTHON": sys.executable}
-    done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(tmp_path)], env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     for path in ("sweep/sweep.json", "profile/profile.json", "predict.json", "bench/grid.json", "summary.txt"):
         assert (tmp_path / path).stat().st_size > 0, path

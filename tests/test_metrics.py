@@ -4,8 +4,13 @@ from draftwise import metrics
 
 
 def r(drafted, accepted, emitted=None):
-    return {"drafted": drafted, "accepted": accepted, "emitted": accepted + 1 if emitted is None else emitted,
-            "draft_s": 0.1, "verify_s": 0.2}
+    return {
+        "drafted": drafted,
+        "accepted": accepted,
+        "emitted": accepted + 1 if emitted is None else emitted,
+        "draft_s": 0.1,
+        "verify_s": 0.2,
+    }
 
 
 ROUNDS = [r(4, 4), r(4, 1), r(4, 0), r(2, 2), r(0, 0)]
@@ -42,8 +47,10 @@ def test_tokens_per_s_sums_over_prompts():
 
 
 def test_summarize_and_identity():
-    a = [{"prompt_id": "x", "tokens": [1, 2], "new_tokens": 2, "seconds": 1.0, "rounds": ROUNDS},
-         {"prompt_id": "y", "tokens": [3], "new_tokens": 1, "seconds": 1.0, "rounds": []}]
+    a = [
+        {"prompt_id": "x", "tokens": [1, 2], "new_tokens": 2, "seconds": 1.0, "rounds": ROUNDS},
+        {"prompt_id": "y", "tokens": [3], "new_tokens": 1, "seconds": 1.0, "rounds": []},
+    ]
     b = [{"prompt_id": "x", "tokens": [1, 2]}, {"prompt_id": "y", "tokens": [4]}]
     s = metrics.summarize_method(a)
     assert s["tokens_per_s"] == 1.5 and s["rounds"] == 5 and s["draft_s"] == pytest.approx(0.5)

@@ -77,7 +77,7 @@ def test_no_import_cycles():
         state[n] = "open"
         for m in sorted(g[n]):
             if state.get(m) == "open":
-                cycles.append(" -> ".join(stack[stack.index(m):] + [n, m]) if m in stack else f"{n} -> {m}")
+                cycles.append(" -> ".join(stack[stack.index(m) :] + [n, m]) if m in stack else f"{n} -> {m}")
             elif m not in state:
                 visit(m, stack + [n])
         state[n] = "done"
@@ -96,8 +96,11 @@ def test_no_source_file_over_400_lines():
 @pytest.mark.parametrize("path", sorted((SRC / "design").rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))
 def test_design_functions_fit_on_a_screen(path):
     tree = ast.parse(path.read_text())
-    long = {f.name: f.end_lineno - f.lineno + 1 for f in ast.walk(tree)
-            if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and f.end_lineno - f.lineno + 1 > 60}
+    long = {
+        f.name: f.end_lineno - f.lineno + 1
+        for f in ast.walk(tree)
+        if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and f.end_lineno - f.lineno + 1 > 60
+    }
     assert not long, long
 
 

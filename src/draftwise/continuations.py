@@ -32,11 +32,12 @@ class Sequence:
 
     @property
     def continuation(self) -> list[int]:
-        return self.tokens[self.prompt_len:]
+        return self.tokens[self.prompt_len :]
 
 
-def prompts_for(target, split: str, suites: str = "all", max_prompt_tokens: int = 256,
-                limit: int | None = None) -> list[tuple[data.Prompt, list[int]]]:
+def prompts_for(
+    target, split: str, suites: str = "all", max_prompt_tokens: int = 256, limit: int | None = None
+) -> list[tuple[data.Prompt, list[int]]]:
     """Prompts of `split`, taken round-robin over the suites and, within each suite, over its categories, so any prefix
     is varied (a suite with many categories, such as MMLU's subjects, does not crowd out the others), encoded; longer
     ones than `max_prompt_tokens` are skipped (they would dominate the cost of calibration)."""
@@ -60,14 +61,23 @@ def _interleave(lists: list[list]) -> list:
     return [x[i] for i in range(max(map(len, lists), default=0)) for x in lists if i < len(x)]
 
 
-def generate(target, prompts: list[tuple[data.Prompt, list[int]]], max_new_tokens: int, n_tokens: int | None = None,
-             params: SamplingParams = SamplingParams(), batch_size: int = 8, seed: int = 0,
-             desc: str = "target continuations") -> list[Sequence]:
+def generate(
+    target,
+    prompts: list[tuple[data.Prompt, list[int]]],
+    max_new_tokens: int,
+    n_tokens: int | None = None,
+    params: SamplingParams = SamplingParams(),
+    batch_size: int = 8,
+    seed: int = 0,
+    desc: str = "target continuations",
+) -> list[Sequence]:
     """Continue prompts in batches until every prompt is done or `n_tokens` new tokens exist."""
     gen = torch.Generator(device=target.lm.device).manual_seed(seed)
     out: list[Sequence] = []
     total = 0
-    bar = tqdm(total=n_tokens or len(prompts) * max_new_tokens, desc=desc, unit="tok", file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(
+        total=n_tokens or len(prompts) * max_new_tokens, desc=desc, unit="tok", file=sys.stderr, dynamic_ncols=True
+    )
     for i in range(0, len(prompts), batch_size):
         chunk = prompts[i : i + batch_size]
         conts = generate_batch(target.lm, [ids for _, ids in chunk], params, max_new_tokens, gen, target.eos_ids)
@@ -122,9 +132,13 @@ def write_shard(path: Path, rows: list[dict], topk: int) -> None:
         c = len(r["topk_ids"])
         ids[i, :c] = torch.tensor(r["topk_ids"], dtype=torch.int32)
         probs[i, :c] = torch.tensor(r["topk_probs"], dtype=torch.float16)
-    tensors = {"tokens": tokens, "lengths": torch.tensor([len(r["tokens"]) for r in rows], dtype=torch.int32),
-               "prompt_lengths": torch.tensor([r["prompt_len"] for r in rows], dtype=torch.int32),
-               "topk_ids": ids, "topk_probs": probs}
+    tensors = {
+        "tokens": tokens,
+        "lengths": torch.tensor([len(r["tokens"]) for r in rows], dtype=torch.int32),
+        "prompt_lengths": torch.tensor([r["prompt_len"] for r in rows], dtype=torch.int32),
+        "topk_ids": ids,
+        "topk_probs": probs,
+    }
     tmp = path.with_suffix(".tmp")
     save_file(tensors, tmp)
     tmp.replace(path)
@@ -137,15 +151,24 @@ def read_shard(path: Path) -> list[dict]:
     for i in range(len(t["lengths"])):
         n, p = int(t["lengths"][i]), int(t["prompt_lengths"][i])
         c = n - p
-        out.append({"tokens": t["tokens"][i, :n].long(), "prompt_len": p,
-                    "topk_ids": t["topk_ids"][i, :c].long(), "topk_probs": t["topk_probs"][i, :c].float()})
+        out.append(
+            {
+                "tokens": t["tokens"][i, :n].long(),
+                "prompt_len": p,
+                "topk_ids": t["topk_ids"][i, :c].long(),
+                "topk_probs": t["topk_probs"][i, :c].float(),
+            }
+        )
     return out
 
 
 def load_rows(data_dir: Path, max_len: int) -> list[dict]:
     """Every row of a gen-data run folder's shards, each cut to its last `max_len` tokens (distillation's input)."""
-    records = [json.loads(line) for line in (data_dir / "records.jsonl").read_text().splitlines() if line.strip()] \
-        if (data_dir / "records.jsonl").exists() else []
+    records = (
+        [json.loads(line) for line in (data_dir / "records.jsonl").read_text().splitlines() if line.strip()]
+        if (data_dir / "records.jsonl").exists()
+        else []
+    )
     if not records:
         raise DraftwiseError(f"no gen-data shards in {data_dir}: run `draftwise gen-data --out {data_dir}` first")
     rows = [r for rec in sorted(records, key=lambda r: r["shard"]) for r in read_shard(data_dir / rec["file"])]
@@ -157,6 +180,11 @@ def _truncate(row: dict, max_len: int) -> dict:
     cut = max(0, len(row["tokens"]) - max_len)
     if cut > row["prompt_len"] - 1:
         drop = cut - (row["prompt_len"] - 1)
-        return {**row, "tokens": row["tokens"][cut:], "prompt_len": 1,
-                "topk_ids": row["topk_ids"][drop:], "topk_probs": row["topk_probs"][drop:]}
+        return {
+            **row,
+            "tokens": row["tokens"][cut:],
+            "prompt_len": 1,
+            "topk_ids": row["topk_ids"][drop:],
+            "topk_probs": row["topk_probs"][drop:],
+        }
     return {**row, "tokens": row["tokens"][cut:], "prompt_len": row["prompt_len"] - cut}

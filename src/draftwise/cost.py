@@ -37,7 +37,6 @@ import numpy as np
 from .errors import DraftwiseError
 from .units import parse_count  # noqa: F401  (cost.parse_count: callers read counts through the cost model)
 
-
 # --- acceptance and throughput --------------------------------------------------------------------------------------
 
 
@@ -62,8 +61,9 @@ def throughput(expected: float, gamma: int, t_draft: float, t_verify: float) -> 
     return expected / (gamma * t_draft + t_verify)
 
 
-def mixture_totals(lengths: dict[int, float], acceptance: Sequence[float | None], t_draft, t_verify,
-                   cap: int | None = None) -> tuple[float, float]:
+def mixture_totals(
+    lengths: dict[int, float], acceptance: Sequence[float | None], t_draft, t_verify, cap: int | None = None
+) -> tuple[float, float]:
     """(expected tokens, expected seconds) of rounds drafting g tokens `lengths[g]` times (shares or counts), with
     per-position acceptance a_1.. (measured over rounds drafting ≥ k); `t_draft(g)`, `t_verify(g)` in seconds. `cap`
     predicts the same proposals cut to at most `cap` tokens."""
@@ -75,14 +75,17 @@ def mixture_totals(lengths: dict[int, float], acceptance: Sequence[float | None]
     return tokens, seconds
 
 
-def throughput_mixture(lengths: dict[int, float], acceptance: Sequence[float | None], t_draft, t_verify,
-                       cap: int | None = None) -> float:
+def throughput_mixture(
+    lengths: dict[int, float], acceptance: Sequence[float | None], t_draft, t_verify, cap: int | None = None
+) -> float:
     """Tokens/s of a drafter whose proposal length varies round to round (see `mixture_totals`)."""
     tokens, seconds = mixture_totals(lengths, acceptance, t_draft, t_verify, cap)
     return tokens / seconds if seconds else 0.0
 
 
-def predict_rounds(rounds: Sequence[dict], t_verify, t_model_step: float | None = None, cap: int | None = None) -> float:
+def predict_rounds(
+    rounds: Sequence[dict], t_verify, t_model_step: float | None = None, cap: int | None = None
+) -> float:
     """Tokens/s predicted for a measured (or replayed) mix of rounds — raw round records with drafted, accepted and,
     where known, source and draft_s. Rounds are grouped by proposer; each group's proposal lengths and per-position
     acceptance go through `mixture_totals`. A lookup round's draft time is its group's median proposal; a model round's
@@ -99,7 +102,11 @@ def predict_rounds(rounds: Sequence[dict], t_verify, t_model_step: float | None 
         for r in rs:
             lengths[r["drafted"]] = lengths.get(r["drafted"], 0) + 1
         if source == "model":
-            step = t_model_step if t_model_step is not None else float(np.median([r.get("draft_s", 0.0) / r["drafted"] for r in rs]))
+            step = (
+                t_model_step
+                if t_model_step is not None
+                else float(np.median([r.get("draft_s", 0.0) / r["drafted"] for r in rs]))
+            )
             draft = lambda g, step=step: g * step  # noqa: E731
         else:
             once = float(np.median([r.get("draft_s", 0.0) for r in rs]))
@@ -112,6 +119,7 @@ def predict_rounds(rounds: Sequence[dict], t_verify, t_model_step: float | None 
 def break_even_alpha(lengths: dict[int, float], t_draft, t_verify) -> float | None:
     """The i.i.d. acceptance α at which a drafter drafting g tokens in a share `lengths[g]` of rounds, with the given
     draft and verify times (in AR steps), only matches plain decoding; None if even α = 1 does not (bisection)."""
+
     def surplus(a):  # tokens per round minus AR steps per round: 0 at break-even, increasing in α
         tokens = sum(s * expected_tokens_iid(a, g) for g, s in lengths.items())
         return tokens - sum(s * (t_draft(g) + t_verify(g)) for g, s in lengths.items())
@@ -156,10 +164,18 @@ def acceptance_for(gamma: int, alpha: float | None = None, per_position: Sequenc
     return [alpha] * gamma
 
 
-def best_gamma(t_draft: float, verify_time, gammas: Sequence[int], alpha: float | None = None,
-               per_position: Sequence[float] | None = None) -> tuple[int, float]:
+def best_gamma(
+    t_draft: float,
+    verify_time,
+    gammas: Sequence[int],
+    alpha: float | None = None,
+    per_position: Sequence[float] | None = None,
+) -> tuple[int, float]:
     """(γ*, its tokens/s) over `gammas`; `verify_time(γ)` gives the target's pass over γ+1 tokens in seconds."""
-    scored = [(throughput(expected_tokens(acceptance_for(g, alpha, per_position)), g, t_draft, verify_time(g)), g) for g in gammas]
+    scored = [
+        (throughput(expected_tokens(acceptance_for(g, alpha, per_position)), g, t_draft, verify_time(g)), g)
+        for g in gammas
+    ]
     speed, gamma = max(scored)
     return gamma, speed
 
@@ -183,17 +199,22 @@ class Shape:
     qk_norm: bool = False  # a norm over each q and k head (Qwen3, Gemma 3)
 
     @classmethod
-    def of(cls, config) -> "Shape":
+    def of(cls, config) -> Shape:
         from .models.family import FAMILIES, Family
 
         family = FAMILIES.get(config.model_type, Family())
         heads = config.num_attention_heads
         return cls(
-            layers=config.num_hidden_layers, hidden=config.hidden_size, heads=heads,
+            layers=config.num_hidden_layers,
+            hidden=config.hidden_size,
+            heads=heads,
             kv_heads=getattr(config, "num_key_value_heads", None) or heads,
             head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
-            ffn=config.intermediate_size, vocab=config.vocab_size, tied=bool(config.tie_word_embeddings),
-            norms=4 if family.sandwich_norms else 2, qk_norm=family.qk_norm,
+            ffn=config.intermediate_size,
+            vocab=config.vocab_size,
+            tied=bool(config.tie_word_embeddings),
+            norms=4 if family.sandwich_norms else 2,
+            qk_norm=family.qk_norm,
         )
 
     def layer_params(self) -> int:
@@ -206,8 +227,12 @@ class Shape:
         embedding = self.vocab * self.hidden
         head = 0 if self.tied else self.vocab * self.hidden
         non_embedding = self.layers * self.layer_params() + self.hidden  # + the final norm
-        return {"total": embedding + head + non_embedding, "embedding": embedding, "head": head,
-                "non_embedding": non_embedding}
+        return {
+            "total": embedding + head + non_embedding,
+            "embedding": embedding,
+            "head": head,
+            "non_embedding": non_embedding,
+        }
 
     def kv_bytes(self, context: int, batch: int = 1, bytes_per_value: int = 4) -> int:
         """Keys and values of `context` positions for `batch` sequences."""
@@ -234,8 +259,18 @@ def shape_for_budget(template: Shape, layers: int, budget: int, multiple: int = 
         heads = kv_heads * group
         hidden = template.hidden * heads // template.heads  # heads × head_dim where the width is that (not Gemma's)
         ffn = max(multiple, int(round(ratio * hidden / multiple)) * multiple)
-        return Shape(layers, hidden, heads, kv_heads, template.head_dim, ffn, template.vocab, template.tied,
-                     template.norms, template.qk_norm)
+        return Shape(
+            layers,
+            hidden,
+            heads,
+            kv_heads,
+            template.head_dim,
+            ffn,
+            template.vocab,
+            template.tied,
+            template.norms,
+            template.qk_norm,
+        )
 
     smallest = replace(make(1), ffn=multiple)  # the FFN absorbs the remainder, down to `multiple` channels
     if smallest.params()["non_embedding"] > budget:
@@ -252,7 +287,9 @@ def shape_for_budget(template: Shape, layers: int, budget: int, multiple: int = 
     d = shape.hidden
     fixed = shape.params()["non_embedding"] - layers * 3 * d * shape.ffn  # everything but the FFN weights
     ffn = max(multiple, int(round((budget - fixed) / (layers * 3 * d) / multiple)) * multiple)
-    return Shape(layers, d, shape.heads, shape.kv_heads, shape.head_dim, ffn, shape.vocab, shape.tied, shape.norms, shape.qk_norm)
+    return Shape(
+        layers, d, shape.heads, shape.kv_heads, shape.head_dim, ffn, shape.vocab, shape.tied, shape.norms, shape.qk_norm
+    )
 
 
 def max_batch(memory: int, target: Shape, drafter: Shape, context: int, bytes_per_value: int = 4) -> int:
@@ -285,26 +322,42 @@ class StepModel:
         return shape.vocab * shape.hidden * self.bytes_per_value / 1e6 * self.ms_per_head_mb
 
     @classmethod
-    def fit(cls, points: Sequence[tuple[Shape, float]], bytes_per_value: int = 4) -> "StepModel":
+    def fit(cls, points: Sequence[tuple[Shape, float]], bytes_per_value: int = 4) -> StepModel:
         """Least squares (non-negative) over measured (shape, ms) points; needs ≥ 4 points of different shapes."""
         if len(points) < 4:
             raise DraftwiseError(f"the step model needs at least 4 measured shapes, got {len(points)}")
-        rows = [[1.0, s.layers, s.layers * s.layer_params() * bytes_per_value / 1e6, s.vocab * s.hidden * bytes_per_value / 1e6]
-                for s, _ in points]
+        rows = [
+            [
+                1.0,
+                s.layers,
+                s.layers * s.layer_params() * bytes_per_value / 1e6,
+                s.vocab * s.hidden * bytes_per_value / 1e6,
+            ]
+            for s, _ in points
+        ]
         a, y = np.array(rows), np.array([ms for _, ms in points])
         coef = _nonneg_lstsq(a, y)
         return cls(*map(float, coef), bytes_per_value=bytes_per_value)
 
     def as_dict(self) -> dict:
-        return {"fixed_ms": self.fixed_ms, "layer_overhead_ms": self.layer_overhead_ms,
-                "ms_per_layer_mb": self.ms_per_layer_mb, "ms_per_head_mb": self.ms_per_head_mb,
-                "bytes_per_value": self.bytes_per_value}
+        return {
+            "fixed_ms": self.fixed_ms,
+            "layer_overhead_ms": self.layer_overhead_ms,
+            "ms_per_layer_mb": self.ms_per_layer_mb,
+            "ms_per_head_mb": self.ms_per_head_mb,
+            "bytes_per_value": self.bytes_per_value,
+        }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "StepModel":
+    def from_dict(cls, d: dict) -> StepModel:
         """As `as_dict` wrote it (fits written before bytes_per_value was recorded were fp32)."""
-        return cls(d["fixed_ms"], d["layer_overhead_ms"], d["ms_per_layer_mb"], d["ms_per_head_mb"],
-                   d.get("bytes_per_value", 4))
+        return cls(
+            d["fixed_ms"],
+            d["layer_overhead_ms"],
+            d["ms_per_layer_mb"],
+            d["ms_per_head_mb"],
+            d.get("bytes_per_value", 4),
+        )
 
 
 def _nonneg_lstsq(a: np.ndarray, y: np.ndarray) -> np.ndarray:

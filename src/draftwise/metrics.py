@@ -66,8 +66,12 @@ def tokens_per_s(generations: Iterable[dict]) -> float:
 def summarize_method(generations: Sequence[dict]) -> dict:
     """One method's figures over its per-prompt records (each with `new_tokens`, `seconds` and optional `rounds`)."""
     rounds = [r for g in generations for r in g.get("rounds", [])]
-    out = {"prompts": len(generations), "new_tokens": sum(g["new_tokens"] for g in generations),
-           "seconds": sum(g["seconds"] for g in generations), "tokens_per_s": tokens_per_s(generations)}
+    out = {
+        "prompts": len(generations),
+        "new_tokens": sum(g["new_tokens"] for g in generations),
+        "seconds": sum(g["seconds"] for g in generations),
+        "tokens_per_s": tokens_per_s(generations),
+    }
     if all("prefill_s" in g for g in generations):
         out["decode_tokens_per_s"] = tokens_per_s({**g, "seconds": g["seconds"] - g["prefill_s"]} for g in generations)
     if generations and all("wall_s" in g for g in generations):
@@ -101,12 +105,21 @@ def proposals(rounds: Sequence[dict]) -> dict:
     by: dict[str, list[dict]] = {}
     for r in drafting:
         by.setdefault(r.get("source") or "model", []).append(r)
-    return {"proposed_fraction": len(drafting) / len(rounds) if rounds else None,
-            "proposal_lengths": dict(sorted(lengths.items())),
-            "propose_ms": 1e3 * statistics.median(r.get("draft_s", 0.0) for r in drafting) if drafting else None,
-            "by_source": {src: {"rounds": len(rs), "drafted": sum(r["drafted"] for r in rs),
-                                "accepted": sum(r["accepted"] for r in rs), "tar": tar(rs), "alpha": alpha(rs)}
-                          for src, rs in sorted(by.items())}}
+    return {
+        "proposed_fraction": len(drafting) / len(rounds) if rounds else None,
+        "proposal_lengths": dict(sorted(lengths.items())),
+        "propose_ms": 1e3 * statistics.median(r.get("draft_s", 0.0) for r in drafting) if drafting else None,
+        "by_source": {
+            src: {
+                "rounds": len(rs),
+                "drafted": sum(r["drafted"] for r in rs),
+                "accepted": sum(r["accepted"] for r in rs),
+                "tar": tar(rs),
+                "alpha": alpha(rs),
+            }
+            for src, rs in sorted(by.items())
+        },
+    }
 
 
 def schedule(rounds: Sequence[dict]) -> dict | None:
@@ -123,11 +136,22 @@ def schedule(rounds: Sequence[dict]) -> dict | None:
     calibration = []
     for b, v in sorted(bins.items()):
         predicted, observed = statistics.fmean(a for a, _ in v), statistics.fmean(o for _, o in v)
-        calibration.append({"bin": f"{b / 10:.1f}-{(b + 1) / 10:.1f}", "positions": len(v), "predicted": predicted,
-                            "observed": observed, "gap": predicted - observed})
+        calibration.append(
+            {
+                "bin": f"{b / 10:.1f}-{(b + 1) / 10:.1f}",
+                "positions": len(v),
+                "predicted": predicted,
+                "observed": observed,
+                "gap": predicted - observed,
+            }
+        )
     proposed = sum(p["proposed"] for p in plans)
-    return {"k": dict(sorted(ks.items())), "verified_fraction": sum(p["k"] for p in plans) / proposed if proposed else None,
-            "paused_rounds": sum(p["paused"] for p in plans), "calibration": calibration}
+    return {
+        "k": dict(sorted(ks.items())),
+        "verified_fraction": sum(p["k"] for p in plans) / proposed if proposed else None,
+        "paused_rounds": sum(p["paused"] for p in plans),
+        "calibration": calibration,
+    }
 
 
 def per_suite(sd: Sequence[dict], ar: Sequence[dict]) -> dict[str, dict]:
@@ -137,8 +161,12 @@ def per_suite(sd: Sequence[dict], ar: Sequence[dict]) -> dict[str, dict]:
         mine = [r for r in sd if r["suite"] == suite]
         base = [r for r in ar if r["suite"] == suite]
         speed = tokens_per_s(mine)
-        out[suite] = {"prompts": len(mine), "tokens_per_s": speed, "tar": tar([x for r in mine for x in r.get("rounds", [])]),
-                      "speedup_vs_ar": speed / tokens_per_s(base) if base and tokens_per_s(base) else None}
+        out[suite] = {
+            "prompts": len(mine),
+            "tokens_per_s": speed,
+            "tar": tar([x for r in mine for x in r.get("rounds", [])]),
+            "speedup_vs_ar": speed / tokens_per_s(base) if base and tokens_per_s(base) else None,
+        }
     return out
 
 
@@ -170,9 +198,15 @@ def divergence(a: Sequence[dict], b: Sequence[dict]) -> dict:
         other = tokens_b.get(g["prompt_id"])
         if other is None or other == g["tokens"]:
             continue
-        first.append(next((i for i, (x, y) in enumerate(zip(g["tokens"], other)) if x != y),
-                          min(len(g["tokens"]), len(other))))
+        first.append(
+            next((i for i, (x, y) in enumerate(zip(g["tokens"], other)) if x != y), min(len(g["tokens"]), len(other)))
+        )
     if not first:
         return {"prompts_differing": 0, "first": []}
-    return {"prompts_differing": len(first), "first": sorted(first), "first_min": min(first),
-            "first_median": statistics.median(first), "first_max": max(first)}
+    return {
+        "prompts_differing": len(first),
+        "first": sorted(first),
+        "first_min": min(first),
+        "first_median": statistics.median(first),
+        "first_max": max(first),
+    }

@@ -7,7 +7,10 @@ from pathlib import Path
 
 
 def cache_dir(*parts: str) -> Path:
-    root = os.environ.get("DRAFTWISE_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "draftwise"
+    root = (
+        os.environ.get("DRAFTWISE_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "draftwise"
+    )
     path = Path(root, *parts)
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -34,8 +34,10 @@ def read_records(path: Path) -> list[dict]:
         except json.JSONDecodeError:
             if i == len(lines) - 1:
                 break
-            raise DraftwiseError(f"{path}: line {i + 1} is not a JSON record (the folder is corrupt, not merely "
-                                 "interrupted): repair or delete that line, or start over with another --out") from None
+            raise DraftwiseError(
+                f"{path}: line {i + 1} is not a JSON record (the folder is corrupt, not merely "
+                "interrupted): repair or delete that line, or start over with another --out"
+            ) from None
     return out
 
 
@@ -48,8 +50,10 @@ class RunDir:
         if saved.exists():
             old, new = _with_defaults(_read_config(saved), config), json.loads(json.dumps(cfg.to_dict(config)))
             if old.get("stage") != new["stage"]:
-                raise DraftwiseError(f"{self.path} holds a {old['stage']} run, not a {new['stage']} one: use another "
-                                     "--out, or delete the folder to start over")
+                raise DraftwiseError(
+                    f"{self.path} holds a {old['stage']} run, not a {new['stage']} one: use another "
+                    "--out, or delete the folder to start over"
+                )
             if old != new:
                 changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
                 raise DraftwiseError(
@@ -94,8 +98,11 @@ def _make_folder(path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         file = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
-        raise DraftwiseError(f"--out {path}: {file} is a file, not a folder" if file is not None
-                             else f"--out {path}: cannot create the run folder ({e.strerror or e})") from None
+        raise DraftwiseError(
+            f"--out {path}: {file} is a file, not a folder"
+            if file is not None
+            else f"--out {path}: cannot create the run folder ({e.strerror or e})"
+        ) from None
 
 
 def _read_config(saved: Path) -> dict:

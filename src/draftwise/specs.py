@@ -42,11 +42,15 @@ def check(config: BenchConfig) -> None:
     """Refuse, in one line, a bench its drafter's kind cannot run (the stage calls this before its run folder)."""
     kind = drafter_kind(config.drafter) if config.drafter else None
     if "llama-cpp-lookup" in config.baselines and kind != "lookup":
-        raise DraftwiseError("baseline llama-cpp-lookup runs the point's lookup drafter inside llama-cpp-python: "
-                             f"give an {' or '.join(lookup_names())} --drafter")
+        raise DraftwiseError(
+            "baseline llama-cpp-lookup runs the point's lookup drafter inside llama-cpp-python: "
+            f"give an {' or '.join(lookup_names())} --drafter"
+        )
     if kind not in (None, "model") and "hf-assisted" in config.baselines:
-        raise DraftwiseError(f"baseline hf-assisted needs a model drafter, not a {kind} drafter "
-                             "(transformers' own lookup is the baseline hf-prompt-lookup)")
+        raise DraftwiseError(
+            f"baseline hf-assisted needs a model drafter, not a {kind} drafter "
+            "(transformers' own lookup is the baseline hf-prompt-lookup)"
+        )
     family = family_of(config.drafter) if config.drafter else None
     if family is not None and not family.batched and config.batch_size > 1:
         raise DraftwiseError(f"{family.name} drafters run at batch size 1")

@@ -51,8 +51,15 @@ def machine(device: torch.device | str, dtype: str, engine: str) -> dict:
             name = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
         except (OSError, StopIteration):
             pass
-    return {"device": device.type, "device_name": name, "dtype": dtype, "engine": engine, "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "host_cpus": os.cpu_count()}
+    return {
+        "device": device.type,
+        "device_name": name,
+        "dtype": dtype,
+        "engine": engine,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "host_cpus": os.cpu_count(),
+    }
 
 
 def check_machine(records: list[dict], here: dict, folder) -> None:
@@ -63,13 +70,16 @@ def check_machine(records: list[dict], here: dict, folder) -> None:
         raise DraftwiseError(f"{folder} holds timings from another machine ({differ}): use another --out")
 
 
-def measure(fn: Callable[[], object], device: torch.device | str = "cpu", warmup: int = 3, repeats: int = 15) -> list[float]:
+def measure(
+    fn: Callable[[], object], device: torch.device | str = "cpu", warmup: int = 3, repeats: int = 15
+) -> list[float]:
     """Milliseconds of `repeats` calls of `fn`, after `warmup` untimed ones."""
     return measure_interleaved([fn], device, warmup, repeats)[0]
 
 
-def measure_interleaved(fns: list[Callable[[], object]], device: torch.device | str = "cpu", warmup: int = 3,
-                        repeats: int = 15) -> list[list[float]]:
+def measure_interleaved(
+    fns: list[Callable[[], object]], device: torch.device | str = "cpu", warmup: int = 3, repeats: int = 15
+) -> list[list[float]]:
     """Milliseconds of each function, called in turn within every repeat: machine drift then hits all alike, so
     ratios between them are trustworthy even when absolute times wander."""
     device = torch.device(device)

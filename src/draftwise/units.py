@@ -5,8 +5,18 @@ from __future__ import annotations
 
 from .errors import DraftwiseError
 
-_UNITS = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 1e3, "mb": 1e6,
-          "gb": 1e9}
+_UNITS = {
+    "k": 1e3,
+    "m": 1e6,
+    "b": 1e9,
+    "g": 1e9,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+}
 
 
 def parse_count(text: str) -> int:

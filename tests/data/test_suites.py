@@ -18,12 +18,30 @@ from draftwise.data import (
 from draftwise.errors import DraftwiseError
 
 EXPECTED_COUNTS = {
-    "spec_bench": 480, "mmlu": 285, "hellaswag": 500, "arena": 500, "cnn_dm": 100,
-    "xsum": 100, "alpaca": 80, "gsm8k": 80, "humaneval": 80,
+    "spec_bench": 480,
+    "mmlu": 285,
+    "hellaswag": 500,
+    "arena": 500,
+    "cnn_dm": 100,
+    "xsum": 100,
+    "alpaca": 80,
+    "gsm8k": 80,
+    "humaneval": 80,
 }
 SPEC_BENCH_CATEGORIES = {
-    "writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities",
-    "translation", "summarization", "qa", "math_reasoning", "rag",
+    "writing",
+    "roleplay",
+    "reasoning",
+    "math",
+    "coding",
+    "extraction",
+    "stem",
+    "humanities",
+    "translation",
+    "summarization",
+    "qa",
+    "math_reasoning",
+    "rag",
 }
 
 
@@ -155,8 +173,10 @@ def test_unknown_suite_lists_valid_names():
 def test_read_prompt_file_jsonl_prompt(tmp_path):
     f = tmp_path / "p.jsonl"
     f.write_text(
-        json.dumps({"prompt": "Hello there"}) + "\n\n"
-        + json.dumps({"prompt": "Line\u2028sep", "id": "q7", "category": "chat"}) + "\n",
+        json.dumps({"prompt": "Hello there"})
+        + "\n\n"
+        + json.dumps({"prompt": "Line\u2028sep", "id": "q7", "category": "chat"})
+        + "\n",
         encoding="utf-8",
     )
     a, b = read_prompt_file(f)

@@ -9,20 +9,19 @@ import numpy as np
 import pytest
 import torch
 
-from draftwise import cost
-from draftwise.config import DesignConfig
-from draftwise.errors import DraftwiseError
-from draftwise.sd.families import drafter_kind
-from draftwise import design
+from draftwise import cost, design
 from draftwise import stages as stage_modules
+from draftwise.config import DesignConfig
 from draftwise.design import build, estimate
-from draftwise.stages import agree, bench, distill, gen_data, prune  # noqa: F401  (loaded for monkeypatching)
 from draftwise.design.candidates import (
     Candidate,
     candidates,
     narrow_twin,
     self_speculative_layers,
 )
+from draftwise.errors import DraftwiseError
+from draftwise.sd.families import drafter_kind
+from draftwise.stages import agree, bench, distill, gen_data, prune  # noqa: F401  (loaded for monkeypatching)
 
 pytestmark = pytest.mark.slow  # end-to-end designs on a tiny target: the slow tier
 
@@ -78,12 +77,15 @@ def _expected_max_batch(memory: int, target: cost.Shape, drafter: cost.Shape, co
     return max(0, free // (target.kv_bytes(context, 1, 4) + drafter.kv_bytes(context, 1, 4)))
 
 
-def test_batch_dividend_skips_the_bench_when_not_even_one_sequence_fits(tiny_dir, tiny_drafter_dir, tmp_path,
-                                                                       monkeypatch):
+def test_batch_dividend_skips_the_bench_when_not_even_one_sequence_fits(
+    tiny_dir, tiny_drafter_dir, tmp_path, monkeypatch
+):
     target, drafter = _shape(tiny_dir), _shape(tiny_drafter_dir)
     memory = target.weight_bytes(4) + drafter.weight_bytes(4) - 1  # the weights alone do not fit
     p = design.Pipeline(DesignConfig(target=tiny_dir, memory=str(memory), context=64), tmp_path / "design")
-    monkeypatch.setattr(stage_modules.bench, "run", lambda *a, **k: pytest.fail("benchmarked a batch that does not fit"))
+    monkeypatch.setattr(
+        stage_modules.bench, "run", lambda *a, **k: pytest.fail("benchmarked a batch that does not fit")
+    )
     cands = [Candidate("wide-L1", "wide-shallow", drafter)]
     design.batch_dividend(p, target, {"wide-L1": tiny_drafter_dir}, cands)
     record = p.done["max-batch-wide-L1"]
@@ -104,9 +106,24 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     context = 64
     per_seq = max(target.kv_bytes(context) + s.kv_bytes(context) for s in trained)
     memory = target.weight_bytes() + max(s.weight_bytes() for s in trained) + 3 * per_seq  # ≥ 3 sequences fit
-    config = DesignConfig(target=tiny_dir, minutes=0.3, plan=False, wide_layers=(1,), narrow_factor=2, bench_limit=3, refine_limit=2,
-                          headline_limit=2, tune_prompts=6, max_new_tokens=8, accuracy_items=3, draft_vocabs=(32, 16),
-                          memory=str(memory), context=context, batch_cap=2, threads=1)
+    config = DesignConfig(
+        target=tiny_dir,
+        minutes=0.3,
+        plan=False,
+        wide_layers=(1,),
+        narrow_factor=2,
+        bench_limit=3,
+        refine_limit=2,
+        headline_limit=2,
+        tune_prompts=6,
+        max_new_tokens=8,
+        accuracy_items=3,
+        draft_vocabs=(32, 16),
+        memory=str(memory),
+        context=context,
+        batch_cap=2,
+        threads=1,
+    )
     out = tmp_path / "design"
 
     agree_run = stage_modules.agree.run
@@ -123,12 +140,21 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     appended = [json.loads(line)["stage"] for line in (out / "records.jsonl").read_text().splitlines()]
     assert "agree-wide-L1" in appended and "distill-narrow-L2" not in appended  # its item never returned ...
     finished = set(design.Pipeline(config, out).done)  # ... but its finished stages are found in their folders
-    assert {"gen-data", "prune-wide-L1", "distill-wide-L1", "agree-wide-L1", "prune-narrow-L2", "distill-narrow-L2"} <= finished
+    assert {
+        "gen-data",
+        "prune-wide-L1",
+        "distill-wide-L1",
+        "agree-wide-L1",
+        "prune-narrow-L2",
+        "distill-narrow-L2",
+    } <= finished
 
     calls = []
     for stage in (stage_modules.gen_data, stage_modules.prune, stage_modules.distill):
         original = stage.run
-        monkeypatch.setattr(stage, "run", lambda c, f, *a, _o=original, **k: (calls.append(Path(f).name), _o(c, f, *a, **k))[1])
+        monkeypatch.setattr(
+            stage, "run", lambda c, f, *a, _o=original, **k: (calls.append(Path(f).name), _o(c, f, *a, **k))[1]
+        )
     design.run(config, out)
     assert not set(calls) & finished  # nothing finished before the kill was redone
 
@@ -141,9 +167,19 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     assert chosen == decision["leader"] if not decision["tie"] else chosen in decision["tie"]
     assert all(lo <= pt <= hi for pt, lo, hi in decision["speedup"].values())  # the intervals are kept
     report = (out / "report.md").read_text()
-    for section in ("Headline", "TAR and speedup per task", "The chosen drafter per task and temperature", "Model drafters",
-                    "Lookup drafters", "The suffix corpus", "Wide-shallow vs deep-narrow", "Batch dividend",
-                    "Where the time goes", "Accuracy sanity check", "Export"):
+    for section in (
+        "Headline",
+        "TAR and speedup per task",
+        "The chosen drafter per task and temperature",
+        "Model drafters",
+        "Lookup drafters",
+        "The suffix corpus",
+        "Wide-shallow vs deep-narrow",
+        "Batch dividend",
+        "Where the time goes",
+        "Accuracy sanity check",
+        "Export",
+    ):
         assert section in report
     assert "Capped at batch_cap = 2" in report
     # the scheduled lookups: calibrated on the target's text, measured in their static points, decided alike
@@ -167,23 +203,29 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
         assert summary["sd"]["tokens_per_s"] > 0 and summary["ar"]["tokens_per_s"] > 0
     # one verdict per engine: the lean engine's, lean-int8's, and llama.cpp's on an f32 GGUF of the (HF-dir) target
     row = next(r for r in records if r["stage"] == "verdict@llama.cpp-F32")
-    assert [r["stage"] for r in records if r["stage"].startswith("verdict@")] == ["verdict@lean-int8",
-                                                                                 "verdict@llama.cpp-F32"]
+    assert [r["stage"] for r in records if r["stage"].startswith("verdict@")] == [
+        "verdict@lean-int8",
+        "verdict@llama.cpp-F32",
+    ]
     int8 = next(r for r in records if r["stage"] == "verdict@lean-int8")
     assert int8["identical"] == 1.0 and int8["builtins"] == {}  # int8 greedy SD reproduces int8 AR, bit for bit
     assert row["recommend"] == (row["speedup"][1] > 1.0) and row["quant"] == "F32" and not row["shipped"]
     assert {"llama-server", "llama-server:--spec-default"} <= set(row["builtins"])
     assert row["identical"] == 1.0  # greedy SD on llama.cpp at f32 reproduces its AR
     assert {"ngram+scheduled", "suffix+scheduled"} <= set(row["candidates"])  # priced by that engine's verify curve
-    grid = [json.loads(line) for line in (out / "stages" / "bench-select@llama.cpp-F32" / "records.jsonl").read_text()
-            .splitlines()]
+    grid = [
+        json.loads(line)
+        for line in (out / "stages" / "bench-select@llama.cpp-F32" / "records.jsonl").read_text().splitlines()
+    ]
     prompts = {r["prompt_id"] for r in grid}
     for method in ("ar", "llama-cpp", "llama-server", "llama-server:--spec-type ngram-mod"):  # all on the same prompts
         assert {r["prompt_id"] for r in grid if r["method"] == method} == prompts
     table = report.split("## Per runtime")[1].split("\n\n")[1].splitlines()
-    assert [line.split("|")[1].strip() for line in table[2:]] == ["draftwise lean (fp32)",
-                                                                   "lean-int8 (requantized: a lossy choice)",
-                                                                   "llama.cpp-F32 (an F32 copy)"]
+    assert [line.split("|")[1].strip() for line in table[2:]] == [
+        "draftwise lean (fp32)",
+        "lean-int8 (requantized: a lossy choice)",
+        "llama.cpp-F32 (an F32 copy)",
+    ]
     # the design's answer: every runtime's plain decoding and each row's choice in one grid, against the fastest plain
     final = next(r for r in records if r["stage"] == "fastest")
     plain = {n for n, o in final["options"].items() if o["plain"]}
@@ -200,8 +242,18 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     assert (out / "export" / "README.md").read_text().startswith("# What to run on this machine")
     engine_readme = (out / "export" / "engines" / "llama.cpp-F32" / "README.md").read_text()
     assert "llama-server -m target-f32.gguf" in engine_readme and "measured here" in engine_readme
-    for png in ("tar_per_task", "speedup_per_task", "tokens_per_s", "predicted_vs_measured", "kv_footprint",
-                "accuracy_vs_tar", "verify_vs_gamma", "step_vs_layers", "latency_vs_width", "verify_per_engine"):
+    for png in (
+        "tar_per_task",
+        "speedup_per_task",
+        "tokens_per_s",
+        "predicted_vs_measured",
+        "kv_footprint",
+        "accuracy_vs_tar",
+        "verify_vs_gamma",
+        "step_vs_layers",
+        "latency_vs_width",
+        "verify_per_engine",
+    ):
         assert (out / "plots" / f"{png}.png").exists()
     assert "data:image/png;base64," in (out / "report.html").read_text()
     from draftwise.cli import main
@@ -214,7 +266,9 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     headline = json.loads((out / "stages" / "bench-headline" / "summary.json").read_text())
     assert headline["methods"]["sd"]["identical_to_ar"] == 1.0  # greedy SD stays lossless inside the pipeline
     verdict = next(r for r in records if r["stage"] == "verdict")
-    assert report.startswith("# draftwise design") and report.split("\n## ")[1].startswith("Verdict")  # the verdict first
+    assert report.startswith("# draftwise design") and report.split("\n## ")[1].startswith(
+        "Verdict"
+    )  # the verdict first
     where = out / "export" if verdict["recommend"] else out / "export" / f"not-recommended-{chosen}"
     if not verdict["recommend"]:
         assert "not recommended" in (out / "export" / "README.md").read_text()
@@ -242,16 +296,33 @@ def decision_spec(records: list[dict], name: str) -> str:
 def test_batched_bench_runs_at_the_gamma_predicted_for_its_batch(tiny_dir, tmp_path):
     """The profile covers each trained candidate's feasible batch, and the batched bench uses γ* predicted there."""
     target = _shape(tiny_dir)
-    config = DesignConfig(target=tiny_dir, minutes=0.2, plan=False, wide_layers=(1,), narrow_factor=2, bench_limit=2, refine_limit=2,
-                          headline_limit=2, max_new_tokens=6, accuracy_items=2, draft_vocabs=(32,), adaptive=True,
-                          context=32, batch_cap=3, lookups=False,
-                          memory=str(10 * target.weight_bytes() + 100 * target.kv_bytes(32)), threads=1)
+    config = DesignConfig(
+        target=tiny_dir,
+        minutes=0.2,
+        plan=False,
+        wide_layers=(1,),
+        narrow_factor=2,
+        bench_limit=2,
+        refine_limit=2,
+        headline_limit=2,
+        max_new_tokens=6,
+        accuracy_items=2,
+        draft_vocabs=(32,),
+        adaptive=True,
+        context=32,
+        batch_cap=3,
+        lookups=False,
+        memory=str(10 * target.weight_bytes() + 100 * target.kv_bytes(32)),
+        threads=1,
+    )
     out = design.run(config, tmp_path / "d")
     p = design.Pipeline(config, out)
     profiled = json.loads((out / "stages" / "profile" / "profile.json").read_text())["batches"]
     assert set(profiled) == {"1", "3"}
     for name in ("wide-L1", "narrow-L2"):
-        pred = estimate.predicted(p, build.spec_of(p, next(c for c in candidates(target, (1,), 2) if c.name == name)), name, 3)
+        pred = estimate.predicted(
+            p, build.spec_of(p, next(c for c in candidates(target, (1,), 2) if c.name == name)), name, 3
+        )
         assert pred and p.done[f"bench-{name}-batch"]["gamma"] == max(pred, key=pred.get)
     # model drafters only: no lookup stages; the chosen model drafter's reduced heads and adaptive lookahead were tried
     assert not {"agree-lookup", "tune-lookup", "suffix-index"} & set(p.done)
@@ -261,8 +332,13 @@ def test_batched_bench_runs_at_the_gamma_predicted_for_its_batch(tiny_dir, tmp_p
         assert len(list((out / "export").glob("**/drafter-reduced-vocab/draft_vocab.json"))) == 1
 
 
-def fake_grid(speedups: dict[str, float], prompts: int = 12, noise: float = 0.02, steps: dict[str, float] | None = None,
-              scheduled: dict[str, float] | None = None):
+def fake_grid(
+    speedups: dict[str, float],
+    prompts: int = 12,
+    noise: float = 0.02,
+    steps: dict[str, float] | None = None,
+    scheduled: dict[str, float] | None = None,
+):
     """A `bench_grid.run` that writes the records and grid.json a measurement would: per prompt, each drafter spec runs
     at `speedups[spec]` × AR's speed (× 1 ± noise, seeded), AR at 30 tokens/s; at larger γ a little faster. A point
     the grid schedules also runs the scheduled method, at `scheduled[spec]` × AR."""
@@ -279,12 +355,28 @@ def fake_grid(speedups: dict[str, float], prompts: int = 12, noise: float = 0.02
                 records.append({**base, "drafter": x.drafter, "gamma": x.gamma, "method": "sd", "seconds": 60 / speed})
                 if x.schedule:
                     speed = 30 * (scheduled[x.drafter] + 0.01 * x.gamma) * (1 + rng.uniform(-noise, noise))
-                    records.append({**base, "drafter": x.drafter, "gamma": x.gamma, "method": "sd-scheduled",
-                                    "seconds": 60 / speed})
+                    records.append(
+                        {
+                            **base,
+                            "drafter": x.drafter,
+                            "gamma": x.gamma,
+                            "method": "sd-scheduled",
+                            "seconds": 60 / speed,
+                        }
+                    )
         for x in (x for x in grid.points() if x.drafter):
-            points.append({"drafter": x.drafter, "gamma": x.gamma, "temperature": 0.0, "tar": 1.0 + speedups[x.drafter],
-                           "tokens_per_s": 30 * speedups[x.drafter], "draft_step_ms": (steps or {}).get(x.drafter, 0.05 if "ngram" in x.drafter else 4.0),
-                           "ar_step_ms": 1000 / 30, "speedup_vs_ar": speedups[x.drafter]})
+            points.append(
+                {
+                    "drafter": x.drafter,
+                    "gamma": x.gamma,
+                    "temperature": 0.0,
+                    "tar": 1.0 + speedups[x.drafter],
+                    "tokens_per_s": 30 * speedups[x.drafter],
+                    "draft_step_ms": (steps or {}).get(x.drafter, 0.05 if "ngram" in x.drafter else 4.0),
+                    "ar_step_ms": 1000 / 30,
+                    "speedup_vs_ar": speedups[x.drafter],
+                }
+            )
         (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         (folder / "grid.json").write_text(json.dumps({"points": points}))
         return folder
@@ -297,10 +389,15 @@ def test_design_picks_a_lookup_drafter_when_it_measures_faster(tiny_dir, tmp_pat
     from draftwise.design import measure
 
     specs = {"wide-L1": "runs/distill-wide-L1", "narrow-L2": "runs/distill-narrow-L2", "ngram": "ngram:max=4"}
-    monkeypatch.setattr(measure.bench_grid, "run", fake_grid({specs["wide-L1"]: 1.0, specs["narrow-L2"]: 0.85,
-                                                               specs["ngram"]: lookup_speedup}))
+    monkeypatch.setattr(
+        measure.bench_grid,
+        "run",
+        fake_grid({specs["wide-L1"]: 1.0, specs["narrow-L2"]: 0.85, specs["ngram"]: lookup_speedup}),
+    )
     p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
-    name, gamma = measure.select(p, specs, {"wide-L1": 2, "narrow-L2": 1, "ngram": 4}, {"wide-L1": 100, "narrow-L2": 100})
+    name, gamma = measure.select(
+        p, specs, {"wide-L1": 2, "narrow-L2": 1, "ngram": 4}, {"wide-L1": 100, "narrow-L2": 100}
+    )
     decision = p.done["select-drafter"]
     assert name == chosen == decision["leader"] and not decision["tie"] and decision["passes"] == 1
     pt, lo, hi = decision["speedup"]["ngram"]
@@ -318,8 +415,11 @@ def test_a_tie_within_noise_goes_to_the_cheaper_step(tiny_dir, tmp_path, monkeyp
     from draftwise.design import measure
 
     specs = {"suffix": "suffix,factor=2", "ngram": "ngram:max=4", "wide-L2": "runs/distill-wide-L2"}
-    monkeypatch.setattr(measure.bench_grid, "run", fake_grid({specs["suffix"]: 1.20, specs["ngram"]: 1.20,
-                                                               specs["wide-L2"]: 0.85}, noise=0.05))
+    monkeypatch.setattr(
+        measure.bench_grid,
+        "run",
+        fake_grid({specs["suffix"]: 1.20, specs["ngram"]: 1.20, specs["wide-L2"]: 0.85}, noise=0.05),
+    )
     p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
     name, _ = measure.select(p, specs, {"suffix": 2, "ngram": 2, "wide-L2": 1}, {"wide-L2": 100})
     decision = p.done["select-drafter"]
@@ -334,8 +434,11 @@ def test_lookups_whose_steps_differ_by_microseconds_tie_on_cost(tiny_dir, tmp_pa
     from draftwise.design import measure
 
     specs = {"suffix": "suffix,factor=2", "ngram": "ngram:max=4"}
-    monkeypatch.setattr(measure.bench_grid, "run", fake_grid({specs["suffix"]: 1.23, specs["ngram"]: 1.20}, noise=0.08,
-                                                             steps={specs["suffix"]: 0.1}))
+    monkeypatch.setattr(
+        measure.bench_grid,
+        "run",
+        fake_grid({specs["suffix"]: 1.23, specs["ngram"]: 1.20}, noise=0.08, steps={specs["suffix"]: 0.1}),
+    )
     p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
     name, _ = measure.select(p, specs, {"suffix": 2, "ngram": 2}, {})
     decision = p.done["select-drafter"]
@@ -354,8 +457,9 @@ def test_a_scheduled_lookup_is_an_option_of_its_own(tiny_dir, tmp_path, monkeypa
     grid_run = fake_grid({specs["ngram"]: 1.2, specs["wide-L1"]: 0.9}, scheduled={specs["ngram"]: scheduled_speedup})
     monkeypatch.setattr(measure.bench_grid, "run", lambda g, f, e=None: (runs.append(g), grid_run(g, f, e))[1])
     p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
-    name, _ = measure.select(p, specs, {"ngram": 4, "wide-L1": 2, "ngram+scheduled": 4}, {"wide-L1": 100},
-                             {"ngram+scheduled": "ngram"})
+    name, _ = measure.select(
+        p, specs, {"ngram": 4, "wide-L1": 2, "ngram+scheduled": 4}, {"wide-L1": 100}, {"ngram+scheduled": "ngram"}
+    )
     decision = p.done["select-drafter"]
     assert name == chosen and set(decision["speedup"]) == set(specs)
     select = runs[0]
@@ -376,8 +480,10 @@ def test_paired_intervals_shrink_with_the_pairing():
     rng = np.random.default_rng(0)
     scale = rng.uniform(0.5, 2.0, 30)  # prompts differ by 4x in length
     ar = {f"p{i}": (100 * s, 4.0 * s) for i, s in enumerate(scale)}
-    options = {"a": {p: (t, sec / (1.20 * rng.uniform(0.99, 1.01))) for p, (t, sec) in ar.items()},
-               "b": {p: (t, sec / (1.10 * rng.uniform(0.99, 1.01))) for p, (t, sec) in ar.items()}}
+    options = {
+        "a": {p: (t, sec / (1.20 * rng.uniform(0.99, 1.01))) for p, (t, sec) in ar.items()},
+        "b": {p: (t, sec / (1.10 * rng.uniform(0.99, 1.01))) for p, (t, sec) in ar.items()},
+    }
     result = decide.compare(options, ar)
     assert result["leader"] == "a" and decide.tied(result) == ["a"]
     lo, hi = result["lead"]["b"]
@@ -386,8 +492,15 @@ def test_paired_intervals_shrink_with_the_pairing():
 
 
 def verdict_record(spec: str, recommend: bool, name: str = "suffix") -> dict:
-    return {"recommend": recommend, "drafter": name, "spec": spec, "gamma": 6, "speedup": [1.2, 1.1, 1.3] if recommend
-            else [0.9, 0.85, 0.95], "headline_speedup": 1.25, "per_task": {"arena": {"speedup_vs_ar": 1.3}}}
+    return {
+        "recommend": recommend,
+        "drafter": name,
+        "spec": spec,
+        "gamma": 6,
+        "speedup": [1.2, 1.1, 1.3] if recommend else [0.9, 0.85, 0.95],
+        "headline_speedup": 1.25,
+        "per_task": {"arena": {"speedup_vs_ar": 1.3}},
+    }
 
 
 def test_a_lookup_export_holds_no_machine_paths(tiny_dir, tmp_path):
@@ -402,41 +515,71 @@ def test_a_lookup_export_holds_no_machine_paths(tiny_dir, tmp_path):
     assert export.export(p, None, verdict_record(spec, True)) is None
     out = tmp_path / "d" / "export"
     vllm = json.loads((out / "vllm_speculative_config.json").read_text())
-    assert vllm == {"method": "suffix", "num_speculative_tokens": 6, "suffix_decoding_max_tree_depth": 32,
-                    "suffix_decoding_max_spec_factor": 2.0, "suffix_decoding_min_token_prob": 0.3}
+    assert vllm == {
+        "method": "suffix",
+        "num_speculative_tokens": 6,
+        "suffix_decoding_max_tree_depth": 32,
+        "suffix_decoding_max_spec_factor": 2.0,
+        "suffix_decoding_min_token_prob": 0.3,
+    }
     readme = (out / "README.md").read_text()
     assert readme.startswith("## The draftwise lean engine at fp32\n\n**Its verdict:** Deploy suffix")
     assert "1.20× plain decoding" in readme
     assert str(tmp_path) not in readme and "suffix:suffix-corpus,factor=2,min_prob=0.3" in readme
     assert (out / "suffix-corpus" / "suffix_corpus.safetensors").exists()
     assert all(str(tmp_path) not in f.read_text(errors="ignore") for f in out.rglob("*") if f.is_file())
-    assert export.vllm_lookup("ngram:min=2,max=5", 3) == {"method": "ngram", "num_speculative_tokens": 3,
-                                                          "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+    assert export.vllm_lookup("ngram:min=2,max=5", 3) == {
+        "method": "ngram",
+        "num_speculative_tokens": 3,
+        "prompt_lookup_min": 2,
+        "prompt_lookup_max": 5,
+    }
 
 
 def test_a_scheduled_lookup_exports_what_the_scheduler_loads_and_no_machine_path(tiny_dir, tmp_path):
     """export/schedule/ holds the verify curve and the calibration, loadable as `bench --schedule schedule
     --calibration schedule`; neither names a folder of the run (the profile's drafter entries are left out)."""
+    from draftwise.design import export
     from draftwise.sd import calibrate
     from draftwise.sd.schedule import VerifyCurve
-    from draftwise.design import export
 
     p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
     drafter = str(tmp_path / "d" / "stages" / "distill-wide-L1")
-    profile = {"machine": {"engine": "lean", "dtype": "fp32"}, "batches": {"1": {
-        "ar_step_ms": 20.0, "verify_ms": {"1": 22.0, "4": 30.0}, "verify_over_ar_step": {"1": 1.1, "4": 1.5},
-        "drafters": {drafter: {"step_ms": 3.0}}}}}
+    profile = {
+        "machine": {"engine": "lean", "dtype": "fp32"},
+        "batches": {
+            "1": {
+                "ar_step_ms": 20.0,
+                "verify_ms": {"1": 22.0, "4": 30.0},
+                "verify_over_ar_step": {"1": 1.1, "4": 1.5},
+                "drafters": {drafter: {"step_ms": 3.0}},
+            }
+        },
+    }
     table = {"own|p1|n2|g3": [10, 4.0]}
-    for stage, name, content in (("profile", "profile.json", profile), ("calibrate-lookup", calibrate.FILE, {
-            "drafters": {f"suffix:{tmp_path}/d/stages/suffix-index,factor=2": 4},
-            "temperatures": {"0": {"positions": 10, "counts": table}}})):
+    for stage, name, content in (
+        ("profile", "profile.json", profile),
+        (
+            "calibrate-lookup",
+            calibrate.FILE,
+            {
+                "drafters": {f"suffix:{tmp_path}/d/stages/suffix-index,factor=2": 4},
+                "temperatures": {"0": {"positions": 10, "counts": table}},
+            },
+        ),
+    ):
         p.folder(stage).mkdir(parents=True)
         (p.folder(stage) / name).write_text(json.dumps(content))
         p.add({"event": "done", "stage": stage, "folder": str(p.folder(stage))})
     export.export(p, None, {**verdict_record("ngram:min=1,max=4", True, "ngram+scheduled"), "method": "sd-scheduled"})
     out = tmp_path / "d" / "export"
-    assert VerifyCurve.from_profile(out / "schedule", 4, {"engine": "lean", "dtype": "fp32"}).ms == (20.0, 22.0, 24.0 + 2 / 3,
-                                                                                                27.0 + 1 / 3, 30.0)
+    assert VerifyCurve.from_profile(out / "schedule", 4, {"engine": "lean", "dtype": "fp32"}).ms == (
+        20.0,
+        22.0,
+        24.0 + 2 / 3,
+        27.0 + 1 / 3,
+        30.0,
+    )
     assert calibrate.load(out / "schedule", 0.0).counts == table
     readme = (out / "README.md").read_text()
     assert "--schedule schedule --calibration schedule" in readme and "(the verdict's method)" in readme
@@ -449,8 +592,8 @@ def test_an_export_that_lost_to_plain_decoding_says_so(tiny_dir, tmp_path):
     that says so; no snippet names a path of this machine."""
     from transformers import AutoModelForCausalLM
 
-    from draftwise.models import load
     from draftwise.design import export
+    from draftwise.models import load
 
     p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
     assert export.export(p, load(tiny_dir), verdict_record("layers:0,1", False, "first-2")) is not None
@@ -468,9 +611,23 @@ def test_an_export_that_lost_to_plain_decoding_says_so(tiny_dir, tmp_path):
 def test_tuned_lookup_settings_are_decided_with_intervals(tiny_dir, tmp_path):
     """In the end-to-end run above each method's settings are its paired decision over the replayed, priced settings:
     the leader, or the cheapest of a tie within noise."""
-    config = DesignConfig(target=tiny_dir, minutes=0.2, plan=False, wide_layers=(1,), narrow_factor=2, bench_limit=2, refine_limit=2,
-                          headline_limit=2, tune_prompts=4, max_new_tokens=6, accuracy_items=2, draft_vocabs=(),
-                          adaptive=False, memory="1", threads=1)
+    config = DesignConfig(
+        target=tiny_dir,
+        minutes=0.2,
+        plan=False,
+        wide_layers=(1,),
+        narrow_factor=2,
+        bench_limit=2,
+        refine_limit=2,
+        headline_limit=2,
+        tune_prompts=4,
+        max_new_tokens=6,
+        accuracy_items=2,
+        draft_vocabs=(),
+        adaptive=False,
+        memory="1",
+        threads=1,
+    )
     out = design.run(config, tmp_path / "d")
     tune = json.loads((out / "stages" / "tune-lookup" / "tune.json").read_text())
     done = design.Pipeline(config, out).done["tune-lookup"]
@@ -491,26 +648,58 @@ def synthetic_pipeline(tiny_dir, tmp_path, speedups: dict[str, list[float]], kin
     """Stage folders as a design run would leave them: the selection grid's points, its decision, profile, headline."""
     p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
     specs = {n: {"model": f"runs/distill-{n}", "lookup": "ngram:max=4"}[kinds[n]] for n in speedups}
-    points = [{"drafter": specs[n], "gamma": 2, "tar": 1.3, "ar_step_ms": 25.0, "by_suite": {"arena": {"speedup_vs_ar": s[0]}},
-               "methods": {"sd": {"tar": 1.3, "alpha": 0.3, "draft_step_ms": 5.0 if kinds[n] == "model" else 0.02, "draft_s": 0.5,
-                                  "proposal_lengths": {"2": 90, "0": 10}, "proposed_fraction": 0.9}}} for n, s in speedups.items()]
-    for stage, files in {"bench-select": {"grid.json": {"points": points}},
-                         "profile": {"profile.json": {"batches": {"1": {"verify_over_ar_step": {"1": 1.1, "2": 1.16}}}}},
-                         "bench-headline": {"summary.json": {"methods": {"sd": {"speedup_vs_ar": max(s[0] for s in speedups.values())}}}}}.items():
+    points = [
+        {
+            "drafter": specs[n],
+            "gamma": 2,
+            "tar": 1.3,
+            "ar_step_ms": 25.0,
+            "by_suite": {"arena": {"speedup_vs_ar": s[0]}},
+            "methods": {
+                "sd": {
+                    "tar": 1.3,
+                    "alpha": 0.3,
+                    "draft_step_ms": 5.0 if kinds[n] == "model" else 0.02,
+                    "draft_s": 0.5,
+                    "proposal_lengths": {"2": 90, "0": 10},
+                    "proposed_fraction": 0.9,
+                }
+            },
+        }
+        for n, s in speedups.items()
+    ]
+    for stage, files in {
+        "bench-select": {"grid.json": {"points": points}},
+        "profile": {"profile.json": {"batches": {"1": {"verify_over_ar_step": {"1": 1.1, "2": 1.16}}}}},
+        "bench-headline": {
+            "summary.json": {"methods": {"sd": {"speedup_vs_ar": max(s[0] for s in speedups.values())}}}
+        },
+    }.items():
         for name, obj in files.items():
             p.folder(stage).mkdir(parents=True, exist_ok=True)
             (p.folder(stage) / name).write_text(json.dumps(obj))
         p.add({"event": "done", "stage": stage, "folder": str(p.folder(stage)), "drafters": specs})
     leader = max(speedups, key=lambda n: speedups[n][0])
-    p.add({"event": "done", "stage": "select-drafter", "chosen": leader, "leader": leader, "speedup": speedups, "tie": []})
+    p.add(
+        {"event": "done", "stage": "select-drafter", "chosen": leader, "leader": leader, "speedup": speedups, "tie": []}
+    )
     return p
 
 
-@pytest.mark.parametrize("speedups,recommend", [
-    ({"wide-L2": [0.88, 0.84, 0.92], "ngram": [0.97, 0.93, 0.99]}, False),  # every candidate below AR: plain decoding
-    ({"wide-L2": [0.88, 0.84, 0.92], "ngram": [1.24, 1.15, 1.33]}, True),  # the lookup beats it beyond noise
-    ({"wide-L2": [0.88, 0.84, 0.92], "ngram": [1.03, 0.97, 1.09]}, False),  # above 1 only within noise: not a deploy
-])
+@pytest.mark.parametrize(
+    "speedups,recommend",
+    [
+        (
+            {"wide-L2": [0.88, 0.84, 0.92], "ngram": [0.97, 0.93, 0.99]},
+            False,
+        ),  # every candidate below AR: plain decoding
+        ({"wide-L2": [0.88, 0.84, 0.92], "ngram": [1.24, 1.15, 1.33]}, True),  # the lookup beats it beyond noise
+        (
+            {"wide-L2": [0.88, 0.84, 0.92], "ngram": [1.03, 0.97, 1.09]},
+            False,
+        ),  # above 1 only within noise: not a deploy
+    ],
+)
 def test_the_verdict_recommends_only_what_beats_plain_decoding(tiny_dir, tmp_path, speedups, recommend):
     from draftwise.design import verdict
 
@@ -549,25 +738,54 @@ def test_shapes_come_from_the_fitted_step_model():
 def test_a_tie_tells_one_story_in_headline_wide_vs_deep_and_export(tiny_dir, tmp_path):
     """Two trained drafters measured identically: the selection calls it a tie and takes the cheaper step, and the
     headline, the wide-vs-deep section and the export all name that drafter."""
-    config = DesignConfig(target=tiny_dir, minutes=0.2, plan=False, wide_layers=(1,), narrow_factor=2, bench_limit=3, refine_limit=2,
-                          headline_limit=2, max_new_tokens=6, accuracy_items=2, draft_vocabs=(), adaptive=False,
-                          lookups=False, memory="1", select_repeats=0, threads=1)
+    config = DesignConfig(
+        target=tiny_dir,
+        minutes=0.2,
+        plan=False,
+        wide_layers=(1,),
+        narrow_factor=2,
+        bench_limit=3,
+        refine_limit=2,
+        headline_limit=2,
+        max_new_tokens=6,
+        accuracy_items=2,
+        draft_vocabs=(),
+        adaptive=False,
+        lookups=False,
+        memory="1",
+        select_repeats=0,
+        threads=1,
+    )
     out = design.run(config, tmp_path / "d")
     # make the narrow drafter's timings exactly the wide one's, and forget everything decided from them
     folder = out / "stages" / "bench-select"
     specs = json.loads((out / "stages" / "bench-select" / "done.json").read_text())["drafters"]
     recs = [json.loads(line) for line in (folder / "records.jsonl").read_text().splitlines()]
     wide = {r["prompt_id"]: r for r in recs if r["drafter"] == specs["wide-L1"]}
-    recs = [{**r, "seconds": wide[r["prompt_id"]]["seconds"]} if r["drafter"] == specs["narrow-L2"] else r for r in recs]
+    recs = [
+        {**r, "seconds": wide[r["prompt_id"]]["seconds"]} if r["drafter"] == specs["narrow-L2"] else r for r in recs
+    ]
     (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    keep = [line for line in (out / "records.jsonl").read_text().splitlines()
-            if json.loads(line)["stage"] not in ("select-drafter",) and not json.loads(line)["stage"].startswith(
-                ("bench-select-", "bench-gamma", "select-gamma", "bench-temps", "bench-headline", "verdict"))]
+    keep = [
+        line
+        for line in (out / "records.jsonl").read_text().splitlines()
+        if json.loads(line)["stage"] not in ("select-drafter",)
+        and not json.loads(line)["stage"].startswith(
+            ("bench-select-", "bench-gamma", "select-gamma", "bench-temps", "bench-headline", "verdict")
+        )
+    ]
     (out / "records.jsonl").write_text("\n".join(keep) + "\n")
     import shutil
 
-    for name in ("select-drafter", "bench-gamma", "select-gamma", "bench-temps", "bench-headline", "verdict",
-                 "bench-select-repeat"):
+    for name in (
+        "select-drafter",
+        "bench-gamma",
+        "select-gamma",
+        "bench-temps",
+        "bench-headline",
+        "verdict",
+        "bench-select-repeat",
+    ):
         shutil.rmtree(out / "stages" / name, ignore_errors=True)
     shutil.rmtree(out / "export")
     design.run(config, out)
@@ -575,8 +793,13 @@ def test_a_tie_tells_one_story_in_headline_wide_vs_deep_and_export(tiny_dir, tmp
     decision = p.done["select-drafter"]
     chosen = decision["chosen"]
     cheaper = min(("wide-L1", "narrow-L2"), key=lambda n: tuple(decision["cost"][n]))
-    if {"wide-L1", "narrow-L2"} & {decision["leader"], *decision["tie"]}:  # in the tie, the pair's cheaper one beats its twin
-        assert {"wide-L1", "narrow-L2"} <= set(decision["tie"]) and chosen != ({"wide-L1", "narrow-L2"} - {cheaper}).pop()
+    if {"wide-L1", "narrow-L2"} & {
+        decision["leader"],
+        *decision["tie"],
+    }:  # in the tie, the pair's cheaper one beats its twin
+        assert {"wide-L1", "narrow-L2"} <= set(decision["tie"]) and chosen != (
+            {"wide-L1", "narrow-L2"} - {cheaper}
+        ).pop()
     report = (out / "report.md").read_text()
     assert f"Chosen drafter: {chosen} " in report  # the headline
     pair = next(line for line in report.splitlines() if " over " in line and "at equal non-embedding" in line)
@@ -597,8 +820,12 @@ def test_lookup_settings_tie_goes_to_the_cheaper_settings():
     def row(spec, gamma, factor, seed=0):  # per-prompt seconds with ±20 % noise of the option's own
         noise = torch.empty(12).uniform_(0.8, 1.2, generator=torch.Generator().manual_seed(seed)).tolist()
         settings = {"factor": 2.0, "min_prob": float(spec.rsplit("=", 1)[1])}
-        return {"spec": spec, "gamma": gamma, "settings": settings,
-                "per_prompt": {f"p{i}": (10, 0.08 * n * factor) for i, n in enumerate(noise)}}
+        return {
+            "spec": spec,
+            "gamma": gamma,
+            "settings": settings,
+            "per_prompt": {f"p{i}": (10, 0.08 * n * factor) for i, n in enumerate(noise)},
+        }
 
     a, b = row("suffix:x,factor=2,min_prob=0.1", 3, 1.0, seed=1), row("suffix:x,factor=2,min_prob=0.3", 2, 1.01, seed=2)
     chosen, record = choose_setting([a, b], docs, t_verify)
@@ -614,9 +841,23 @@ def test_lookup_settings_tie_goes_to_the_cheaper_settings():
 def test_design_runs_on_a_gemma3_target(tiny_gemma_dir, tmp_path):
     """Every stage on another family: the sweep's shapes, prune, gen-data, distill, agree, profile, lookups, benches,
     the verdict and the export, on a local/global Gemma 3."""
-    config = DesignConfig(target=tiny_gemma_dir, minutes=0.2, plan=False, wide_layers=(1,), narrow_factor=2, bench_limit=2,
-                          refine_limit=2, headline_limit=2, tune_prompts=4, max_new_tokens=6, accuracy_items=2,
-                          draft_vocabs=(32,), adaptive=False, memory="1", threads=1)
+    config = DesignConfig(
+        target=tiny_gemma_dir,
+        minutes=0.2,
+        plan=False,
+        wide_layers=(1,),
+        narrow_factor=2,
+        bench_limit=2,
+        refine_limit=2,
+        headline_limit=2,
+        tune_prompts=4,
+        max_new_tokens=6,
+        accuracy_items=2,
+        draft_vocabs=(32,),
+        adaptive=False,
+        memory="1",
+        threads=1,
+    )
     out = design.run(config, tmp_path / "d")
     done = design.Pipeline(config, out).done
     assert {"sweep", "prune-wide-L1", "distill-narrow-L2", "profile", "bench-headline", "verdict"} <= set(done)

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from draftwise.config import DesignConfig
-from draftwise.errors import DraftwiseError
 from draftwise import design
+from draftwise.config import DesignConfig
 from draftwise.design import costs, plan
+from draftwise.errors import DraftwiseError
 
 STEP_S = 0.0257  # the default target's AR step on a 2-core CPU
 
@@ -17,6 +17,7 @@ STEP_S = 0.0257  # the default target's AR step on a 2-core CPU
 def _total(config: DesignConfig, outline: costs.Outline, step_s: float = STEP_S):
     def total(s: plan.Sizes) -> float:
         return sum(i.count * (i.steps * step_s + costs.STAGE_S + i.exact_s) for i in costs.items(outline, s, config))
+
     return total
 
 
@@ -58,19 +59,42 @@ def test_solve_drops_only_what_it_must_and_fills_the_budget():
 
 
 def test_kind_of_names_every_stage_a_design_writes():
-    for name, kind in {"sweep": "sweep", "gen-data-more": "gen-data-more", "prune-wide-L2": "prune",
-                       "distill-narrow-L8": "distill", "agree-self-spec": "agree", "agree-lookup": "agree-lookup",
-                       "corpus-gain": "tune", "calibrate-lookup": "calibrate", "bench-select-repeat-2": "bench-select-repeat",
-                       "bench-wide-L2-batch": "bench-batch", "profile@llama.cpp-Q4_1": "profile@",
-                       "bench-select@llama.cpp-F32": "bench-select@", "bench-vocab": "reduced-heads",
-                       "select-drafter": None, "verdict@llama.cpp-Q8_0": None, "max-batch-wide-L2": None}.items():
+    for name, kind in {
+        "sweep": "sweep",
+        "gen-data-more": "gen-data-more",
+        "prune-wide-L2": "prune",
+        "distill-narrow-L8": "distill",
+        "agree-self-spec": "agree",
+        "agree-lookup": "agree-lookup",
+        "corpus-gain": "tune",
+        "calibrate-lookup": "calibrate",
+        "bench-select-repeat-2": "bench-select-repeat",
+        "bench-wide-L2-batch": "bench-batch",
+        "profile@llama.cpp-Q4_1": "profile@",
+        "bench-select@llama.cpp-F32": "bench-select@",
+        "bench-vocab": "reduced-heads",
+        "select-drafter": None,
+        "verdict@llama.cpp-Q8_0": None,
+        "max-batch-wide-L2": None,
+    }.items():
         assert costs.kind_of(name) == kind, name
 
 
 def _config(tiny_dir, minutes: float) -> DesignConfig:
-    return DesignConfig(target=tiny_dir, minutes=minutes, wide_layers=(1,), narrow_factor=2, bench_limit=3,
-                        refine_limit=2, headline_limit=2, tune_prompts=6, max_new_tokens=8, accuracy_items=3,
-                        rows=("lean",), threads=1)
+    return DesignConfig(
+        target=tiny_dir,
+        minutes=minutes,
+        wide_layers=(1,),
+        narrow_factor=2,
+        bench_limit=3,
+        refine_limit=2,
+        headline_limit=2,
+        tune_prompts=6,
+        max_new_tokens=8,
+        accuracy_items=3,
+        rows=("lean",),
+        threads=1,
+    )
 
 
 def test_a_budget_too_small_is_refused_before_any_stage_with_the_smallest_that_fits(tiny_dir, tmp_path):
@@ -123,8 +147,10 @@ def test_a_planned_design_killed_and_resumed_reuses_its_plans(tiny_dir, tmp_path
     assert "## Time budget" in report and "Left out by the budget: " in report and "nothing." not in report
     sections = {s.split("\n", 1)[0]: s.split("\n", 1)[1].strip() for s in report.split("\n## ")[1:]}
     left_out = "Not measured: the time budget left it out (see *Time budget*)."
-    for stage, title in (("accuracy", "Accuracy sanity check: task accuracy vs TAR"),
-                         ("bench-headline", "Headline (spec_bench eval mix, T=0)")):
+    for stage, title in (
+        ("accuracy", "Accuracy sanity check: task accuracy vs TAR"),
+        ("bench-headline", "Headline (spec_bench eval mix, T=0)"),
+    ):
         if stage not in stages:  # a section whose stage the budget left out says so and shows nothing else
             assert sections[title] == left_out, sections[title]
     assert (out / "plots" / "time_budget.png").exists()

@@ -9,16 +9,18 @@ from types import SimpleNamespace
 import pytest
 
 from draftwise.config import DesignConfig
+from draftwise.design import rows
 from draftwise.errors import DraftwiseError
 from draftwise.models.source import default_gguf
-from draftwise.design import rows
 
 
 def test_a_gguf_target_gets_its_own_file_then_each_requested_precision():
     planned = rows.planned(DesignConfig(target="default", gguf_quants=("q8_0",)))
-    assert [(r.name, r.shipped, r.drafter_quant) for r in planned] == [("lean-int8", False, "f32"),
-                                                                    ("llama.cpp-Q4_1", True, "q8_0"),
-                                                                    ("llama.cpp-Q8_0", False, "q8_0")]
+    assert [(r.name, r.shipped, r.drafter_quant) for r in planned] == [
+        ("lean-int8", False, "f32"),
+        ("llama.cpp-Q4_1", True, "q8_0"),
+        ("llama.cpp-Q8_0", False, "q8_0"),
+    ]
     assert (planned[0].backend, planned[0].dtype, planned[0].target) == ("lean", "int8", "default")
     assert planned[1].target == str(default_gguf())
     assert [rows.quality_runtime(r) for r in planned] == ["lean:int8", "llama.cpp", "llama.cpp:q8_0"]
@@ -44,10 +46,14 @@ def test_engines_need_lean_and_gguf_quants_need_llama_cpp():
 
 
 def test_nearest_builtins_carry_the_draftwise_settings(tiny_dir):
-    assert rows.nearest_builtin("ngram:min=1,max=3", 2, tiny_dir, "f32") == \
-        "--spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 2"
-    assert rows.nearest_builtin("suffix:somewhere,factor=2", 4, tiny_dir, "f32") == \
-        "--spec-type ngram-cache --spec-draft-n-max 4"
+    assert (
+        rows.nearest_builtin("ngram:min=1,max=3", 2, tiny_dir, "f32")
+        == "--spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 2"
+    )
+    assert (
+        rows.nearest_builtin("suffix:somewhere,factor=2", 4, tiny_dir, "f32")
+        == "--spec-type ngram-cache --spec-draft-n-max 4"
+    )
     model = shlex.split(rows.nearest_builtin("layers:0,1", 3, tiny_dir, "f32"))
     assert model[:2] == ["--spec-type", "draft-simple"] and model[-2:] == ["--spec-draft-n-max", "3"]
     assert model[model.index("-md") + 1].endswith(".gguf")

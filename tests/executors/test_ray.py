@@ -14,8 +14,8 @@ from draftwise.executors import InProcess  # noqa: E402
 from draftwise.executors.ray import RayExecutor  # noqa: E402
 from draftwise.stages import bench_grid, sweep  # noqa: E402
 
-
 pytestmark = pytest.mark.slow  # a local Ray cluster: the slow tier
+
 
 @pytest.fixture(scope="module")
 def cluster():
@@ -61,8 +61,20 @@ class KillingExecutor(RayExecutor):
 
 
 def sweep_config(tiny_dir):
-    return SweepConfig(target=tiny_dir, budget="20k", layers=(1, 2), widths=(16,), width_depth=1, truncations=(1,),
-                       context=16, memory="1GiB", batches=(1,), warmup=0, repeats=2, threads=1)
+    return SweepConfig(
+        target=tiny_dir,
+        budget="20k",
+        layers=(1, 2),
+        widths=(16,),
+        width_depth=1,
+        truncations=(1,),
+        context=16,
+        memory="1GiB",
+        batches=(1,),
+        warmup=0,
+        repeats=2,
+        threads=1,
+    )
 
 
 def test_ray_sweep_gives_the_in_process_records_and_survives_a_killed_task(cluster, tiny_dir, tmp_path):
@@ -79,8 +91,16 @@ def test_ray_sweep_gives_the_in_process_records_and_survives_a_killed_task(clust
 
 
 def test_ray_bench_grid_gives_the_in_process_records(cluster, tiny_dir, tmp_path):
-    base = BenchConfig(target=tiny_dir, drafter="layers:0", suite="spec_bench", limit=3, max_new_tokens=8,
-                       baselines=("ar",), warmup=0, threads=1)
+    base = BenchConfig(
+        target=tiny_dir,
+        drafter="layers:0",
+        suite="spec_bench",
+        limit=3,
+        max_new_tokens=8,
+        baselines=("ar",),
+        warmup=0,
+        threads=1,
+    )
     grid = BenchGridConfig(bench=base, drafters=("layers:0", "layers:0,2"), gammas=(1, 3), batch_sizes=(1, 2))
     here = bench_grid.run(grid, tmp_path / "here", InProcess())
     there = bench_grid.run(grid, tmp_path / "ray", KillingExecutor(tmp_path / "killed", victim_index=3))
@@ -105,12 +125,26 @@ def test_ray_executor_closes_only_the_ray_it_started(cluster):
 
 
 def test_ray_design_runs_each_candidate_as_a_task(cluster, tiny_dir, tmp_path):
-    from draftwise.config import DesignConfig
     from draftwise import design
+    from draftwise.config import DesignConfig
 
-    config = DesignConfig(target=tiny_dir, minutes=0.2, plan=False, wide_layers=(1,), narrow_factor=2, bench_limit=2, headline_limit=2,
-                          max_new_tokens=6, accuracy_items=2, draft_vocabs=(16,), adaptive=False, memory="1GiB",
-                          context=32, batch_cap=2, threads=1)
+    config = DesignConfig(
+        target=tiny_dir,
+        minutes=0.2,
+        plan=False,
+        wide_layers=(1,),
+        narrow_factor=2,
+        bench_limit=2,
+        headline_limit=2,
+        max_new_tokens=6,
+        accuracy_items=2,
+        draft_vocabs=(16,),
+        adaptive=False,
+        memory="1GiB",
+        context=32,
+        batch_cap=2,
+        threads=1,
+    )
     out = design.run(config, tmp_path / "d", cluster)
     stages = [json.loads(line)["stage"] for line in (out / "records.jsonl").read_text().splitlines()]
     assert len(stages) == len(set(stages))  # each stage recorded once

@@ -7,8 +7,8 @@ from pathlib import Path
 import gguf
 import pytest
 import torch
-from conftest import tiny_config, tiny_model, tiny_tokenizer, save_checkpoint
 
+from conftest import save_checkpoint, tiny_config, tiny_model, tiny_tokenizer
 from draftwise.cli import main
 from draftwise.errors import DraftwiseError
 from draftwise.models import llamacpp, load, load_drafter, read_weights
@@ -19,15 +19,31 @@ from draftwise.models.gguf_vocab import read_tokenizer
 SWA_4 = ["sliding_attention", "full_attention"] * 2
 CASES = {
     "llama": dict(kind="llama"),
-    "llama-untied-mha-bias": dict(kind="llama", tie_word_embeddings=False, num_key_value_heads=4, attention_bias=True,
-                                  mlp_bias=True),
+    "llama-untied-mha-bias": dict(
+        kind="llama", tie_word_embeddings=False, num_key_value_heads=4, attention_bias=True, mlp_bias=True
+    ),
     "llama-head-dim-16": dict(kind="llama", head_dim=16),
-    "llama3-rope": dict(kind="llama", rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
-                                                       "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                                       "original_max_position_embeddings": 32}),
+    "llama3-rope": dict(
+        kind="llama",
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 10000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32,
+        },
+    ),
     "linear-rope": dict(kind="llama", rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}),
-    "yarn-rope": dict(kind="llama", rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
-                                                     "original_max_position_embeddings": 64}),
+    "yarn-rope": dict(
+        kind="llama",
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    ),
     "mistral": dict(kind="mistral"),
     "qwen2-qkv-bias": dict(kind="qwen2", tie_word_embeddings=False),
     "qwen3-qk-norm": dict(kind="qwen3", tie_word_embeddings=False),
@@ -36,12 +52,22 @@ CASES = {
     # windows of 4 in a 12-token sequence, local and global layers, and query_pre_attn_scalar != head_dim (folded)
     "gemma2-local-global-scalar": dict(kind="gemma2", layers=4, query_pre_attn_scalar=16),
     "gemma2-global-only": dict(kind="gemma2", layer_types=["full_attention"] * 2),
-    "gemma3-local-global-two-ropes": dict(kind="gemma3_text", layers=4, layer_types=SWA_4, query_pre_attn_scalar=16,
-                                          rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
-                                                           "full_attention": {"rope_type": "linear", "rope_theta": 1e6,
-                                                                              "factor": 8.0}}),
-    "gemma3-untied": dict(kind="gemma3_text", layers=3, tie_word_embeddings=False,
-                          layer_types=["full_attention", "sliding_attention", "sliding_attention"]),
+    "gemma3-local-global-two-ropes": dict(
+        kind="gemma3_text",
+        layers=4,
+        layer_types=SWA_4,
+        query_pre_attn_scalar=16,
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
+        },
+    ),
+    "gemma3-untied": dict(
+        kind="gemma3_text",
+        layers=3,
+        tie_word_embeddings=False,
+        layer_types=["full_attention", "sliding_attention", "sliding_attention"],
+    ),
 }
 # llama.cpp's CPU GELU reads an fp16 table (ggml's GGML_GELU_FP16): the GeGLU families agree to ~1e-3, not 1e-6
 GELU_ATOL = 1e-2
@@ -155,8 +181,12 @@ def test_bpe_tokenizer_is_gpt2_with_merges_and_padding(tmp_path, exact):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     text = ["the cat sat on the mat", "a cat and a hat"] * 4
-    tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=300, special_tokens=["<eos>"],
-                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        text,
+        trainers.BpeTrainer(
+            vocab_size=300, special_tokens=["<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>")
     n = len(fast) + 5  # more embedding rows than tokens: the rest become unused [PAD{i}] tokens
     config = tiny_config(vocab=n, bos_token_id=None, eos_token_id=0, pad_token_id=None)
@@ -193,8 +223,7 @@ def test_copied_tokenizer_is_the_source_gguf_verbatim(tiny_dir, tiny_drafter_dir
 
 
 def test_windowed_llama_arch_exports_with_a_warning(tmp_path, capsys):
-    model = load(checkpoint(tmp_path, kind="qwen3", use_sliding_window=True, sliding_window=4,
-                                 max_window_layers=1))
+    model = load(checkpoint(tmp_path, kind="qwen3", use_sliding_window=True, sliding_window=4, max_window_layers=1))
     write_gguf(model.config, read_weights(model.path), model.tokenizer, tmp_path / "w.gguf")
     assert "no sliding window" in capsys.readouterr().err
 
@@ -214,11 +243,15 @@ def test_bad_inputs_are_refused_in_one_line(tiny_dir, tiny_drafter_dir, tiny_ggu
         "vocabulary incompatible": lambda: export(other, tmp_path / "x.gguf", target=tiny_dir),
         "a vocabulary of 100": lambda: export("random:layers=1,vocab=100", tmp_path / "x.gguf", target=tiny_dir),
         "model_type 'gpt2'": lambda: write_gguf(gpt2, {}, drafter.tokenizer, tmp_path / "x.gguf"),
-        "ties the LM head": lambda: write_gguf(gemma, tiny_model(gemma).state_dict(), drafter.tokenizer, tmp_path / "x.gguf"),
-        "have no place": lambda: write_gguf(drafter.config, {**state, "model.extra.weight": torch.zeros(2)},
-                                            drafter.tokenizer, tmp_path / "x.gguf"),
-        "has 64 tokens but the model has 40": lambda: write_gguf(tiny_config(vocab=40), read_weights(Path(other)), None,
-                                                                 tmp_path / "x.gguf", tokenizer_gguf=tiny_gguf),
+        "ties the LM head": lambda: write_gguf(
+            gemma, tiny_model(gemma).state_dict(), drafter.tokenizer, tmp_path / "x.gguf"
+        ),
+        "have no place": lambda: write_gguf(
+            drafter.config, {**state, "model.extra.weight": torch.zeros(2)}, drafter.tokenizer, tmp_path / "x.gguf"
+        ),
+        "has 64 tokens but the model has 40": lambda: write_gguf(
+            tiny_config(vocab=40), read_weights(Path(other)), None, tmp_path / "x.gguf", tokenizer_gguf=tiny_gguf
+        ),
         "model not found": lambda: export("no/such/dir", tmp_path / "x.gguf", target=tiny_dir),
     }
     for fragment, call in cases.items():

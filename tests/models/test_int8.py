@@ -4,13 +4,14 @@ tests/sd/test_int8_sd.py."""
 
 import pytest
 import torch
-from conftest import tiny_config, tiny_model
 
+from conftest import tiny_config, tiny_model
 from draftwise import specs
 from draftwise.errors import DraftwiseError
 from draftwise.models import ModelOptions, kernels, load, load_drafter
 from draftwise.models.int8 import Int8Weight, quantize_rows, reference_linear
 from draftwise.models.lean import LeanLM
+
 PATHS = [isa for isa in (1, 2) if isa <= kernels.int8_isa()]  # the C paths this CPU runs (2 VNNI, 1 AVX2)
 
 
@@ -112,11 +113,14 @@ def test_loading_at_int8(tiny_dir, tiny_drafter_dir):
     assert isinstance(specs.load("layers:0,3", target, options).model.lm.layers[1].wgu, Int8Weight)
 
 
-@pytest.mark.parametrize("options,message", [
-    (ModelOptions(dtype="int8", backend="transformers"), "precision of the lean engine, not of backend"),
-    (ModelOptions(dtype="int8", backend="llama.cpp"), "precision of the lean engine, not of backend"),
-    (ModelOptions(dtype="int4"), "unknown dtype 'int4'"),
-])
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (ModelOptions(dtype="int8", backend="transformers"), "precision of the lean engine, not of backend"),
+        (ModelOptions(dtype="int8", backend="llama.cpp"), "precision of the lean engine, not of backend"),
+        (ModelOptions(dtype="int4"), "unknown dtype 'int4'"),
+    ],
+)
 def test_a_precision_the_machine_cannot_run_gets_one_line(tiny_dir, options, message):
     with pytest.raises(DraftwiseError, match=message):
         load(tiny_dir, options)

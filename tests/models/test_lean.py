@@ -1,7 +1,7 @@
 import pytest
 import torch
-from conftest import tiny_config, tiny_model
 
+from conftest import tiny_config, tiny_model
 from draftwise.models import kernels, layer_subset
 from draftwise.models.lean import LeanLM, unsupported_reason
 
@@ -9,12 +9,27 @@ CONFIGS = {
     "llama-gqa-tied": dict(kind="llama"),
     "llama-mha-untied": dict(kind="llama", num_key_value_heads=4, tie_word_embeddings=False),
     "llama-bias": dict(kind="llama", attention_bias=True, mlp_bias=True),
-    "llama3-rope": dict(kind="llama", rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
-                                                       "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                                       "original_max_position_embeddings": 32}),
+    "llama3-rope": dict(
+        kind="llama",
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 10000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32,
+        },
+    ),
     "linear-rope": dict(kind="llama", rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}),
-    "yarn-rope": dict(kind="llama", rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
-                                                     "original_max_position_embeddings": 64}),
+    "yarn-rope": dict(
+        kind="llama",
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    ),
     "head-dim-not-hidden/heads": dict(kind="llama", head_dim=16),
     "mistral": dict(kind="mistral", sliding_window=None),
     "qwen2-qkv-bias": dict(kind="qwen2", tie_word_embeddings=False),
@@ -26,11 +41,15 @@ CONFIGS = {
     "phi3-window": dict(kind="phi3", sliding_window=5),
     "gemma": dict(kind="gemma"),
     "gemma2-softcap-local-global": dict(kind="gemma2", layers=3),
-    "gemma3-local-global-two-ropes": dict(kind="gemma3_text", layers=3, layer_types=["sliding_attention", "full_attention",
-                                                                                  "sliding_attention"],
-                                          rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-                                                           "full_attention": {"rope_type": "linear", "rope_theta": 1e6,
-                                                                              "factor": 8.0}}),
+    "gemma3-local-global-two-ropes": dict(
+        kind="gemma3_text",
+        layers=3,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
+        },
+    ),
 }
 
 
@@ -74,10 +93,14 @@ def test_unsupported_architectures_are_named():
     assert unsupported_reason(tiny_config()) is None
     assert unsupported_reason(tiny_config(kind="mistral", sliding_window=16)) is None  # windows run on the lean path
     assert "partial rotary" in unsupported_reason(
-        tiny_config(kind="phi3", rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}))
+        tiny_config(
+            kind="phi3", rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}
+        )
+    )
     assert "activation 'gelu'" in unsupported_reason(tiny_config(kind="gemma2", hidden_activation="gelu"))
     assert "depends on sequence length" in unsupported_reason(
-        tiny_config(rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}))
+        tiny_config(rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0})
+    )
     from transformers import GPT2Config
 
     assert "model_type" in unsupported_reason(GPT2Config())
@@ -95,8 +118,15 @@ def test_compiled_forward_matches_eager():
     torch.testing.assert_close(compiled(torch.tensor([[7]]), 4), eager(torch.tensor([[7]]), 4), atol=1e-4, rtol=1e-4)
 
 
-FAMILY_CASES = ["llama-gqa-tied", "mistral-window", "qwen3-window", "phi3-window", "gemma", "gemma2-softcap-local-global",
-                "gemma3-local-global-two-ropes"]
+FAMILY_CASES = [
+    "llama-gqa-tied",
+    "mistral-window",
+    "qwen3-window",
+    "phi3-window",
+    "gemma",
+    "gemma2-softcap-local-global",
+    "gemma3-local-global-two-ropes",
+]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
@@ -138,8 +168,9 @@ def test_every_family_layer_subset_equals_transformers_subset(name):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
-@pytest.mark.parametrize("name", ["llama-bias", "qwen3-qk-norm", "gemma2-softcap-local-global",
-                                  "gemma3-local-global-two-ropes"])
+@pytest.mark.parametrize(
+    "name", ["llama-bias", "qwen3-qk-norm", "gemma2-softcap-local-global", "gemma3-local-global-two-ropes"]
+)
 def test_a_fused_layer_gives_the_bits_of_its_kernels_called_one_by_one(name, precision, monkeypatch):
     """`kernels.layer` (one C call per layer) is the unfused fast path without Python between the kernels: the same
     bits, for steps, verify passes and left-padded batches (biases, q/k norms, sandwich norms, windows, soft-caps)."""
@@ -152,8 +183,10 @@ def test_a_fused_layer_gives_the_bits_of_its_kernels_called_one_by_one(name, pre
 
     def run():
         lean.reset(2, 16)
-        return torch.cat([lean(ids[:, :5], 0, start=[0, 2]), lean(ids[:, 5:6], 5, start=[0, 2]),
-                          lean(ids[:, 6:], 6, start=[0, 2])], dim=1)
+        return torch.cat(
+            [lean(ids[:, :5], 0, start=[0, 2]), lean(ids[:, 5:6], 5, start=[0, 2]), lean(ids[:, 6:], 6, start=[0, 2])],
+            dim=1,
+        )
 
     fused = run()
     monkeypatch.setattr(type(lean.layers[0]), "fused", lambda self: None)

@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from draftwise.errors import DraftwiseError
-from draftwise.models import ModelOptions, load
-from draftwise.models import llama_server
+from draftwise.models import ModelOptions, llama_server, load
 from draftwise.models.llama_server import LlamaServer
 from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams

@@ -10,8 +10,8 @@ from draftwise.errors import DraftwiseError
 from draftwise.models import ModelOptions, load, load_drafter, stamp
 from draftwise.models.llamacpp import LlamaCppLM, LlamaCppModel
 from draftwise.sd.batched_sd import generate_batch_sd
-from draftwise.sd.loop import generate
 from draftwise.sd.lookup import NgramDrafter
+from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 
 LLAMA = ModelOptions(backend="llama.cpp")
@@ -114,13 +114,16 @@ def test_engines_do_not_mix(tiny_dir):
 
 def test_a_gguf_drafter_of_another_vocabulary_is_refused(target, tmp_path):
     from conftest import tiny_config, tiny_model, tiny_tokenizer
-
     from draftwise.models.gguf_export import write_gguf
 
     tok = tiny_tokenizer()
     tok.add_tokens(["zz-extra"])  # 65 ids: a vocabulary the target (64) does not have
-    other = write_gguf(tiny_config(layers=1, vocab=65), tiny_model(tiny_config(layers=1, vocab=65)).state_dict(), tok,
-                       tmp_path / "other.gguf")
+    other = write_gguf(
+        tiny_config(layers=1, vocab=65),
+        tiny_model(tiny_config(layers=1, vocab=65)).state_dict(),
+        tok,
+        tmp_path / "other.gguf",
+    )
     with pytest.raises(DraftwiseError, match="another vocabulary") as e:
         load_drafter(str(other), target, LLAMA)
     assert "\n" not in str(e.value)

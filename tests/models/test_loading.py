@@ -2,8 +2,8 @@ import json
 
 import pytest
 import torch
-from conftest import save_checkpoint, tiny_config, tiny_model, tiny_tokenizer
 
+from conftest import save_checkpoint, tiny_config, tiny_model, tiny_tokenizer
 from draftwise.errors import DraftwiseError
 from draftwise.models import ModelOptions, load, load_drafter
 from draftwise.models.hf import HFCausalLM
@@ -26,7 +26,9 @@ def test_transformers_backend_gives_the_same_logits(tiny_dir):
     torch.testing.assert_close(lean.forward(ids, 0), hf.forward(ids, 0), atol=2e-4, rtol=2e-4)
     # rollback: the transformers cache is cropped back to the position asked for
     hf.forward(torch.tensor([[3, 3]]), 5)
-    torch.testing.assert_close(hf.forward(torch.tensor([[21]]), 5), lean.forward(torch.tensor([[21]]), 5), atol=2e-4, rtol=2e-4)
+    torch.testing.assert_close(
+        hf.forward(torch.tensor([[21]]), 5), lean.forward(torch.tensor([[21]]), 5), atol=2e-4, rtol=2e-4
+    )
 
 
 def test_layers_drafter(tiny_dir):
@@ -41,12 +43,15 @@ def test_layers_drafter(tiny_dir):
         torch.testing.assert_close(drafter.lm.forward(ids, 0), hf(ids).logits, atol=2e-4, rtol=2e-4)
 
 
-@pytest.mark.parametrize("spec,message", [
-    ("layers:0,9", "the target has layers 0..3"),
-    ("layers:1,1", "repeated"),
-    ("layers:", "at least one layer"),
-    ("layers:a", "integers"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("layers:0,9", "the target has layers 0..3"),
+        ("layers:1,1", "repeated"),
+        ("layers:", "at least one layer"),
+        ("layers:a", "integers"),
+    ],
+)
 def test_bad_layer_lists(tiny_dir, spec, message):
     with pytest.raises(DraftwiseError, match=message):
         load_drafter(spec, load(tiny_dir))
@@ -57,10 +62,13 @@ def test_missing_path():
         load("/no/such/model")
 
 
-@pytest.mark.parametrize("config", [
-    {"model_type": "vit", "hidden_size": 32},  # no architectures field: judged by model_type
-    {"model_type": "bert", "architectures": ["BertForMaskedLM"]},
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"model_type": "vit", "hidden_size": 32},  # no architectures field: judged by model_type
+        {"model_type": "bert", "architectures": ["BertForMaskedLM"]},
+    ],
+)
 def test_not_a_causal_lm(tmp_path, config):
     (tmp_path / "config.json").write_text(json.dumps(config))
     (tmp_path / "model.safetensors").write_bytes(b"")
@@ -141,8 +149,10 @@ def test_a_truncated_gguf_is_named_in_one_line(tmp_path, monkeypatch, tiny_gguf,
     data = Path(tiny_gguf).read_bytes()
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(data[: keep(len(data))])
-    message = r"cut.gguf is truncated: (tensor \S+ needs bytes up to \d+ but the file has \d+|its header runs past the " \
-              r"file's \d+ bytes) \(a partial download\?\)$"
+    message = (
+        r"cut.gguf is truncated: (tensor \S+ needs bytes up to \d+ but the file has \d+|its header runs past the "
+        r"file's \d+ bytes) \(a partial download\?\)$"
+    )
     with pytest.raises(DraftwiseError, match=message):
         load(str(cut))  # the lean engine: before transformers dequantises it
     with pytest.raises(DraftwiseError, match=message):
@@ -159,6 +169,7 @@ def test_a_whole_gguf_passes_the_truncation_check(tiny_gguf):
     check_gguf(Path(tiny_gguf))
     f = Path(tiny_gguf).with_name("tail.gguf")
     f.write_bytes(Path(tiny_gguf).read_bytes()[:-1])
-    with pytest.raises(DraftwiseError, match=f"tensor .* needs bytes up to {f.stat().st_size + 1} but the file has "
-                                             f"{f.stat().st_size} "):
+    with pytest.raises(
+        DraftwiseError, match=f"tensor .* needs bytes up to {f.stat().st_size + 1} but the file has {f.stat().st_size} "
+    ):
         check_gguf(f)

@@ -22,7 +22,13 @@ def test_random_target_and_drafter_shapes():
 
 def test_default_random_is_llama_7b_shaped():
     shape = random.parse("random:")
-    assert (shape["layers"], shape["hidden"], shape["heads"], shape["ffn"], shape["vocab"]) == (32, 4096, 32, 11008, 32000)
+    assert (shape["layers"], shape["hidden"], shape["heads"], shape["ffn"], shape["vocab"]) == (
+        32,
+        4096,
+        32,
+        11008,
+        32000,
+    )
     assert cost.Shape.of(random.llama_config(shape)).params()["non_embedding"] == pytest.approx(6.48e9, rel=0.01)
 
 
@@ -32,10 +38,15 @@ def test_random_drafter_of_a_real_target_speaks_its_vocabulary(tiny_dir):
     assert drafter.tokenizer is target.tokenizer and drafter.config.vocab_size == target.config.vocab_size
 
 
-@pytest.mark.parametrize("spec,message", [
-    ("random:layers=x", "key=integer"), ("random:depth=3", "key=integer"), ("random:heads=5,kv_heads=2", "multiple"),
-    ("random:layers=0", ">= 1"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("random:layers=x", "key=integer"),
+        ("random:depth=3", "key=integer"),
+        ("random:heads=5,kv_heads=2", "multiple"),
+        ("random:layers=0", ">= 1"),
+    ],
+)
 def test_bad_random_specs(spec, message):
     with pytest.raises(DraftwiseError, match=message):
         random.parse(spec)
@@ -50,19 +61,32 @@ def test_random_models_have_no_transformers_twin():
 def test_random_shapes_of_a_family_target_are_that_family(kind):
     """The sweep measures shapes of the target's family: its norms, q/k norms and local/global layers."""
     from conftest import tiny_config
-
     from draftwise import cost
     from draftwise.models.random import llama_config, random_lm
 
-    target = tiny_config(kind, layers=3, **({"layer_types": ["sliding_attention", "full_attention", "full_attention"]}
-                                            if kind.startswith("gemma") else {}))
-    config = llama_config({"layers": 5, "hidden": 64, "heads": 8, "kv_heads": 2, "head_dim": 8, "ffn": 96,
-                           "vocab": 64, "tied": True}, target)
+    target = tiny_config(
+        kind,
+        layers=3,
+        **(
+            {"layer_types": ["sliding_attention", "full_attention", "full_attention"]}
+            if kind.startswith("gemma")
+            else {}
+        ),
+    )
+    config = llama_config(
+        {"layers": 5, "hidden": 64, "heads": 8, "kv_heads": 2, "head_dim": 8, "ffn": 96, "vocab": 64, "tied": True},
+        target,
+    )
     lm = random_lm(config, torch.float32, "cpu")
     assert config.model_type == kind and len(lm.layers) == 5
     if kind.startswith("gemma"):
-        assert config.layer_types == ["sliding_attention", "full_attention", "full_attention", "sliding_attention",
-                                      "full_attention"]
+        assert config.layer_types == [
+            "sliding_attention",
+            "full_attention",
+            "full_attention",
+            "sliding_attention",
+            "full_attention",
+        ]
         assert [layer.window for layer in lm.layers] == [config.sliding_window, None, None, config.sliding_window, None]
     lm.reset(1, 8)
     assert torch.isfinite(lm(torch.tensor([[1, 2, 3]]), 0)).all()

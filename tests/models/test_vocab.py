@@ -17,8 +17,10 @@ from draftwise.stages.draft_vocab import write_reduced
 
 
 def test_hot_vocab_ranks_by_the_targets_expected_emissions_and_keeps_special_tokens():
-    rows = [{"topk_ids": torch.tensor([[5, 7], [5, 9]]), "topk_probs": torch.tensor([[0.6, 0.4], [0.7, 0.3]])},
-            {"topk_ids": torch.tensor([[9, 3]]), "topk_probs": torch.tensor([[0.9, 0.1]])}]
+    rows = [
+        {"topk_ids": torch.tensor([[5, 7], [5, 9]]), "topk_probs": torch.tensor([[0.6, 0.4], [0.7, 0.3]])},
+        {"topk_ids": torch.tensor([[9, 3]]), "topk_probs": torch.tensor([[0.9, 0.1]])},
+    ]
     # mass: 5 → 1.3, 9 → 1.2, 7 → 0.4, 3 → 0.1, the rest 0 (ties: smaller id first); padded to 8 ids
     assert vocab.hot_vocab(rows, 2, 16, special_ids=[2]) == [0, 1, 2, 3, 4, 5, 7, 9]
     assert vocab.hot_vocab(rows, 9, 16, special_ids=[15]) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
@@ -30,7 +32,9 @@ def test_hot_vocab_ranks_by_the_targets_expected_emissions_and_keeps_special_tok
 @pytest.fixture(scope="module")
 def data_dir(tiny_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("vocab-data")
-    gen_data.run(GenDataConfig(target=tiny_dir, limit=6, max_new_tokens=12, temperatures=(0.0, 1.0), topk=8, threads=1), out)
+    gen_data.run(
+        GenDataConfig(target=tiny_dir, limit=6, max_new_tokens=12, temperatures=(0.0, 1.0), topk=8, threads=1), out
+    )
     return out
 
 
@@ -75,7 +79,8 @@ def test_hot_vocabulary_is_never_counted_on_eval_prompts(tiny_dir, tiny_drafter_
     from draftwise.config import AgreeConfig
     from draftwise.stages import agree
 
-    folder = agree.run(AgreeConfig(target=tiny_dir, drafter=tiny_drafter_dir, limit=2, max_new_tokens=4, threads=1),
-                       tmp_path / "agree")
+    folder = agree.run(
+        AgreeConfig(target=tiny_dir, drafter=tiny_drafter_dir, limit=2, max_new_tokens=4, threads=1), tmp_path / "agree"
+    )
     with pytest.raises(DraftwiseError, match="not a gen-data run folder"):
         write_reduced(tiny_drafter_dir, folder, 10, tmp_path / "x")

@@ -1,7 +1,7 @@
 import pytest
 import torch
-from conftest import tiny_config, tiny_model
 
+from conftest import tiny_config, tiny_model
 from draftwise.models import kernels
 from draftwise.models.hf import HFCausalLM
 from draftwise.models.lean import LeanLM

@@ -3,9 +3,9 @@
 import pytest
 import torch
 from chisquare import chisquare_pvalue
-from conftest import tiny_config
 from test_loop import exact_first_three, lean, reduced_head
 
+from conftest import tiny_config
 from draftwise.sd.batched_sd import generate_batch_sd
 from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
@@ -23,8 +23,9 @@ def pair():
 def test_batched_greedy_equals_batch1_ar_row_by_row(pair, gamma):
     target, drafter = pair
     want = [generate(target, p, GREEDY, 20, torch.Generator()).tokens for p in PROMPTS]
-    outs, seconds = generate_batch_sd(target, PROMPTS, GREEDY, 20, torch.Generator(),
-                                      drafter=drafter if gamma else None, gamma=gamma)
+    outs, seconds = generate_batch_sd(
+        target, PROMPTS, GREEDY, 20, torch.Generator(), drafter=drafter if gamma else None, gamma=gamma
+    )
     assert [o.tokens for o in outs] == want and seconds > 0
     if gamma:
         assert any(r.accepted for o in outs for r in o.rounds)  # drafts were accepted, not just recovered
@@ -33,8 +34,9 @@ def test_batched_greedy_equals_batch1_ar_row_by_row(pair, gamma):
 def test_batched_greedy_with_a_reduced_vocabulary_drafter(pair):
     target, drafter = pair
     want = [generate(target, p, GREEDY, 16, torch.Generator()).tokens for p in PROMPTS]
-    outs, _ = generate_batch_sd(target, PROMPTS, GREEDY, 16, torch.Generator(), drafter=reduced_head(drafter, range(0, 64, 2)),
-                                gamma=2)
+    outs, _ = generate_batch_sd(
+        target, PROMPTS, GREEDY, 16, torch.Generator(), drafter=reduced_head(drafter, range(0, 64, 2)), gamma=2
+    )
     assert [o.tokens for o in outs] == want
 
 

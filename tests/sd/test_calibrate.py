@@ -1,12 +1,12 @@
 import pytest
 import torch
-from conftest import tiny_config
 from test_loop import lean
 
+from conftest import tiny_config
 from draftwise.errors import DraftwiseError
 from draftwise.sd import calibrate
-from draftwise.sd.loop import generate
 from draftwise.sd.lookup import NgramDrafter, SuffixDrafter
+from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams, probs
 from draftwise.sd.schedule import Calibration, Scheduler, VerifyCurve
 from draftwise.sd.suffix import SuffixTrie
@@ -35,8 +35,16 @@ def test_the_greedy_replay_observes_what_a_scheduled_run_verifying_everything_ob
     for prompt in PROMPTS:
         text = generate(target, prompt, SamplingParams(), 30, torch.Generator()).tokens
         calibrate.observe_text(offline, lookups()[kind], prompt, text, gamma)
-        run = generate(target, prompt, SamplingParams(), 30, torch.Generator(), drafter=lookups()[kind], gamma=gamma,
-                       scheduler=Scheduler(online.curve, online.calibration))
+        run = generate(
+            target,
+            prompt,
+            SamplingParams(),
+            30,
+            torch.Generator(),
+            drafter=lookups()[kind],
+            gamma=gamma,
+            scheduler=Scheduler(online.curve, online.calibration),
+        )
         assert run.tokens == text
         online.commit([r.__dict__ for r in run.rounds])
     assert offline.counts and offline.counts == online.calibration.counts
@@ -55,14 +63,16 @@ def test_a_sampled_temperature_observes_the_targets_probability_of_each_proposed
     against one fresh target pass per prefix (so the teacher-forced pass is aligned token for token)."""
     prompt, params = PROMPTS[0], SamplingParams(0.7)
     text = generate(target, prompt, SamplingParams(), 24, torch.Generator()).tokens
-    content = calibrate.calibrate(target, [{"prompt": prompt, "continuation": text}], {"ngram": (NgramDrafter(1, 4), 3)},
-                                  (0.0, 0.7))
+    content = calibrate.calibrate(
+        target, [{"prompt": prompt, "continuation": text}], {"ngram": (NgramDrafter(1, 4), 3)}, (0.0, 0.7)
+    )
     greedy, sampled = (content["temperatures"][t]["counts"] for t in ("0", "0.7"))
     assert {k: v[0] for k, v in greedy.items()} == {k: v[0] for k, v in sampled.items()} != {}  # the same positions
 
     seen = Recorder()
-    calibrate.observe_text(seen, NgramDrafter(1, 4), prompt, text, 3,
-                           probs(calibrate.text_logits(target, prompt, text), params))
+    calibrate.observe_text(
+        seen, NgramDrafter(1, 4), prompt, text, 3, probs(calibrate.text_logits(target, prompt, text), params)
+    )
     expected, session, seq, t = [], NgramDrafter(1, 4).start([prompt]), list(prompt), 0
     while t < len(text):  # the same walk, each proposed token priced by a fresh forward over its own prefix
         g = min(3, len(text) - t - 1)

@@ -37,8 +37,13 @@ def repeat():
 
 def test_the_built_in_families_and_their_kinds():
     assert list(REGISTRY) == ["ngram", "suffix", "hybrid", "model"]
-    assert [drafter_kind(s) for s in ("ngram:max=3", "suffix:/x,factor=2", "hybrid:a+ngram", "layers:0", "/ckpt")] == \
-        ["lookup", "lookup", "hybrid", "model", "model"]
+    assert [drafter_kind(s) for s in ("ngram:max=3", "suffix:/x,factor=2", "hybrid:a+ngram", "layers:0", "/ckpt")] == [
+        "lookup",
+        "lookup",
+        "hybrid",
+        "model",
+        "model",
+    ]
     assert all(f.description and f.usage for f in REGISTRY.values())
     assert "repeat" not in REGISTRY  # a plug-in joins only when its module is imported
 
@@ -74,29 +79,42 @@ def test_greedy_sd_with_the_new_family_is_identical_to_greedy_ar(repeat, gamma):
 
 
 def test_the_design_tunes_the_new_family_with_its_grid_or_its_default(repeat, monkeypatch):
-    docs = [{"prompt_id": f"p{i}", "suite": "s", "prompt": [1, 2, 3], "continuation": [3, 3, 3, 4, 3, 3] * 3}
-            for i in range(3)]
+    docs = [
+        {"prompt_id": f"p{i}", "suite": "s", "prompt": [1, 2, 3], "continuation": [3, 3, 3, 4, 3, 3] * 3}
+        for i in range(3)
+    ]
     t_verify = lambda g: 0.01 * (1 + 0.1 * g)  # noqa: E731
     mine = [r for r in lookup.settings_rows(docs, t_verify, None, None) if r["method"] == "repeat"]
     assert [(r["spec"], r["gamma"], r["settings"]) for r in mine] == [("repeat", g, {}) for g in lookup.GAMMAS]
     assert all(r["alpha"] > 0 for r in mine)
     own = [Setting("repeat", {"k": 1}, repeat.RepeatDrafter())]  # a family that gives its own grid
     monkeypatch.setattr(repeat.Repeat, "grid", lambda self, data, target: own)
-    assert {r["settings"]["k"] for r in lookup.settings_rows(docs, t_verify, None, None) if r["method"] == "repeat"} \
-        == {1}
-    tuned = {"event": "done", "repeat": {"spec": "repeat", "gamma": 2},
-             "hybrid": {"spec": "hybrid:a+repeat", "gamma": 2}}
+    assert {
+        r["settings"]["k"] for r in lookup.settings_rows(docs, t_verify, None, None) if r["method"] == "repeat"
+    } == {1}
+    tuned = {
+        "event": "done",
+        "repeat": {"spec": "repeat", "gamma": 2},
+        "hybrid": {"spec": "hybrid:a+repeat", "gamma": 2},
+    }
     assert lookup.tuned_candidates(tuned) == [("repeat", "lookup", "repeat"), ("hybrid", "hybrid", "hybrid:a+repeat")]
     assert lookup.scheduled_options(["repeat", "wide-L1"]) == {"repeat" + SCHEDULED: "repeat"}
 
 
 def test_the_new_familys_builtins_and_exports_default_to_prompt_lookup(repeat, monkeypatch, tmp_path):
-    assert rows.nearest_builtin("repeat", 3, "default", "f32") == \
-        "--spec-type ngram-simple --spec-ngram-simple-size-n 4 --spec-ngram-simple-size-m 3"
+    assert (
+        rows.nearest_builtin("repeat", 3, "default", "f32")
+        == "--spec-type ngram-simple --spec-ngram-simple-size-n 4 --spec-ngram-simple-size-m 3"
+    )
     assert rows.nearest_builtin("hybrid:layers:0+repeat", 3, "default", "f32").startswith(
-        "--spec-type ngram-simple,draft-simple --spec-ngram-simple-size-n 4")
-    assert export.vllm_lookup("repeat", 3) == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1,
-                                               "prompt_lookup_max": 4}
+        "--spec-type ngram-simple,draft-simple --spec-ngram-simple-size-n 4"
+    )
+    assert export.vllm_lookup("repeat", 3) == {
+        "method": "ngram",
+        "num_speculative_tokens": 3,
+        "prompt_lookup_min": 1,
+        "prompt_lookup_max": 4,
+    }
     assert export.export_lookup(tmp_path, "repeat", "rep", 3) == "repeat"
     readme = (tmp_path / "README.md").read_text()
     assert readme.startswith("# Exported drafter: rep (`repeat`, γ = 3") and "prompt_lookup_num_tokens=3" in readme

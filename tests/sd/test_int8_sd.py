@@ -4,15 +4,15 @@ pass has its one-token bits), and sampled SD follows the int8 target's distribut
 import pytest
 import torch
 from chisquare import chisquare_pvalue
-from conftest import tiny_config, tiny_model
 from test_loop import exact_first_three, sampled_first_three
 
+from conftest import tiny_config, tiny_model
 from draftwise.models import layer_subset
 from draftwise.models.int8 import Int8Weight
 from draftwise.models.lean import LeanLM
 from draftwise.sd.drafters import HybridDrafter, ModelDrafter
-from draftwise.sd.loop import generate
 from draftwise.sd.lookup import NgramDrafter, SuffixDrafter
+from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 from draftwise.sd.suffix import SuffixTrie
 
@@ -36,9 +36,13 @@ def drafters(target, model):
     for p in PROMPTS[:2]:
         trie.add(generate(target, p, GREEDY, 30, torch.Generator()).tokens)
     layers = target.subset([0, 2], layer_subset(target.config, {}, [0, 2])[0])
-    return {"model": ModelDrafter(model), "layers": ModelDrafter(layers), "ngram": NgramDrafter(1, 3),
-            "suffix": SuffixDrafter(trie, factor=2.0, min_prob=0.05),
-            "hybrid": HybridDrafter(ModelDrafter(model), NgramDrafter(1, 3))}
+    return {
+        "model": ModelDrafter(model),
+        "layers": ModelDrafter(layers),
+        "ngram": NgramDrafter(1, 3),
+        "suffix": SuffixDrafter(trie, factor=2.0, min_prob=0.05),
+        "hybrid": HybridDrafter(ModelDrafter(model), NgramDrafter(1, 3)),
+    }
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 6])
@@ -58,8 +62,10 @@ def test_sampled_sd_on_int8_follows_the_int8_target(kind):
     target = lean8(tiny_config(vocab=V, layers=2), seed=21, std=0.12)
     trie = SuffixTrie(depth=6)
     trie.add([3, 5, 3, 5, 2, 4])
-    drafter = {"model": ModelDrafter(lean8(tiny_config(vocab=V, layers=1), seed=22, std=0.12)),
-               "suffix": SuffixDrafter(trie, factor=2.0, min_prob=0.0)}[kind]
+    drafter = {
+        "model": ModelDrafter(lean8(tiny_config(vocab=V, layers=1), seed=22, std=0.12)),
+        "suffix": SuffixDrafter(trie, factor=2.0, min_prob=0.0),
+    }[kind]
     prompt = [1, 3, 5, 3]
     joint12, marg3 = exact_first_three(target, prompt, params)
     c12, c3, rounds = sampled_first_three(target, prompt, params, drafter, V)

@@ -7,14 +7,14 @@ import random
 import pytest
 import torch
 from chisquare import chisquare_pvalue
-from conftest import tiny_config
 from test_loop import exact_first_three, lean, sampled_first_three
 
+from conftest import tiny_config
 from draftwise.errors import DraftwiseError
 from draftwise.sd.batched_sd import generate_batch_sd
 from draftwise.sd.drafters import HybridDrafter, ModelDrafter
-from draftwise.sd.loop import generate
 from draftwise.sd.lookup import NgramDrafter, SuffixDrafter
+from draftwise.sd.loop import generate
 from draftwise.sd.ngram import NgramIndex
 from draftwise.sd.sampling import SamplingParams
 from draftwise.sd.suffix import SuffixTrie
@@ -143,7 +143,10 @@ def lookups(target, prompts):
 @pytest.mark.parametrize("gamma", [1, 3, 6])
 def test_greedy_sd_with_lookup_drafters_is_identical_to_ar(pair, gamma):
     target, model = pair
-    for name, drafter in {**lookups(target, PROMPTS), "hybrid": HybridDrafter(ModelDrafter(model), NgramDrafter(1, 3))}.items():
+    for name, drafter in {
+        **lookups(target, PROMPTS),
+        "hybrid": HybridDrafter(ModelDrafter(model), NgramDrafter(1, 3)),
+    }.items():
         rounds = []
         for prompt in PROMPTS:
             ar = generate(target, prompt, GREEDY, 40, torch.Generator())
@@ -167,8 +170,9 @@ def test_hybrid_falls_back_to_the_model_exactly_where_the_lookup_has_no_match(pa
     target, model = pair
     lookup = NgramDrafter(2, 3)
     for prompt in PROMPTS:
-        sd = generate(target, prompt, GREEDY, 40, torch.Generator(), drafter=HybridDrafter(ModelDrafter(model), lookup),
-                      gamma=3)
+        sd = generate(
+            target, prompt, GREEDY, 40, torch.Generator(), drafter=HybridDrafter(ModelDrafter(model), lookup), gamma=3
+        )
         seq = list(prompt)
         for r in sd.rounds:
             if r.drafted:  # the lookup, replayed on the sequence at the start of this round
@@ -177,8 +181,9 @@ def test_hybrid_falls_back_to_the_model_exactly_where_the_lookup_has_no_match(pa
             seq += sd.tokens[len(seq) - len(prompt) :][: r.emitted]
         assert {r.source for r in sd.rounds} >= {"lookup", "model"}
     with pytest.raises(DraftwiseError, match="batch size 1"):
-        generate_batch_sd(target, PROMPTS, GREEDY, 4, torch.Generator(), drafter=HybridDrafter(ModelDrafter(model), lookup),
-                          gamma=2)
+        generate_batch_sd(
+            target, PROMPTS, GREEDY, 4, torch.Generator(), drafter=HybridDrafter(ModelDrafter(model), lookup), gamma=2
+        )
 
 
 @pytest.mark.parametrize("kind", ["ngram", "suffix", "hybrid"])
@@ -189,9 +194,13 @@ def test_sampled_sd_with_a_lookup_drafter_follows_the_target_distribution(kind):
     prompt = [3, 5, 1, 3, 5] if kind == "hybrid" else [1, 3, 5, 3]
     trie = SuffixTrie(depth=6)
     trie.add([3, 5, 3, 5, 2, 4])
-    drafter = {"ngram": NgramDrafter(1, 2), "suffix": SuffixDrafter(trie, factor=2.0, min_prob=0.0),
-               "hybrid": HybridDrafter(ModelDrafter(lean(tiny_config(vocab=V, layers=1), seed=22, std=0.12)),
-                                       NgramDrafter(2, 2))}[kind]
+    drafter = {
+        "ngram": NgramDrafter(1, 2),
+        "suffix": SuffixDrafter(trie, factor=2.0, min_prob=0.0),
+        "hybrid": HybridDrafter(
+            ModelDrafter(lean(tiny_config(vocab=V, layers=1), seed=22, std=0.12)), NgramDrafter(2, 2)
+        ),
+    }[kind]
     joint12, marg3 = exact_first_three(target, prompt, params)
     c12, c3, rounds = sampled_first_three(target, prompt, params, drafter, V)
     lookup = [r for r in rounds if r.source == "lookup"]

@@ -3,8 +3,8 @@ import itertools
 import pytest
 import torch
 from chisquare import chisquare_pvalue
-from conftest import tiny_config, tiny_model
 
+from conftest import tiny_config, tiny_model
 from draftwise.errors import DraftwiseError
 from draftwise.models.hf import HFCausalLM
 from draftwise.models.lean import LeanLM
@@ -77,8 +77,11 @@ def test_greedy_identity_with_adaptive_lookahead(pair, gamma):
 
 def test_drafter_equal_to_target_is_always_accepted(pair):
     target, _ = pair
-    twin = LeanLM(target.config, {"model.embed_tokens.weight": target.embed, "model.norm.weight": target.norm_weight},
-                     layers=list(target.layers))
+    twin = LeanLM(
+        target.config,
+        {"model.embed_tokens.weight": target.embed, "model.norm.weight": target.norm_weight},
+        layers=list(target.layers),
+    )
     sd = generate(target, [1, 4, 7], GREEDY, 41, torch.Generator(), drafter=twin, gamma=4)
     assert [r.accepted for r in sd.rounds] == [4] * 8 + [0]  # the last round has no room to draft
     assert [r.emitted for r in sd.rounds] == [5] * 8 + [1]
@@ -165,7 +168,12 @@ DRAFTERS = {  # (temperature, top_p, drafter, adaptive-lookahead threshold)
     "reduced-vocabulary drafter head (5 of 8 tokens), T=1": (1.0, 1.0, reduced_head, 0.0),
     "adaptive lookahead (stop below q = 0.3), T=1": (1.0, 1.0, lambda d: d, 0.3),
     "drafter with zero mass on tokens the target can emit, T=0.7": (0.7, 1.0, lambda d: Tweaked(d, ban_tokens), 0.0),
-    "drafter wider than the target's top-p set, T=1, top_p=0.8": (1.0, 0.8, lambda d: Tweaked(d, lambda x: 0.05 * x), 0.0),
+    "drafter wider than the target's top-p set, T=1, top_p=0.8": (
+        1.0,
+        0.8,
+        lambda d: Tweaked(d, lambda x: 0.05 * x),
+        0.0,
+    ),
 }
 
 
@@ -201,6 +209,7 @@ def test_greedy_sd_is_identical_to_greedy_ar_in_every_family(kind):
         ar = generate(target, prompt, GREEDY, 24, torch.Generator())
         sd = generate(target, prompt, GREEDY, 24, torch.Generator(), drafter=drafter, gamma=3)
         assert sd.tokens == ar.tokens
-        small = generate(target, prompt, GREEDY, 24, torch.Generator(), drafter=reduced_head(drafter, range(0, 64, 2)),
-                         gamma=3)  # a reduced draft head (with Gemma 2's final soft-cap on the kept rows)
+        small = generate(
+            target, prompt, GREEDY, 24, torch.Generator(), drafter=reduced_head(drafter, range(0, 64, 2)), gamma=3
+        )  # a reduced draft head (with Gemma 2's final soft-cap on the kept rows)
         assert small.tokens == ar.tokens

@@ -4,13 +4,13 @@ import random
 import pytest
 import torch
 from chisquare import chisquare_pvalue
-from conftest import tiny_config
 from test_loop import exact_first_three, lean
 
+from conftest import tiny_config
 from draftwise.errors import DraftwiseError
 from draftwise.sd.drafters import Draft, HybridDrafter, ModelDrafter
-from draftwise.sd.loop import generate
 from draftwise.sd.lookup import NgramDrafter, SuffixDrafter
+from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 from draftwise.sd.schedule import Calibration, Scheduler, VerifyCurve, best_k
 from draftwise.sd.suffix import SuffixTrie
@@ -47,8 +47,12 @@ def pair():
 def drafters(draft_lm):
     trie = SuffixTrie(16)
     trie.add([5, 9, 13, 5, 9, 21, 22, 23, 24])
-    return {"ngram": NgramDrafter(1, 4), "suffix": SuffixDrafter(trie, factor=2, min_prob=0.1),
-            "model": ModelDrafter(draft_lm), "hybrid": HybridDrafter(ModelDrafter(draft_lm), NgramDrafter(1, 4))}
+    return {
+        "ngram": NgramDrafter(1, 4),
+        "suffix": SuffixDrafter(trie, factor=2, min_prob=0.1),
+        "model": ModelDrafter(draft_lm),
+        "hybrid": HybridDrafter(ModelDrafter(draft_lm), NgramDrafter(1, 4)),
+    }
 
 
 @pytest.mark.parametrize("kind", ["ngram", "suffix", "model", "hybrid"])
@@ -57,8 +61,16 @@ def test_scheduled_greedy_sd_is_identical_to_greedy_ar(pair, kind):
     scheduler = Scheduler(VerifyCurve((1.0, 1.2, 1.5, 1.9, 2.4, 3.0)))  # cuts some proposals, keeps others
     for prompt in (REPEATING, [1, 20, 21, 22], [1]):
         ar = generate(target, prompt, GREEDY, 40, torch.Generator())
-        sd = generate(target, prompt, GREEDY, 40, torch.Generator(), drafter=drafters(draft_lm)[kind], gamma=5,
-                      scheduler=scheduler)
+        sd = generate(
+            target,
+            prompt,
+            GREEDY,
+            40,
+            torch.Generator(),
+            drafter=drafters(draft_lm)[kind],
+            gamma=5,
+            scheduler=scheduler,
+        )
         assert sd.tokens == ar.tokens
         scheduler.commit([r.__dict__ for r in sd.rounds])
     assert scheduler.calibration.counts  # it learnt from the rounds it saw
@@ -67,21 +79,45 @@ def test_scheduled_greedy_sd_is_identical_to_greedy_ar(pair, kind):
 def test_an_expensive_verify_pass_is_never_used_and_a_free_one_always(pair):
     target, _ = pair
     ar = generate(target, REPEATING, GREEDY, 40, torch.Generator())
-    never = generate(target, REPEATING, GREEDY, 40, torch.Generator(), drafter=NgramDrafter(1, 4), gamma=4,
-                     scheduler=Scheduler(VerifyCurve((1.0, 3.0, 5.0, 7.0, 9.0))))  # each token costs > 1 step
+    never = generate(
+        target,
+        REPEATING,
+        GREEDY,
+        40,
+        torch.Generator(),
+        drafter=NgramDrafter(1, 4),
+        gamma=4,
+        scheduler=Scheduler(VerifyCurve((1.0, 3.0, 5.0, 7.0, 9.0))),
+    )  # each token costs > 1 step
     proposed = [r for r in never.rounds if r.schedule]
     assert proposed and all(r.drafted == 0 and r.schedule["k"] == 0 for r in never.rounds if r.schedule)
     assert never.tokens == ar.tokens and len(never.rounds) == 40  # every round a plain AR step
-    free = generate(target, REPEATING, GREEDY, 40, torch.Generator(), drafter=NgramDrafter(1, 4), gamma=4,
-                    scheduler=Scheduler(VerifyCurve((1.0,) * 5)))
+    free = generate(
+        target,
+        REPEATING,
+        GREEDY,
+        40,
+        torch.Generator(),
+        drafter=NgramDrafter(1, 4),
+        gamma=4,
+        scheduler=Scheduler(VerifyCurve((1.0,) * 5)),
+    )
     assert all(r.schedule["k"] == r.schedule["proposed"] == r.drafted for r in free.rounds if r.schedule)
     assert free.tokens == ar.tokens
 
 
 def test_a_round_that_verifies_nothing_still_observes_the_first_token(pair):
     target, _ = pair
-    out = generate(target, REPEATING, GREEDY, 20, torch.Generator(), drafter=NgramDrafter(1, 4), gamma=4,
-                   scheduler=Scheduler(VerifyCurve((1.0, 9.0, 9.0, 9.0, 9.0))))
+    out = generate(
+        target,
+        REPEATING,
+        GREEDY,
+        20,
+        torch.Generator(),
+        drafter=NgramDrafter(1, 4),
+        gamma=4,
+        scheduler=Scheduler(VerifyCurve((1.0, 9.0, 9.0, 9.0, 9.0))),
+    )
     ar = generate(target, REPEATING, GREEDY, 20, torch.Generator()).tokens
     seq = list(REPEATING)
     for r in out.rounds:
@@ -116,8 +152,16 @@ def test_greedy_schedules_repeat_exactly(pair):
     def schedule():
         scheduler, ks = Scheduler(VerifyCurve((1.0, 1.3, 1.7, 2.2, 2.8)), window=3, pause=2), []
         for prompt in (REPEATING, [1, 20, 21, 22]):
-            out = generate(target, prompt, GREEDY, 30, torch.Generator(), drafter=drafters(draft_lm)["hybrid"], gamma=4,
-                           scheduler=scheduler)
+            out = generate(
+                target,
+                prompt,
+                GREEDY,
+                30,
+                torch.Generator(),
+                drafter=drafters(draft_lm)["hybrid"],
+                gamma=4,
+                scheduler=scheduler,
+            )
             scheduler.commit([r.__dict__ for r in out.rounds])
             ks.append([(r.schedule["k"], r.schedule["paused"]) if r.schedule else None for r in out.rounds])
         return ks, scheduler.calibration.counts
@@ -136,8 +180,10 @@ def test_calibration_shrinks_a_sparse_bin_towards_its_parent():
 
 
 def test_a_profile_of_another_engine_is_refused(tmp_path):
-    profile = {"machine": {"engine": "llama.cpp", "dtype": "Q8_0"},
-               "batches": {"1": {"ar_step_ms": 10.0, "verify_ms": {"1": 16.0, "4": 26.0}}}}
+    profile = {
+        "machine": {"engine": "llama.cpp", "dtype": "Q8_0"},
+        "batches": {"1": {"ar_step_ms": 10.0, "verify_ms": {"1": 16.0, "4": 26.0}}},
+    }
     (tmp_path / "profile.json").write_text(json.dumps(profile))
     curve = VerifyCurve.from_profile(tmp_path, 5, {"engine": "llama.cpp", "dtype": "Q8_0"})
     assert curve.ms[0] == 10 and curve.ms[1] == 16 and curve.ms[4] == 26 and curve.ms[2] == pytest.approx(19.333, 1e-3)
@@ -152,8 +198,9 @@ def test_scheduled_sampled_sd_follows_the_target_distribution(kind):
     params = SamplingParams(1.0)
     V = 8
     target = lean(tiny_config(vocab=V, layers=2), seed=21, std=0.12)
-    drafter = ModelDrafter(lean(tiny_config(vocab=V, layers=1), seed=22, std=0.12)) if kind == "model" else \
-        NgramDrafter(1, 2)
+    drafter = (
+        ModelDrafter(lean(tiny_config(vocab=V, layers=1), seed=22, std=0.12)) if kind == "model" else NgramDrafter(1, 2)
+    )
     prompt = [1, 3, 5, 3, 5]
     joint12, marg3 = exact_first_three(target, prompt, params)
     gen = torch.Generator().manual_seed(0)

@@ -19,8 +19,16 @@ def pair():
 
 def rounds(pair, alpha, gamma=4, n=400, seed=0):
     target, drafter = pair
-    gen = generate(target.lm, [5, 6, 7], GREEDY, n, torch.Generator().manual_seed(seed), drafter=drafter.lm,
-                   gamma=gamma, synthetic_alpha=alpha)
+    gen = generate(
+        target.lm,
+        [5, 6, 7],
+        GREEDY,
+        n,
+        torch.Generator().manual_seed(seed),
+        drafter=drafter.lm,
+        gamma=gamma,
+        synthetic_alpha=alpha,
+    )
     assert len(gen.tokens) == n
     return [r for r in gen.rounds if r.drafted == gamma]  # full rounds (the last ones are cut by max_new_tokens)
 
@@ -41,7 +49,15 @@ def test_mean_accepted_matches_iid_alpha(pair):
 
 def test_batched_synthetic_rows(pair):
     target, drafter = pair
-    gens, _ = generate_batch_sd(target.lm, [[5, 6], [7, 8, 9]], GREEDY, 40, torch.Generator().manual_seed(0),
-                                drafter=drafter.lm, gamma=3, synthetic_alpha=1.0)
+    gens, _ = generate_batch_sd(
+        target.lm,
+        [[5, 6], [7, 8, 9]],
+        GREEDY,
+        40,
+        torch.Generator().manual_seed(0),
+        drafter=drafter.lm,
+        gamma=3,
+        synthetic_alpha=1.0,
+    )
     assert all(len(g.tokens) == 40 for g in gens)
     assert all(r.accepted == r.drafted for g in gens for r in g.rounds)

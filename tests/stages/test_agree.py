@@ -19,8 +19,19 @@ def test_greedy_rounds_replay():
 @pytest.mark.parametrize("dtype", ["fp32", "int8"])
 def test_agreement_predicts_the_tar_of_a_real_greedy_sd_run(tiny_dir, tmp_path, dtype):
     """At either precision of the lean engine (int8: batched continuations equal one-by-one SD runs, bit for bit)."""
-    out = agree.run(AgreeConfig(target=tiny_dir, drafter="layers:0,1,3", suites="spec_bench", limit=6, max_new_tokens=20,
-                                gammas=(2, 4), batch_size=4, dtype=dtype), tmp_path / "a")
+    out = agree.run(
+        AgreeConfig(
+            target=tiny_dir,
+            drafter="layers:0,1,3",
+            suites="spec_bench",
+            limit=6,
+            max_new_tokens=20,
+            gammas=(2, 4),
+            batch_size=4,
+            dtype=dtype,
+        ),
+        tmp_path / "a",
+    )
     summary = json.loads((out / "agree.json").read_text())
     assert 0 < summary["agreement"] < 1
     target = load(tiny_dir, ModelOptions(dtype=dtype))
@@ -33,8 +44,16 @@ def test_agreement_predicts_the_tar_of_a_real_greedy_sd_run(tiny_dir, tmp_path, 
         rounds = tokens = 0
         for r in records:
             ids = target.encode(prompts[r["prompt_id"]].text)
-            sd = generate(target.lm, ids, SamplingParams(), len(r["continuation"]), torch.Generator(),
-                          drafter=drafter.lm, gamma=gamma, eos=target.eos_ids)
+            sd = generate(
+                target.lm,
+                ids,
+                SamplingParams(),
+                len(r["continuation"]),
+                torch.Generator(),
+                drafter=drafter.lm,
+                gamma=gamma,
+                eos=target.eos_ids,
+            )
             assert sd.tokens == r["continuation"]
             rounds, tokens = rounds + len(sd.rounds), tokens + len(sd.tokens)
         assert summary["predicted_greedy_tar"][str(gamma)] == tokens / rounds
@@ -46,14 +65,32 @@ def test_a_lookup_drafters_replay_is_a_real_greedy_sd_run(tiny_dir, tmp_path):
 
     target = load(tiny_dir)
     for spec in ("ngram:max=3", "hybrid:layers:0,1,3+ngram:max=2,model_gamma=2"):
-        out = agree.run(AgreeConfig(target=tiny_dir, drafter=spec, suites="spec_bench", limit=4, max_new_tokens=24,
-                                    gammas=(2, 5), batch_size=4), tmp_path / spec.split(":")[0])
+        out = agree.run(
+            AgreeConfig(
+                target=tiny_dir,
+                drafter=spec,
+                suites="spec_bench",
+                limit=4,
+                max_new_tokens=24,
+                gammas=(2, 5),
+                batch_size=4,
+            ),
+            tmp_path / spec.split(":")[0],
+        )
         summary = json.loads((out / "agree.json").read_text())
         drafter = specs.load(spec, target)
         for r in (json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()):
             for gamma in (2, 5):
-                sd = generate(target.lm, r["prompt"], SamplingParams(), len(r["continuation"]), torch.Generator(),
-                              drafter=drafter.loop_drafter, gamma=gamma, eos=target.eos_ids)
+                sd = generate(
+                    target.lm,
+                    r["prompt"],
+                    SamplingParams(),
+                    len(r["continuation"]),
+                    torch.Generator(),
+                    drafter=drafter.loop_drafter,
+                    gamma=gamma,
+                    eos=target.eos_ids,
+                )
                 assert sd.tokens == r["continuation"]
                 assert [[x.drafted, x.accepted] for x in sd.rounds] == r["rounds"][str(gamma)]
         assert summary["predicted_greedy_tar"]["5"] >= 1 and 0 < summary["proposed_fraction"]["5"] <= 1
@@ -63,16 +100,35 @@ def test_agreement_on_llama_cpp_predicts_its_greedy_sd_run(tiny_dir, tiny_drafte
     """Both models in llama.cpp (GGUF at f32): the replayed TAR is what greedy SD on that engine measures."""
     from draftwise.models import ModelOptions
 
-    out = agree.run(AgreeConfig(target=tiny_dir, drafter=tiny_drafter_dir, suites="spec_bench", limit=4,
-                                max_new_tokens=16, gammas=(3,), batch_size=4, backend="llama.cpp"), tmp_path / "a")
+    out = agree.run(
+        AgreeConfig(
+            target=tiny_dir,
+            drafter=tiny_drafter_dir,
+            suites="spec_bench",
+            limit=4,
+            max_new_tokens=16,
+            gammas=(3,),
+            batch_size=4,
+            backend="llama.cpp",
+        ),
+        tmp_path / "a",
+    )
     summary = json.loads((out / "agree.json").read_text())
     options = ModelOptions(backend="llama.cpp")
     target = load(tiny_dir, options)
     drafter = load_drafter(tiny_drafter_dir, target, options)
     rounds = tokens = 0
     for r in (json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()):
-        sd = generate(target.lm, r["prompt"], SamplingParams(), len(r["continuation"]), torch.Generator(),
-                      drafter=drafter.lm, gamma=3, eos=target.eos_ids)
+        sd = generate(
+            target.lm,
+            r["prompt"],
+            SamplingParams(),
+            len(r["continuation"]),
+            torch.Generator(),
+            drafter=drafter.lm,
+            gamma=3,
+            eos=target.eos_ids,
+        )
         assert sd.tokens == r["continuation"]
         rounds, tokens = rounds + len(sd.rounds), tokens + len(sd.tokens)
     assert summary["predicted_greedy_tar"]["3"] == tokens / rounds

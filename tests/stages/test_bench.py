@@ -9,8 +9,16 @@ from draftwise.stages import bench
 
 
 def config(tiny_dir, **kw):
-    base = dict(target=tiny_dir, drafter="layers:0,2", gamma=3, suite="spec_bench", limit=3, max_new_tokens=12,
-                baselines=("ar", "hf-generate", "hf-assisted"), warmup=0)
+    base = dict(
+        target=tiny_dir,
+        drafter="layers:0,2",
+        gamma=3,
+        suite="spec_bench",
+        limit=3,
+        max_new_tokens=12,
+        baselines=("ar", "hf-generate", "hf-assisted"),
+        warmup=0,
+    )
     base.update(kw)
     return BenchConfig(**base)
 
@@ -51,7 +59,9 @@ def test_bench_refuses_a_folder_with_another_config(tiny_dir, tmp_path):
 
 
 def test_sampled_bench_runs(tiny_dir, tmp_path):
-    out = bench.run(config(tiny_dir, temperature=0.8, top_p=0.9, baselines=("ar", "hf-assisted"), limit=2), tmp_path / "r")
+    out = bench.run(
+        config(tiny_dir, temperature=0.8, top_p=0.9, baselines=("ar", "hf-assisted"), limit=2), tmp_path / "r"
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["greedy_identical_to_ar"] is None and summary["tar"] >= 1
 
@@ -80,14 +90,20 @@ def test_batched_bench_gives_the_batch1_tokens(tiny_dir, tmp_path):
 
 
 def test_a_lookup_drafter_beside_transformers_prompt_lookup(tiny_dir, tmp_path):
-    out = bench.run(config(tiny_dir, drafter="ngram:max=3", gamma=4, limit=3, max_new_tokens=24,
-                           baselines=("ar", "hf-prompt-lookup")), tmp_path / "run")
+    out = bench.run(
+        config(
+            tiny_dir, drafter="ngram:max=3", gamma=4, limit=3, max_new_tokens=24, baselines=("ar", "hf-prompt-lookup")
+        ),
+        tmp_path / "run",
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["greedy_identical_to_ar"] == 1.0
     assert summary["baselines"]["hf-prompt-lookup"]["identical_to_ar"] == 1.0
     sd = summary["methods"]["sd"]
     assert 0 < sd["proposed_fraction"] <= 1 and sum(sd["proposal_lengths"].values()) == sd["rounds"]
-    assert set(sd["by_source"]) == {"lookup"} and sd["propose_ms"] < min(sd["verify_ms"].values())  # ~free next to a pass
+    assert set(sd["by_source"]) == {"lookup"} and sd["propose_ms"] < min(
+        sd["verify_ms"].values()
+    )  # ~free next to a pass
     assert summary["drafter"]["lookup"] == {"method": "ngram", "min": 1, "max": 3}
 
 
@@ -107,8 +123,12 @@ def test_a_learning_suffix_corpus_never_holds_the_output_of_the_prompt_being_dec
     assert all(pid not in held for pid, held in seen)
     assert set(lookup.learned) == {runner.prompts[u[0]].id for u in units}  # every finished SD output joined
     # a resumed run puts back what its finished records added
-    resumed = bench.Runner(cfg, runner.target, bench.load_models(cfg)[1], [
-        {"method": "sd", "prompt_id": runner.prompts[units[0][0]].id, "batch": 1, "tokens": [5, 6, 7]}])
+    resumed = bench.Runner(
+        cfg,
+        runner.target,
+        bench.load_models(cfg)[1],
+        [{"method": "sd", "prompt_id": runner.prompts[units[0][0]].id, "batch": 1, "tokens": [5, 6, 7]}],
+    )
     assert set(resumed.drafter.lookup.learned) == {runner.prompts[units[0][0]].id}
 
 
@@ -122,8 +142,15 @@ def test_configs_that_cannot_run_are_refused(tiny_dir, tmp_path):
 
 def test_the_summary_says_where_sd_parts_from_ar(tiny_dir):
     def rec(method, pid, tokens):
-        return {"method": method, "prompt_id": pid, "tokens": tokens, "new_tokens": len(tokens), "seconds": 1.0,
-                "suite": "spec_bench"}
+        return {
+            "method": method,
+            "prompt_id": pid,
+            "tokens": tokens,
+            "new_tokens": len(tokens),
+            "seconds": 1.0,
+            "suite": "spec_bench",
+        }
+
     records = [rec("ar", 0, [1, 2, 3, 4]), rec("ar", 1, [5, 6, 7]), rec("sd", 0, [1, 2, 9, 9]), rec("sd", 1, [5, 6, 7])]
     summary = bench.summarize(records, config(tiny_dir, baselines=("ar",)))
     assert summary["greedy_identical_to_ar"] == 0.5
@@ -135,8 +162,10 @@ def test_scheduled_sd_beside_static_sd_and_a_resume_that_relearns_the_same_calib
     from draftwise.config import ProfileConfig
     from draftwise.stages import profile
 
-    prof = profile.run(ProfileConfig(target=tiny_dir, depths=(1,), gammas=(1, 2, 4), batches=(1,), context=16, warmup=0,
-                                     repeats=2), tmp_path / "profile")
+    prof = profile.run(
+        ProfileConfig(target=tiny_dir, depths=(1,), gammas=(1, 2, 4), batches=(1,), context=16, warmup=0, repeats=2),
+        tmp_path / "profile",
+    )
     c = config(tiny_dir, drafter="ngram:min=1,max=3", gamma=4, baselines=("ar",), limit=3, schedule=str(prof))
     out = bench.run(c, tmp_path / "run")
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
@@ -146,17 +175,23 @@ def test_scheduled_sd_beside_static_sd_and_a_resume_that_relearns_the_same_calib
     assert summary["methods"][bench.SCHEDULED]["identical_to_ar"] == 1.0
     sched = summary["methods"][bench.SCHEDULED]["schedule"]
     rounds = [rd for r in scheduled for rd in r["rounds"] if "schedule" in rd]
-    assert sum(sched["k"].values()) == len(rounds) and sum(c["positions"] for c in sched["calibration"]) == \
-        sum(len(rd["schedule"]["observed"]) for rd in rounds)
+    assert sum(sched["k"].values()) == len(rounds) and sum(c["positions"] for c in sched["calibration"]) == sum(
+        len(rd["schedule"]["observed"]) for rd in rounds
+    )
     fresh = bench.Runner(c, *bench.load_models(c))  # the run again, in memory (warm-up runs teach nothing)
     for unit in bench.units(c, fresh.encoded):
         fresh((unit, bench.SCHEDULED))
     resumed = bench.Runner(c, *bench.load_models(c), records)  # what a resumed run starts from
-    assert fresh.fns[bench.SCHEDULED].scheduler.calibration.counts == \
-        resumed.fns[bench.SCHEDULED].scheduler.calibration.counts != {}
+    assert (
+        fresh.fns[bench.SCHEDULED].scheduler.calibration.counts
+        == resumed.fns[bench.SCHEDULED].scheduler.calibration.counts
+        != {}
+    )
     seeded = bench.Runner(replace(c, calibration=str(out)), *bench.load_models(c))  # a new run seeded by this one
-    assert seeded.fns[bench.SCHEDULED].scheduler.calibration.counts == \
-        resumed.fns[bench.SCHEDULED].scheduler.calibration.counts
+    assert (
+        seeded.fns[bench.SCHEDULED].scheduler.calibration.counts
+        == resumed.fns[bench.SCHEDULED].scheduler.calibration.counts
+    )
     from draftwise.sd import calibrate  # a calibration measured before the run (a design's calibrate-lookup)
 
     calibrate.write(tmp_path / "cal", {"temperatures": {"0": {"positions": 3, "counts": {"own|p1": [3, 2.0]}}}})

@@ -8,10 +8,12 @@ from draftwise.stages import bench_grid
 
 
 def grid(tiny_dir, **kw):
-    base = BenchConfig(target=tiny_dir, drafter="layers:0", suite="spec_bench", limit=3, max_new_tokens=8,
-                       baselines=("ar",), warmup=0)
-    return BenchGridConfig(**{"bench": base, "drafters": ("layers:0", "layers:0,2"), "gammas": (1, 2),
-                              "temperatures": (0.0, 1.0), **kw})
+    base = BenchConfig(
+        target=tiny_dir, drafter="layers:0", suite="spec_bench", limit=3, max_new_tokens=8, baselines=("ar",), warmup=0
+    )
+    return BenchGridConfig(
+        **{"bench": base, "drafters": ("layers:0", "layers:0,2"), "gammas": (1, 2), "temperatures": (0.0, 1.0), **kw}
+    )
 
 
 def test_grid_points_share_baselines_and_roundtrip(tiny_dir):
@@ -44,8 +46,13 @@ def test_grid_runs_transformers_baselines_at_batch_1_only(tiny_dir):
     base = BenchConfig(target=tiny_dir, drafter="layers:0", baselines=("ar", "hf-generate", "hf-assisted"))
     points = grid(tiny_dir, bench=base, gammas=(1,), temperatures=(0.0,), batch_sizes=(1, 2)).points()
     assert {(p.drafter, p.batch_size, p.baselines) for p in points} == {
-        ("layers:0", 1, ("hf-assisted",)), ("layers:0,2", 1, ("hf-assisted",)), ("layers:0", 2, ()), ("layers:0,2", 2, ()),
-        (None, 1, ("ar", "hf-generate")), (None, 2, ("ar",))}
+        ("layers:0", 1, ("hf-assisted",)),
+        ("layers:0,2", 1, ("hf-assisted",)),
+        ("layers:0", 2, ()),
+        ("layers:0,2", 2, ()),
+        (None, 1, ("ar", "hf-generate")),
+        (None, 2, ("ar",)),
+    }
 
 
 def test_grid_refuses_impossible_points(tiny_dir):
@@ -58,8 +65,27 @@ def test_grid_refuses_impossible_points(tiny_dir):
 def test_each_drafter_at_its_own_gamma_with_per_suite_figures(tiny_dir, tmp_path, capsys):
     from draftwise.cli import main
 
-    code = main(["bench", "--target", tiny_dir, "--drafter", "layers:0@2", "--drafter", "ngram:max=2@5", "--suite",
-                 "spec_bench,arena", "--limit", "4", "--max-new-tokens", "8", "--warmup", "0", "--out", str(tmp_path / "g")])
+    code = main(
+        [
+            "bench",
+            "--target",
+            tiny_dir,
+            "--drafter",
+            "layers:0@2",
+            "--drafter",
+            "ngram:max=2@5",
+            "--suite",
+            "spec_bench,arena",
+            "--limit",
+            "4",
+            "--max-new-tokens",
+            "8",
+            "--warmup",
+            "0",
+            "--out",
+            str(tmp_path / "g"),
+        ]
+    )
     assert code == 0
     config = json.loads((tmp_path / "g" / "config.json").read_text())
     assert config["drafters"] == ["layers:0", "ngram:max=2"] and config["drafter_gammas"] == [2, 5]
@@ -75,15 +101,37 @@ def test_each_drafter_at_its_own_gamma_with_per_suite_figures(tiny_dir, tmp_path
         assert set(p["by_suite"]) == {"spec_bench", "arena"}
     assert "TAR / SD over AR per suite" in capsys.readouterr().out
     with pytest.raises(DraftwiseError, match="one γ per drafter"):
-        BenchGridConfig(bench=BenchConfig(target=tiny_dir, drafter="layers:0"), drafters=("layers:0",),
-                        drafter_gammas=(1, 2))
-    assert main(["bench", "--target", tiny_dir, "--drafter", "layers:0@2", "--drafter", "ngram", "--limit", "1",
-                 "--out", str(tmp_path / "h")]) == 2
+        BenchGridConfig(
+            bench=BenchConfig(target=tiny_dir, drafter="layers:0"), drafters=("layers:0",), drafter_gammas=(1, 2)
+        )
+    assert (
+        main(
+            [
+                "bench",
+                "--target",
+                tiny_dir,
+                "--drafter",
+                "layers:0@2",
+                "--drafter",
+                "ngram",
+                "--limit",
+                "1",
+                "--out",
+                str(tmp_path / "h"),
+            ]
+        )
+        == 2
+    )
 
 
 def test_only_the_drafters_a_grid_names_run_the_scheduler(tiny_dir, tmp_path):
-    bench = BenchConfig(target=tiny_dir, drafter="ngram", baselines=("ar",), schedule=str(tmp_path / "profile"),
-                        calibration=str(tmp_path / "cal"))
+    bench = BenchConfig(
+        target=tiny_dir,
+        drafter="ngram",
+        baselines=("ar",),
+        schedule=str(tmp_path / "profile"),
+        calibration=str(tmp_path / "cal"),
+    )
     grid = BenchGridConfig(bench=bench, drafters=("ngram", "layers:0"), drafter_gammas=(4, 2), scheduled=("ngram",))
     sd = {p.drafter: p for p in grid.points() if p.drafter}
     assert (sd["ngram"].schedule, sd["ngram"].calibration) == (bench.schedule, bench.calibration)

@@ -13,8 +13,19 @@ from draftwise.stages import distill, gen_data
 @pytest.fixture(scope="module")
 def data_dir(tiny_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("gen")
-    return gen_data.run(GenDataConfig(target=tiny_dir, suites="spec_bench,alpaca", limit=12, max_new_tokens=10,
-                                      temperatures=(0.0, 1.0), topk=8, shard_size=10, batch_size=4), out)
+    return gen_data.run(
+        GenDataConfig(
+            target=tiny_dir,
+            suites="spec_bench,alpaca",
+            limit=12,
+            max_new_tokens=10,
+            temperatures=(0.0, 1.0),
+            topk=8,
+            shard_size=10,
+            batch_size=4,
+        ),
+        out,
+    )
 
 
 def test_gen_data_shards_are_train_only_and_resumable(data_dir, tiny_dir):
@@ -23,13 +34,26 @@ def test_gen_data_shards_are_train_only_and_resumable(data_dir, tiny_dir):
     eval_ids = {p.id for p in data.load_prompts("all", "eval")}
     assert not any(pid in eval_ids for r in records for pid, _ in r["prompts"])
     rows = gen_data.read_shard(data_dir / records[0]["file"])
-    assert rows[0]["topk_ids"].shape[1] == 8 and torch.all(rows[0]["topk_probs"][:, :-1] >= rows[0]["topk_probs"][:, 1:])
+    assert rows[0]["topk_ids"].shape[1] == 8 and torch.all(
+        rows[0]["topk_probs"][:, :-1] >= rows[0]["topk_probs"][:, 1:]
+    )
     # a killed run: the last shard's record is lost; the rerun redoes that shard alone, identically
     shard = load_file(data_dir / records[-1]["file"])
     lines = (data_dir / "records.jsonl").read_text().splitlines()
     (data_dir / "records.jsonl").write_text("\n".join(lines[:-1]) + "\n")
-    gen_data.run(GenDataConfig(target=tiny_dir, suites="spec_bench,alpaca", limit=12, max_new_tokens=10,
-                               temperatures=(0.0, 1.0), topk=8, shard_size=10, batch_size=4), data_dir)
+    gen_data.run(
+        GenDataConfig(
+            target=tiny_dir,
+            suites="spec_bench,alpaca",
+            limit=12,
+            max_new_tokens=10,
+            temperatures=(0.0, 1.0),
+            topk=8,
+            shard_size=10,
+            batch_size=4,
+        ),
+        data_dir,
+    )
     assert (data_dir / "records.jsonl").read_text().splitlines()[:-1] == lines[:-1]
     again = load_file(data_dir / records[-1]["file"])
     assert all(torch.equal(shard[k], again[k]) for k in shard)
@@ -40,8 +64,18 @@ def test_user_prompts_in_the_eval_split_are_dropped(tiny_dir, tmp_path):
     trains = data.load_prompts("spec_bench", "train", limit=2)
     f = tmp_path / "p.jsonl"
     f.write_text("".join(json.dumps({"prompt": p.text}) + "\n" for p in evals + trains))
-    out = gen_data.run(GenDataConfig(target=tiny_dir, suites="humaneval", prompts=str(f), max_new_tokens=4,
-                                     temperatures=(0.0,), topk=4, shard_size=100), tmp_path / "g")
+    out = gen_data.run(
+        GenDataConfig(
+            target=tiny_dir,
+            suites="humaneval",
+            prompts=str(f),
+            max_new_tokens=4,
+            temperatures=(0.0,),
+            topk=4,
+            shard_size=100,
+        ),
+        tmp_path / "g",
+    )
     texts = {p.text for p in evals}
     rec = json.loads((out / "records.jsonl").read_text().splitlines()[0])
     user = [pid for pid, _ in rec["prompts"] if pid.startswith("user/")]
@@ -49,8 +83,20 @@ def test_user_prompts_in_the_eval_split_are_dropped(tiny_dir, tmp_path):
 
 
 def distill_config(tiny_dir, data_dir, **kw):
-    base = dict(target=tiny_dir, drafter="layers:0,1", data=str(data_dir), loss="tvd", tokens=300, batch_size=4,
-                lr=1e-2, eval_every=3, checkpoint_every=2, eval_prompts=4, eval_tokens=8, eval_suites="spec_bench")
+    base = dict(
+        target=tiny_dir,
+        drafter="layers:0,1",
+        data=str(data_dir),
+        loss="tvd",
+        tokens=300,
+        batch_size=4,
+        lr=1e-2,
+        eval_every=3,
+        checkpoint_every=2,
+        eval_prompts=4,
+        eval_tokens=8,
+        eval_suites="spec_bench",
+    )
     base.update(kw)
     return DistillConfig(**base)
 

@@ -17,8 +17,16 @@ NGRAM_SERVER = "llama-server:--spec-type ngram-simple --spec-ngram-simple-size-n
 
 
 def config(target, **kw):
-    base = dict(target=target, backend="llama.cpp", suite="spec_bench", limit=2, max_new_tokens=12, warmup=0,
-                threads=1, baselines=("ar", "llama-server", "llama-cpp"))
+    base = dict(
+        target=target,
+        backend="llama.cpp",
+        suite="spec_bench",
+        limit=2,
+        max_new_tokens=12,
+        warmup=0,
+        threads=1,
+        baselines=("ar", "llama-server", "llama-cpp"),
+    )
     base.update(kw)
     return BenchConfig(**base)
 
@@ -52,9 +60,12 @@ def test_llama_cpp_baselines_give_the_engines_greedy_tokens(tiny_dir, tmp_path, 
     assert summary["baselines"]["llama-server"]["identical_to_ar"] == 1.0
     assert summary["baselines"]["llama-cpp"]["identical_to_ar"] == 1.0
     server = [r for r in records if r["method"] == "llama-server"]
-    assert all(r["seconds"] == pytest.approx((r["timings"]["prompt_ms"] + r["timings"]["predicted_ms"]) / 1e3)
-               for r in server)
-    assert all(r["wall_s"] > 0 and r["prefill_s"] > 0 and r["timings"]["prompt_n"] == r["prompt_tokens"] for r in server)
+    assert all(
+        r["seconds"] == pytest.approx((r["timings"]["prompt_ms"] + r["timings"]["predicted_ms"]) / 1e3) for r in server
+    )
+    assert all(
+        r["wall_s"] > 0 and r["prefill_s"] > 0 and r["timings"]["prompt_n"] == r["prompt_tokens"] for r in server
+    )
     assert summary["methods"]["llama-server"]["wall_tokens_per_s"] > 0
     assert (out / "llama-server.log").is_file()
     assert len(servers) == 1 and all(gone(s) for s in servers)
@@ -72,7 +83,9 @@ def test_speculative_server_reports_drafted_and_accepted(tiny_dir, tmp_path, ser
 
 
 def test_prompt_lookup_beside_the_engines_ngram_sd(tiny_dir, tmp_path):
-    out = bench.run(config(tiny_dir, drafter="ngram", gamma=3, baselines=("ar", "llama-cpp-prompt-lookup")), tmp_path / "r")
+    out = bench.run(
+        config(tiny_dir, drafter="ngram", gamma=3, baselines=("ar", "llama-cpp-prompt-lookup")), tmp_path / "r"
+    )
     records, summary = read(out)
     lookup = [r for r in records if r["method"] == "llama-cpp-prompt-lookup"]
     assert all(0 <= r["accepted"] <= r["drafted"] for r in lookup) and sum(r["drafted"] for r in lookup) > 0
@@ -104,7 +117,9 @@ def test_missing_server_binary_is_one_line(tiny_dir, tmp_path):
 
 
 def test_baseline_names_and_their_checks():
-    ok = BenchConfig(baselines=("ar", "llama-cpp", "llama-cpp-prompt-lookup", "llama-server", "llama-server:-md d.gguf"))
+    ok = BenchConfig(
+        baselines=("ar", "llama-cpp", "llama-cpp-prompt-lookup", "llama-server", "llama-server:-md d.gguf")
+    )
     assert len(ok.baselines) == 5
     with pytest.raises(DraftwiseError, match="unknown baseline 'llama-serverx'"):
         BenchConfig(baselines=("llama-serverx",))
@@ -118,30 +133,53 @@ def test_baseline_names_and_their_checks():
 
 def test_grid_runs_llama_cpp_baselines_once_per_temperature_and_lookup_per_point():
     names = ("ar", "llama-cpp", "llama-server:--spec-default", "llama-cpp-prompt-lookup")
-    grid = BenchGridConfig(bench=BenchConfig(drafter="ngram", baselines=names), gammas=(2, 3), temperatures=(0, 1),
-                           batch_sizes=(1, 2))
+    grid = BenchGridConfig(
+        bench=BenchConfig(drafter="ngram", baselines=names), gammas=(2, 3), temperatures=(0, 1), batch_sizes=(1, 2)
+    )
     points = grid.points()
     sd = [p for p in points if p.drafter]
     base = [p for p in points if not p.drafter]
     assert all(p.baselines == (("llama-cpp-prompt-lookup",) if p.batch_size == 1 else ()) for p in sd)
     assert sorted((p.temperature, p.batch_size, p.baselines) for p in base) == [
-        (0.0, 1, ("ar", "llama-cpp", "llama-server:--spec-default")), (0.0, 2, ("ar",)),
-        (1.0, 1, ("ar", "llama-cpp", "llama-server:--spec-default")), (1.0, 2, ("ar",))]
+        (0.0, 1, ("ar", "llama-cpp", "llama-server:--spec-default")),
+        (0.0, 2, ("ar",)),
+        (1.0, 1, ("ar", "llama-cpp", "llama-server:--spec-default")),
+        (1.0, 2, ("ar",)),
+    ]
 
 
 def test_cli_baselines_repeat_and_keep_server_arguments_whole():
     assert baselines(None) == ("ar",)
     assert baselines([""]) == ()
-    assert baselines(["ar,llama-cpp", "llama-server:--spec-type ngram-simple,ngram-mod"]) == \
-        ("ar", "llama-cpp", "llama-server:--spec-type ngram-simple,ngram-mod")
+    assert baselines(["ar,llama-cpp", "llama-server:--spec-type ngram-simple,ngram-mod"]) == (
+        "ar",
+        "llama-cpp",
+        "llama-server:--spec-type ngram-simple,ngram-mod",
+    )
     assert baselines(["ar,llama-server:-md a.gguf,b"]) == ("ar", "llama-server:-md a.gguf,b")
 
 
 def test_cli_passes_the_binary_and_the_backend(monkeypatch, tmp_path):
     seen = {}
     monkeypatch.setattr(bench, "run", lambda config, out, executor=None: seen.setdefault("config", config))
-    assert cli.main(["bench", "--backend", "llama.cpp", "--baseline", "ar", "--baseline", "llama-server:--spec-default",
-                     "--llama-server", "/opt/llama-server", "--out", str(tmp_path / "r")]) == 0
+    assert (
+        cli.main(
+            [
+                "bench",
+                "--backend",
+                "llama.cpp",
+                "--baseline",
+                "ar",
+                "--baseline",
+                "llama-server:--spec-default",
+                "--llama-server",
+                "/opt/llama-server",
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
+        == 0
+    )
     c = seen["config"]
     assert c.backend == "llama.cpp" and c.llama_server == "/opt/llama-server"
     assert c.baselines == ("ar", "llama-server:--spec-default")

@@ -6,16 +6,23 @@ from draftwise import cost
 from draftwise.errors import DraftwiseError
 from draftwise.stages import predict
 
-PROFILE = {"batches": {"1": {
-    "ar_step_ms": 30.0, "verify_ms": {"1": 32.0, "2": 34.0, "4": 38.0},
-    "drafters": {"small": {"step_ms": 5.0}, "big": {"step_ms": 12.0}},
-}}}
+PROFILE = {
+    "batches": {
+        "1": {
+            "ar_step_ms": 30.0,
+            "verify_ms": {"1": 32.0, "2": 34.0, "4": 38.0},
+            "drafters": {"small": {"step_ms": 5.0}, "big": {"step_ms": 12.0}},
+        }
+    }
+}
 
 
 def test_predictions_follow_the_cost_model_and_rank():
     out = predict.predict(PROFILE, gammas=[1, 2, 3, 4], alpha=0.7)
     r = next(r for r in out["rows"] if r["drafter"] == "small" and r["gamma"] == 3)
-    assert r["tokens_per_s"] == pytest.approx(1e3 * cost.expected_tokens_iid(0.7, 3) / (3 * 5.0 + 36.0))  # verify(3) interpolated
+    assert r["tokens_per_s"] == pytest.approx(
+        1e3 * cost.expected_tokens_iid(0.7, 3) / (3 * 5.0 + 36.0)
+    )  # verify(3) interpolated
     speeds = [r["tokens_per_s"] for r in out["rows"]]
     assert speeds == sorted(speeds, reverse=True)
     assert out["best_gamma"]["small"]["tokens_per_s"] >= out["best_gamma"]["big"]["tokens_per_s"]
@@ -23,8 +30,14 @@ def test_predictions_follow_the_cost_model_and_rank():
 
 
 def test_measured_acceptance_is_used_for_the_benched_drafter():
-    bench = {"drafter": "big", "gamma": 2, "alpha": 0.5, "acceptance_per_position": [0.9, 0.2],
-             "tokens_per_s": 40.0, "decode_tokens_per_s": 42.0}
+    bench = {
+        "drafter": "big",
+        "gamma": 2,
+        "alpha": 0.5,
+        "acceptance_per_position": [0.9, 0.2],
+        "tokens_per_s": 40.0,
+        "decode_tokens_per_s": 42.0,
+    }
     out = predict.predict(PROFILE, gammas=[2], bench=bench)
     assert out["skipped"] == ["small"]
     expected = 1e3 * cost.expected_tokens([0.9, 0.2]) / (2 * 12.0 + 34.0)
@@ -43,10 +56,19 @@ def test_needs_acceptance_and_a_profile(tmp_path):
 
 
 def test_a_lookup_bench_is_predicted_from_its_own_proposals():
-    rounds = ([{"drafted": 3, "accepted": 3, "emitted": 4, "source": "lookup", "draft_s": 0.0002}] * 3
-              + [{"drafted": 0, "accepted": 0, "emitted": 1, "source": "", "draft_s": 0.0001}] * 5)
-    bench = {"drafter": "ngram", "gamma": 3, "kind": "lookup", "alpha": 1.0, "acceptance_per_position": [1, 1, 1],
-             "tokens_per_s": 40.0, "decode_tokens_per_s": 44.0, "rounds": rounds}
+    rounds = [{"drafted": 3, "accepted": 3, "emitted": 4, "source": "lookup", "draft_s": 0.0002}] * 3 + [
+        {"drafted": 0, "accepted": 0, "emitted": 1, "source": "", "draft_s": 0.0001}
+    ] * 5
+    bench = {
+        "drafter": "ngram",
+        "gamma": 3,
+        "kind": "lookup",
+        "alpha": 1.0,
+        "acceptance_per_position": [1, 1, 1],
+        "tokens_per_s": 40.0,
+        "decode_tokens_per_s": 44.0,
+        "rounds": rounds,
+    }
     out = predict.predict(PROFILE, gammas=[1, 2, 3], bench=bench)
     verify3 = 36.0  # interpolated between γ = 2 (34) and 4 (38)
     expected = 1e3 * (3 * 4 + 5 * 1) / (3 * (0.2 + verify3) + 5 * (0.1 + 30.0))
@@ -61,10 +83,23 @@ def test_a_scheduled_run_is_priced_from_its_own_rounds(tiny_dir, tmp_path):
     from draftwise.config import BenchConfig, ProfileConfig
     from draftwise.stages import bench, profile
 
-    prof = profile.run(ProfileConfig(target=tiny_dir, depths=(1,), gammas=(1, 2, 4), batches=(1,), context=16, warmup=0,
-                                     repeats=2), tmp_path / "profile")
-    run = bench.run(BenchConfig(target=tiny_dir, drafter="ngram:min=1,max=3", gamma=4, limit=2, max_new_tokens=12,
-                                baselines=("ar",), warmup=0, schedule=str(prof)), tmp_path / "run")
+    prof = profile.run(
+        ProfileConfig(target=tiny_dir, depths=(1,), gammas=(1, 2, 4), batches=(1,), context=16, warmup=0, repeats=2),
+        tmp_path / "profile",
+    )
+    run = bench.run(
+        BenchConfig(
+            target=tiny_dir,
+            drafter="ngram:min=1,max=3",
+            gamma=4,
+            limit=2,
+            max_new_tokens=12,
+            baselines=("ar",),
+            warmup=0,
+            schedule=str(prof),
+        ),
+        tmp_path / "run",
+    )
     out = predict.run(prof, run)
     records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
     rounds = [rd for r in records if r["method"] == bench.SCHEDULED for rd in r["rounds"]]
@@ -75,5 +110,6 @@ def test_a_scheduled_run_is_priced_from_its_own_rounds(tiny_dir, tmp_path):
     check = out["check_scheduled"]
     measured = check["measured_decode_tokens_per_s"]
     assert check["predicted_tokens_per_s"] == row["tokens_per_s"] and check["error"] == pytest.approx(
-        row["tokens_per_s"] / measured - 1)
+        row["tokens_per_s"] / measured - 1
+    )
     assert any(r["drafter"] == "ngram:min=1,max=3" and r["gamma"] == 4 for r in out["rows"])  # static rows as before

@@ -5,8 +5,16 @@ from draftwise.stages import profile
 
 
 def cfg(tiny_dir, **kw):
-    base = dict(target=tiny_dir, drafters=("layers:0,3",), depths=(1, 2), gammas=(1, 2, 4), batches=(1, 2), context=16,
-                warmup=1, repeats=3)
+    base = dict(
+        target=tiny_dir,
+        drafters=("layers:0,3",),
+        depths=(1, 2),
+        gammas=(1, 2, 4),
+        batches=(1, 2),
+        context=16,
+        warmup=1,
+        repeats=3,
+    )
     base.update(kw)
     return ProfileConfig(**base)
 
@@ -44,8 +52,9 @@ def test_profile_on_the_transformers_backend(tiny_dir, tmp_path):
 def test_a_lookup_drafter_is_timed_by_its_proposal(tiny_dir, tmp_path):
     """A lookup drafter has no forward step: its point is one round's proposal at `context` tokens of real text,
     after which the index is rolled back (every repeat sees the same index)."""
-    out = profile.run(cfg(tiny_dir, drafters=("ngram:max=4", "layers:0,3"), batches=(1,), depths=(1,), context=64),
-                      tmp_path / "p")
+    out = profile.run(
+        cfg(tiny_dir, drafters=("ngram:max=4", "layers:0,3"), batches=(1,), depths=(1,), context=64), tmp_path / "p"
+    )
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert {r["kind"] for r in records if r["model"] == "ngram:max=4"} == {"propose"}
     d = json.loads((out / "profile.json").read_text())["batches"]["1"]["drafters"]["ngram:max=4"]

@@ -1,30 +1,44 @@
 import pytest
 import torch
-from conftest import tiny_config, tiny_model
 
+from conftest import tiny_config, tiny_model
 from draftwise.errors import DraftwiseError
-from draftwise.stages.prune.masks import Masks, MaskedLM
+from draftwise.stages.prune.masks import MaskedLM, Masks
 from draftwise.stages.prune.slicing import PruneShape, masks_of, select, slice_checkpoint
 
-
-FAMILY_KW = {"llama-tied": dict(kind="llama", tie_word_embeddings=True, attention_bias=True),
-             "llama-untied": dict(kind="llama", tie_word_embeddings=False, attention_bias=True),
-             "qwen3": dict(kind="qwen3", tie_word_embeddings=False),
-             "phi3": dict(kind="phi3", tie_word_embeddings=False),
-             "gemma2": dict(kind="gemma2", layer_types=["sliding_attention", "full_attention"] * 2),
-             "gemma3": dict(kind="gemma3_text", layer_types=["sliding_attention"] * 3 + ["full_attention"])}
+FAMILY_KW = {
+    "llama-tied": dict(kind="llama", tie_word_embeddings=True, attention_bias=True),
+    "llama-untied": dict(kind="llama", tie_word_embeddings=False, attention_bias=True),
+    "qwen3": dict(kind="qwen3", tie_word_embeddings=False),
+    "phi3": dict(kind="phi3", tie_word_embeddings=False),
+    "gemma2": dict(kind="gemma2", layer_types=["sliding_attention", "full_attention"] * 2),
+    "gemma3": dict(kind="gemma3_text", layer_types=["sliding_attention"] * 3 + ["full_attention"]),
+}
 
 
 @pytest.mark.parametrize("family", FAMILY_KW)
 def test_masked_model_equals_the_physically_sliced_one(family):
-    config = tiny_config(layers=4, hidden_size=64, num_attention_heads=8, num_key_value_heads=2, head_dim=8,
-                         intermediate_size=48, **FAMILY_KW[family])
+    config = tiny_config(
+        layers=4,
+        hidden_size=64,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=8,
+        intermediate_size=48,
+        **FAMILY_KW[family],
+    )
     hf = tiny_model(config, seed=41)
     sd = hf.state_dict()
     gen = torch.Generator().manual_seed(0)
     shape = PruneShape(layers=2, hidden=40, heads=4, kv_heads=2, ffn=20)
-    kept = select(shape, config, torch.rand(4, generator=gen), torch.rand(4, 8, generator=gen),
-                  torch.rand(4, 48, generator=gen), torch.rand(64, generator=gen))
+    kept = select(
+        shape,
+        config,
+        torch.rand(4, generator=gen),
+        torch.rand(4, 8, generator=gen),
+        torch.rand(4, 48, generator=gen),
+        torch.rand(64, generator=gen),
+    )
     ids = torch.randint(0, config.vocab_size, (2, 9), generator=gen)
     masked = MaskedLM(config, sd)(ids, masks_of(kept, config))
     new_config, new_sd = slice_checkpoint(config, sd, kept)
@@ -36,8 +50,13 @@ def test_masked_model_equals_the_physically_sliced_one(family):
         assert new_config.layer_types == [config.layer_types[l] for l in kept.layers]
     with torch.no_grad():
         torch.testing.assert_close(masked, sliced(ids).logits, atol=1e-4, rtol=1e-4)
-    assert (new_config.num_hidden_layers, new_config.hidden_size, new_config.num_attention_heads,
-            new_config.num_key_value_heads, new_config.intermediate_size) == (2, 40, 4, 2, 20)
+    assert (
+        new_config.num_hidden_layers,
+        new_config.hidden_size,
+        new_config.num_attention_heads,
+        new_config.num_key_value_heads,
+        new_config.intermediate_size,
+    ) == (2, 40, 4, 2, 20)
 
 
 @pytest.mark.parametrize("family", FAMILY_KW)
@@ -46,8 +65,9 @@ def test_unmasked_forward_equals_transformers(family):
     hf = tiny_model(config, seed=42)
     ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        torch.testing.assert_close(MaskedLM(config, hf.state_dict())(ids, Masks.ones(config)), hf(ids).logits,
-                                   atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            MaskedLM(config, hf.state_dict())(ids, Masks.ones(config)), hf(ids).logits, atol=1e-4, rtol=1e-4
+        )
 
 
 def test_gqa_selection_keeps_whole_groups():
@@ -59,15 +79,18 @@ def test_gqa_selection_keeps_whole_groups():
     assert kept.kv_heads == [[0, 1]] and kept.heads == [[0, 1, 4, 5]]
 
 
-@pytest.mark.parametrize("text,message", [
-    ("layers=9", "layers=9 is impossible: the target has 4"),
-    ("heads=8", "heads=8 is impossible"),
-    ("hidden=20", "not a multiple of head_dim 8"),
-    ("heads=3,kv_heads=2", "does not divide"),
-    ("heads=4,kv_heads=1", "query heads per KV head"),
-    ("depth=2", "unknown shape dimension 'depth'"),
-    ("layers=two", "needs an integer"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("layers=9", "layers=9 is impossible: the target has 4"),
+        ("heads=8", "heads=8 is impossible"),
+        ("hidden=20", "not a multiple of head_dim 8"),
+        ("heads=3,kv_heads=2", "does not divide"),
+        ("heads=4,kv_heads=1", "query heads per KV head"),
+        ("depth=2", "unknown shape dimension 'depth'"),
+        ("layers=two", "needs an integer"),
+    ],
+)
 def test_bad_shapes(text, message):
     with pytest.raises(DraftwiseError, match=message):
         PruneShape.parse(text, tiny_config(layers=4))
@@ -84,14 +107,26 @@ def test_prune_importance_end_to_end(tiny_dir, tmp_path):
     from draftwise.sd.sampling import SamplingParams
     from draftwise.stages import prune
 
-    config = PruneConfig(target=tiny_dir, shape="layers=2,hidden=24,heads=2,kv_heads=1,ffn=32", calib_tokens=64,
-                         max_new_tokens=8, elimination_tokens=16, batch_size=4)
+    config = PruneConfig(
+        target=tiny_dir,
+        shape="layers=2,hidden=24,heads=2,kv_heads=1,ffn=32",
+        calib_tokens=64,
+        max_new_tokens=8,
+        elimination_tokens=16,
+        batch_size=4,
+    )
     out = prune.run(config, tmp_path / "p")
     info = json.loads((out / "prune.json").read_text())
     assert len(info["kept"]["layers"]) == 2 and len(info["kept"]["hidden"]) == 24
     hf = AutoModelForCausalLM.from_pretrained(out / "checkpoint")  # a standard checkpoint
     c = hf.config
-    assert (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.intermediate_size) == (2, 24, 2, 1, 32)
+    assert (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.intermediate_size) == (
+        2,
+        24,
+        2,
+        1,
+        32,
+    )
     assert sum(p.numel() for p in hf.parameters()) == info["params"]["total"]
     target = load(tiny_dir)
     drafter = load_drafter(str(out), target)  # the run folder resolves to its checkpoint
@@ -115,8 +150,15 @@ def test_prune_l0_reaches_the_shape(tiny_dir, tmp_path):
     from draftwise.config import PruneConfig
     from draftwise.stages import prune
 
-    config = PruneConfig(target=tiny_dir, shape="layers=2,ffn=24", method="l0", calib_tokens=48, max_new_tokens=8,
-                         l0_steps=40, batch_size=4)
+    config = PruneConfig(
+        target=tiny_dir,
+        shape="layers=2,ffn=24",
+        method="l0",
+        calib_tokens=48,
+        max_new_tokens=8,
+        l0_steps=40,
+        batch_size=4,
+    )
     out = prune.run(config, tmp_path / "p")
     info = json.loads((out / "prune.json").read_text())
     assert len(info["kept"]["layers"]) == 2 and all(len(f) == 24 for f in info["kept"]["ffn"])
@@ -134,8 +176,9 @@ def test_elimination_resumes_from_its_last_step(tiny_dir, tmp_path):
     from draftwise.config import PruneConfig
     from draftwise.stages import prune
 
-    config = PruneConfig(target=tiny_dir, shape="layers=1", calib_tokens=48, max_new_tokens=8, elimination_tokens=16,
-                         batch_size=4)
+    config = PruneConfig(
+        target=tiny_dir, shape="layers=1", calib_tokens=48, max_new_tokens=8, elimination_tokens=16, batch_size=4
+    )
     out = prune.run(config, tmp_path / "p")
     info = json.loads((out / "prune.json").read_text())
     records = (out / "records.jsonl").read_text().splitlines()
@@ -155,9 +198,9 @@ def test_prune_every_family_reloads_in_transformers_and_runs_in_the_engine(kind,
     loads, and a lossless drafter in the engine."""
     import json
 
-    from conftest import tiny_tokenizer
     from transformers import AutoModelForCausalLM
 
+    from conftest import tiny_tokenizer
     from draftwise.config import PruneConfig
     from draftwise.models import load, load_drafter, save_checkpoint
     from draftwise.sd.loop import generate
@@ -169,8 +212,14 @@ def test_prune_every_family_reloads_in_transformers_and_runs_in_the_engine(kind,
         kw["sliding_window"] = 4
     model = tiny_model(tiny_config(kind, layers=4, **kw), seed=1)
     target_dir = save_checkpoint(tmp_path / "t", model.config, model.state_dict(), tiny_tokenizer())
-    config = PruneConfig(target=str(target_dir), shape="layers=2,hidden=24,heads=2,kv_heads=1,ffn=32", calib_tokens=48,
-                         max_new_tokens=8, elimination_tokens=16, batch_size=4)
+    config = PruneConfig(
+        target=str(target_dir),
+        shape="layers=2,hidden=24,heads=2,kv_heads=1,ffn=32",
+        calib_tokens=48,
+        max_new_tokens=8,
+        elimination_tokens=16,
+        batch_size=4,
+    )
     out = prune.run(config, tmp_path / "p")
     info = json.loads((out / "prune.json").read_text())
     hf = AutoModelForCausalLM.from_pretrained(out / "checkpoint")

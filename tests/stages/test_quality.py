@@ -68,8 +68,25 @@ def test_parse_runtime():
 
 
 def test_cli_runs_quality(capsys, tiny_dir, tmp_path):
-    code = main(["quality", "--target", tiny_dir, "--runtimes", "lean:fp32,lean:int8", "--suites", "spec_bench",
-                 "--limit", "3", "--max-prompt-tokens", "64", "--threads", "2", "--out", str(tmp_path / "q")])
+    code = main(
+        [
+            "quality",
+            "--target",
+            tiny_dir,
+            "--runtimes",
+            "lean:fp32,lean:int8",
+            "--suites",
+            "spec_bench",
+            "--limit",
+            "3",
+            "--max-prompt-tokens",
+            "64",
+            "--threads",
+            "2",
+            "--out",
+            str(tmp_path / "q"),
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "lean:int8" in captured.out and "ΔNLL" in captured.out

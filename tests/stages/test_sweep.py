@@ -11,8 +11,20 @@ from draftwise.stages import sweep
 
 def cfg(tiny_dir, **kw):
     # tiny target: d=32, 4 heads / 2 KV heads of 8 -> widths in multiples of 16
-    base = dict(target=tiny_dir, budget="20k", layers=(1, 2, 3), widths=(16, 48), width_depth=2, truncations=(1, 2),
-                vocabs=(0, 16), context=32, memory="1GiB", batches=(1,), warmup=1, repeats=3)
+    base = dict(
+        target=tiny_dir,
+        budget="20k",
+        layers=(1, 2, 3),
+        widths=(16, 48),
+        width_depth=2,
+        truncations=(1, 2),
+        vocabs=(0, 16),
+        context=32,
+        memory="1GiB",
+        batches=(1,),
+        warmup=1,
+        repeats=3,
+    )
     base.update(kw)
     return SweepConfig(**base)
 
@@ -42,11 +54,14 @@ def test_sweep_resumes_without_redoing_points(tiny_dir, tmp_path):
     assert again[:2] == lines[:2] and len(again) == len(lines)
 
 
-@pytest.mark.parametrize("kw,message", [
-    (dict(widths=(20,)), "not a multiple of head_dim"),
-    (dict(budget="100"), "smaller than 1 layer"),
-    (dict(truncations=(9,)), "has only 4"),
-])
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        (dict(widths=(20,)), "not a multiple of head_dim"),
+        (dict(budget="100"), "smaller than 1 layer"),
+        (dict(truncations=(9,)), "has only 4"),
+    ],
+)
 def test_impossible_shapes(tiny_dir, tmp_path, kw, message):
     with pytest.raises(DraftwiseError, match=message):
         sweep.run(cfg(tiny_dir, **kw), tmp_path / "s")
@@ -89,5 +104,7 @@ def test_sweep_at_int8_times_int8_shapes(tiny_dir, tmp_path):
     from draftwise.models import load
     from draftwise.models.int8 import Int8Weight
 
-    model = sweep.random_model(load(tiny_dir).config, cost.Shape(1, 32, 4, 2, 8, 48, 64), torch.float32, "cpu", 0, "int8")
+    model = sweep.random_model(
+        load(tiny_dir).config, cost.Shape(1, 32, 4, 2, 8, 48, 64), torch.float32, "cpu", 0, "int8"
+    )
     assert isinstance(model.layers[0].wgu, Int8Weight)

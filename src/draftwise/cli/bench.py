@@ -13,8 +13,9 @@ AXES = ("drafter", "gamma", "temperature", "batch_size")  # a comma list (a repe
 
 
 def add(sub) -> dict[str, Command]:
-    p = subparser(sub, "bench", "speculative decoding with a drafter vs baselines, same prompts, same process",
-                  BenchConfig, AXES)
+    p = subparser(
+        sub, "bench", "speculative decoding with a drafter vs baselines, same prompts, same process", BenchConfig, AXES
+    )
     executor_args(p)
     out_arg(p, "run folder (rerun on the same folder to resume)")
     return {"bench": Command(BenchConfig, make, _run, p)}
@@ -35,19 +36,29 @@ def make(args) -> BenchConfig | BenchGridConfig:
     config = BenchConfig(**given, **first)
     drafters = axes.get("drafter", ())
     own = [_own_gamma(d) for d in drafters]  # SPEC@γ: that drafter at its own γ
+
     def axis(name: str) -> tuple:
         return axes.get(name) or (getattr(config, name),)
 
     if any(g for _, g in own):
         if not all(g for _, g in own):
             raise DraftwiseError("give every --drafter its own γ (SPEC@γ), or none")
-        return BenchGridConfig(bench=replace(config, drafter=own[0][0], gamma=own[0][1]),
-                               drafters=tuple(d for d, _ in own), drafter_gammas=tuple(g for _, g in own),
-                               temperatures=axis("temperature"), batch_sizes=axis("batch_size"))
+        return BenchGridConfig(
+            bench=replace(config, drafter=own[0][0], gamma=own[0][1]),
+            drafters=tuple(d for d, _ in own),
+            drafter_gammas=tuple(g for _, g in own),
+            temperatures=axis("temperature"),
+            batch_sizes=axis("batch_size"),
+        )
     if all(len(values) <= 1 for values in axes.values()):
         return config
-    return BenchGridConfig(bench=config, drafters=drafters, gammas=axis("gamma"), temperatures=axis("temperature"),
-                           batch_sizes=axis("batch_size"))
+    return BenchGridConfig(
+        bench=config,
+        drafters=drafters,
+        gammas=axis("gamma"),
+        temperatures=axis("temperature"),
+        batch_sizes=axis("batch_size"),
+    )
 
 
 def _run(config: BenchConfig | BenchGridConfig, args) -> None:

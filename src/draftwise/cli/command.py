@@ -36,8 +36,12 @@ def out_arg(p, help: str = "run folder; rerun the same command to resume after a
 
 
 def executor_args(p) -> None:
-    p.add_argument("--executor", default="inprocess", choices=["inprocess", "ray"],
-                   help="where the points run: here, one after another, or as Ray tasks (pip install 'draftwise[ray]')")
+    p.add_argument(
+        "--executor",
+        default="inprocess",
+        choices=["inprocess", "ray"],
+        help="where the points run: here, one after another, or as Ray tasks (pip install 'draftwise[ray]')",
+    )
     p.add_argument("--ray-address", help="an existing Ray cluster (default with --executor ray: start a local one)")
 
 

@@ -7,16 +7,21 @@ from .command import Command, executor, executor_args, out_arg, simple, subparse
 
 
 def add(sub) -> dict[str, Command]:
-    p = subparser(sub, "design", "the whole study: candidates, prune, distill, bench, select drafter and γ*, report, "
-                                 "export", DesignConfig)
+    p = subparser(
+        sub,
+        "design",
+        "the whole study: candidates, prune, distill, bench, select drafter and γ*, report, export",
+        DesignConfig,
+    )
     executor_args(p)
     out_arg(p)
     design = simple(DesignConfig, _design, p)
     p = subparser(sub, "report", "render a finished design folder's report again, from the folder alone", ReportConfig)
     out_arg(p, "the design's run folder")
     report = simple(ReportConfig, _report, p)
-    p = subparser(sub, "export-gguf", "write a model as a GGUF file llama.cpp runs, with the target's tokenizer",
-                  ExportGgufConfig)
+    p = subparser(
+        sub, "export-gguf", "write a model as a GGUF file llama.cpp runs, with the target's tokenizer", ExportGgufConfig
+    )
     out_arg(p, "the .gguf file to write")
     return {"design": design, "report": report, "export-gguf": simple(ExportGgufConfig, _export_gguf, p)}
 
@@ -37,4 +42,4 @@ def _export_gguf(config: ExportGgufConfig, args) -> None:
     from ..models.gguf_export import export
 
     path = export(config.model, args.out, config.quant, config.target)
-    print(f"{path} ({path.stat().st_size / 2 ** 20:.1f} MiB)")
+    print(f"{path} ({path.stat().st_size / 2**20:.1f} MiB)")

@@ -108,6 +108,7 @@ def _comma_list(kind):
 
 def _typed(parse):
     """A field's own parser, its ValueError shown by argparse as the flag's error."""
+
     def typed(text: str):
         try:
             return parse(text)

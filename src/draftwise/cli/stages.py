@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from ..config import (AgreeConfig, DistillConfig, GenDataConfig, PredictConfig, ProfileConfig, PruneConfig,
-                      QualityConfig, SweepConfig)
+from ..config import (
+    AgreeConfig,
+    DistillConfig,
+    GenDataConfig,
+    PredictConfig,
+    ProfileConfig,
+    PruneConfig,
+    QualityConfig,
+    SweepConfig,
+)
 from .command import Command, executor, executor_args, out_arg, simple, subparser
 
 # command: (config, help), in the order `draftwise --help` lists them
@@ -13,8 +21,11 @@ STAGES = {
     "predict": (PredictConfig, "predicted tokens/s per profiled drafter and γ, ranked"),
     "prune": (PruneConfig, "carve a drafter of an exact shape out of the target (importance or L0 masks)"),
     "agree": (AgreeConfig, "teacher-forced top-1 agreement with the target, and the greedy TAR it implies"),
-    "quality": (QualityConfig, "what lossy runtimes (int8, bf16, quantized GGUF) cost: top-1 agreement with the fp32 "
-                               "lean engine and NLL, teacher-forced on eval prompts"),
+    "quality": (
+        QualityConfig,
+        "what lossy runtimes (int8, bf16, quantized GGUF) cost: top-1 agreement with the fp32 "
+        "lean engine and NLL, teacher-forced on eval prompts",
+    ),
     "gen-data": (GenDataConfig, "the target's continuations of train prompts, with its top-k distribution"),
     "distill": (DistillConfig, "train a drafter toward the target on gen-data (resumable)"),
 }
@@ -26,8 +37,9 @@ def add(sub) -> dict[str, Command]:
     for name, (config, help) in STAGES.items():
         p = subparser(sub, name, help, config)
         if name == "gen-data":  # kept for old command lines (a field would change saved configs for nothing)
-            p.add_argument("--split", default="train", choices=["train"],
-                           help="training data comes from the train split only")
+            p.add_argument(
+                "--split", default="train", choices=["train"], help="training data comes from the train split only"
+            )
         if name in WITH_EXECUTOR:
             executor_args(p)
         if name == "predict":
@@ -41,8 +53,15 @@ def add(sub) -> dict[str, Command]:
 def _run_stage(config, args) -> None:
     from ..stages import agree, distill, gen_data, profile, prune, quality, sweep
 
-    stage = {"profile": profile, "sweep": sweep, "prune": prune, "agree": agree, "quality": quality,
-             "gen-data": gen_data, "distill": distill}[args.command]
+    stage = {
+        "profile": profile,
+        "sweep": sweep,
+        "prune": prune,
+        "agree": agree,
+        "quality": quality,
+        "gen-data": gen_data,
+        "distill": distill,
+    }[args.command]
     if args.command in WITH_EXECUTOR:
         stage.run(config, args.out, executor(args))
     else:

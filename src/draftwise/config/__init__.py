@@ -9,17 +9,67 @@ train (prune, gen-data, distill, agree), quality, design (and export-gguf).
 
 from __future__ import annotations
 
-from .base import (BACKENDS, GGUF_QUANTS, LOSSES, PRECISIONS, all_if_zero, check_gguf_quant, check_positive, from_dict,
-                   internal, load, opt, to_dict, user_fields)
-from .bench import (BASELINES, LLAMA_SERVER, PLAIN_BATCH1, BenchConfig, BenchGridConfig, llama_server_args,
-                    split_baselines)
+from .base import (
+    BACKENDS,
+    GGUF_QUANTS,
+    LOSSES,
+    PRECISIONS,
+    all_if_zero,
+    check_gguf_quant,
+    check_positive,
+    from_dict,
+    internal,
+    load,
+    opt,
+    to_dict,
+    user_fields,
+)
+from .bench import (
+    BASELINES,
+    LLAMA_SERVER,
+    PLAIN_BATCH1,
+    BenchConfig,
+    BenchGridConfig,
+    llama_server_args,
+    split_baselines,
+)
 from .design import DesignConfig, ExportGgufConfig, ReportConfig
 from .quality import RUNTIME_FORMS, QualityConfig, check_runtime
 from .timing import PredictConfig, ProfileConfig, SweepConfig
 from .train import AgreeConfig, DistillConfig, GenDataConfig, PruneConfig
 
-__all__ = ["BACKENDS", "GGUF_QUANTS", "LOSSES", "PRECISIONS", "all_if_zero", "check_gguf_quant", "check_positive",
-           "from_dict", "internal", "load", "opt", "to_dict", "user_fields", "BASELINES", "LLAMA_SERVER",
-           "PLAIN_BATCH1", "BenchConfig", "BenchGridConfig", "llama_server_args", "split_baselines", "DesignConfig",
-           "ExportGgufConfig", "ReportConfig", "RUNTIME_FORMS", "QualityConfig", "check_runtime", "PredictConfig", "ProfileConfig",
-           "SweepConfig", "AgreeConfig", "DistillConfig", "GenDataConfig", "PruneConfig"]
+__all__ = [
+    "BACKENDS",
+    "GGUF_QUANTS",
+    "LOSSES",
+    "PRECISIONS",
+    "all_if_zero",
+    "check_gguf_quant",
+    "check_positive",
+    "from_dict",
+    "internal",
+    "load",
+    "opt",
+    "to_dict",
+    "user_fields",
+    "BASELINES",
+    "LLAMA_SERVER",
+    "PLAIN_BATCH1",
+    "BenchConfig",
+    "BenchGridConfig",
+    "llama_server_args",
+    "split_baselines",
+    "DesignConfig",
+    "ExportGgufConfig",
+    "ReportConfig",
+    "RUNTIME_FORMS",
+    "QualityConfig",
+    "check_runtime",
+    "PredictConfig",
+    "ProfileConfig",
+    "SweepConfig",
+    "AgreeConfig",
+    "DistillConfig",
+    "GenDataConfig",
+    "PruneConfig",
+]

@@ -58,9 +58,12 @@ def opt_seed():
 
 
 def opt_dtype():
-    return opt("fp32", "precision: fp32, bf16, fp16, or int8 — the lean engine with int8 weights (blocks of 32) and "
-                       "int16 activations per token, a lossy choice whose cost `draftwise quality` measures",
-               choices=PRECISIONS)
+    return opt(
+        "fp32",
+        "precision: fp32, bf16, fp16, or int8 — the lean engine with int8 weights (blocks of 32) and "
+        "int16 activations per token, a lossy choice whose cost `draftwise quality` measures",
+        choices=PRECISIONS,
+    )
 
 
 def opt_device():
@@ -72,13 +75,18 @@ def opt_threads():
 
 
 def opt_backend(default: str = "auto", choices: tuple[str, ...] = BACKENDS):
-    return opt(default, "the engine: lean (draftwise's), transformers, or llama.cpp (a GGUF at its own quantization; "
-                        "'default' runs the Q4_1 file it ships as)", choices=choices)
+    return opt(
+        default,
+        "the engine: lean (draftwise's), transformers, or llama.cpp (a GGUF at its own quantization; "
+        "'default' runs the Q4_1 file it ships as)",
+        choices=choices,
+    )
 
 
 def opt_gguf_quant():
-    return opt("f32", "llama.cpp: the precision of GGUF files draftwise writes (drafters, HF-dir targets)",
-               choices=GGUF_QUANTS)
+    return opt(
+        "f32", "llama.cpp: the precision of GGUF files draftwise writes (drafters, HF-dir targets)", choices=GGUF_QUANTS
+    )
 
 
 def opt_compile():

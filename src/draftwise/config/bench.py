@@ -7,11 +7,32 @@ import shlex
 from dataclasses import dataclass
 
 from ..errors import DraftwiseError
-from .base import (all_if_zero, check_gguf_quant, check_positive, from_dict, internal, opt, opt_backend, opt_compile,
-                   opt_device, opt_dtype, opt_gguf_quant, opt_seed, opt_target, opt_threads)
+from .base import (
+    all_if_zero,
+    check_gguf_quant,
+    check_positive,
+    from_dict,
+    internal,
+    opt,
+    opt_backend,
+    opt_compile,
+    opt_device,
+    opt_dtype,
+    opt_gguf_quant,
+    opt_seed,
+    opt_target,
+    opt_threads,
+)
 
-BASELINES = ("ar", "hf-generate", "hf-assisted", "hf-prompt-lookup", "llama-cpp", "llama-cpp-prompt-lookup",
-             "llama-cpp-lookup")
+BASELINES = (
+    "ar",
+    "hf-generate",
+    "hf-assisted",
+    "hf-prompt-lookup",
+    "llama-cpp",
+    "llama-cpp-prompt-lookup",
+    "llama-cpp-lookup",
+)
 LLAMA_SERVER = "llama-server"  # a baseline of its own, or llama-server:ARGS (the server's own options, shell-quoted)
 # baselines that run one sequence at a time and do not use the point's drafter or γ (once per temperature in a grid)
 PLAIN_BATCH1 = ("hf-generate", "llama-cpp")
@@ -47,30 +68,51 @@ class BenchConfig:
     """`draftwise bench`: SD with a drafter against baselines, on the same prompts in one process."""
 
     target: str = opt_target()
-    drafter: str | None = opt(None, "a checkpoint directory, a .gguf file, layers:i,j,..., random:..., ngram[:...], "
-                                    "suffix[:DIR,...] or hybrid:MODEL+LOOKUP (see specs; repeat for a grid; SPEC@γ "
-                                    "gives that drafter its own γ)")
-    gamma: int = opt(4, "lookahead γ: tokens drafted per round, the most per round with --draft-stop or a lookup "
-                        "drafter (a comma list: a grid)")
-    draft_stop: float = opt(0.0, "adaptive lookahead: stop a round's drafting once the drafter's probability of its "
-                                 "token is below this (0 = always γ)")
+    drafter: str | None = opt(
+        None,
+        "a checkpoint directory, a .gguf file, layers:i,j,..., random:..., ngram[:...], "
+        "suffix[:DIR,...] or hybrid:MODEL+LOOKUP (see specs; repeat for a grid; SPEC@γ "
+        "gives that drafter its own γ)",
+    )
+    gamma: int = opt(
+        4,
+        "lookahead γ: tokens drafted per round, the most per round with --draft-stop or a lookup "
+        "drafter (a comma list: a grid)",
+    )
+    draft_stop: float = opt(
+        0.0,
+        "adaptive lookahead: stop a round's drafting once the drafter's probability of its "
+        "token is below this (0 = always γ)",
+    )
     temperature: float = opt(0.0, "0 = greedy (a comma list: a grid)")
     top_p: float = opt(1.0, "nucleus sampling: keep the most likely tokens holding this much probability")
     suite: str = opt("spec_bench", "packaged suite(s): a name, a comma list or 'all'")
     split: str = opt("eval", "the suites' split", choices=("train", "eval", "all"))
-    prompts: str | None = opt(None, "your own prompts instead of the suites: JSONL (prompt or turns per line) or text, "
-                                    "one per line")
+    prompts: str | None = opt(
+        None, "your own prompts instead of the suites: JSONL (prompt or turns per line) or text, one per line"
+    )
     limit: int | None = opt(10, "number of prompts, spread round-robin over categories (0 = all)", parse=all_if_zero)
     max_new_tokens: int = opt(128, "tokens generated per prompt")
-    baselines: tuple[str, ...] = opt(("ar",), "comma list of ar, hf-generate, hf-assisted, hf-prompt-lookup, "
-                                              "llama-cpp, llama-cpp-prompt-lookup, llama-cpp-lookup, llama-server or "
-                                              "llama-server:ARGS (ARGS: the server's options, taken whole, commas "
-                                              "included); repeatable; '' for none",
-                                     flag="--baseline", repeat=True, parse=split_baselines)
-    batch_size: int = opt(1, "prompts decoded together (batched SD and AR; transformers' and llama.cpp's baselines "
-                             "need 1; a comma list: a grid)")
-    synthetic_alpha: float | None = opt(None, "accept each drafted token with this probability instead of testing it: "
-                                              "measures system cost for random-weight shapes (not lossless)")
+    baselines: tuple[str, ...] = opt(
+        ("ar",),
+        "comma list of ar, hf-generate, hf-assisted, hf-prompt-lookup, "
+        "llama-cpp, llama-cpp-prompt-lookup, llama-cpp-lookup, llama-server or "
+        "llama-server:ARGS (ARGS: the server's options, taken whole, commas "
+        "included); repeatable; '' for none",
+        flag="--baseline",
+        repeat=True,
+        parse=split_baselines,
+    )
+    batch_size: int = opt(
+        1,
+        "prompts decoded together (batched SD and AR; transformers' and llama.cpp's baselines "
+        "need 1; a comma list: a grid)",
+    )
+    synthetic_alpha: float | None = opt(
+        None,
+        "accept each drafted token with this probability instead of testing it: "
+        "measures system cost for random-weight shapes (not lossless)",
+    )
     seed: int = opt_seed()
     warmup: int = opt(1, "untimed runs of each method before measuring")
     dtype: str = opt_dtype()
@@ -78,21 +120,35 @@ class BenchConfig:
     backend: str = opt_backend()
     compile: bool = opt_compile()
     gguf_quant: str = opt_gguf_quant()
-    llama_exact: bool = opt(False, "llama.cpp: an f32 KV cache and no flash attention instead of llama.cpp's defaults "
-                                   "(f16 KV; flash attention, whose CPU kernel rounds q to f16): multi-token passes "
-                                   "then round as steps do")
+    llama_exact: bool = opt(
+        False,
+        "llama.cpp: an f32 KV cache and no flash attention instead of llama.cpp's defaults "
+        "(f16 KV; flash attention, whose CPU kernel rounds q to f16): multi-token passes "
+        "then round as steps do",
+    )
     threads: int | None = opt_threads()
-    llama_server: str | None = opt(None, "the llama-server binary of llama-server baselines (default: on PATH, else "
-                                         "beside this Python)", metavar="PATH")
-    schedule: str | None = opt(None, "also run SD with the round scheduler (sd.schedule): each round verifies the "
-                                     "prefix of the proposal that the verify curve of this profile run folder (same "
-                                     "engine and precision) and the proposer's confidence, calibrated online from the "
-                                     "run's own rounds, price best; γ is its longest run", metavar="PROFILE")
-    calibration: str | None = opt(None, "start the scheduler's calibration from a calibration folder (a design's "
-                                         "stages/calibrate-lookup or its export/schedule: the table at this "
-                                         "temperature) or from the scheduled rounds of a bench run folder (same "
-                                         "drafter and temperature) instead of from nothing; it then learns from this "
-                                         "run's own rounds", metavar="RUN")
+    llama_server: str | None = opt(
+        None,
+        "the llama-server binary of llama-server baselines (default: on PATH, else beside this Python)",
+        metavar="PATH",
+    )
+    schedule: str | None = opt(
+        None,
+        "also run SD with the round scheduler (sd.schedule): each round verifies the "
+        "prefix of the proposal that the verify curve of this profile run folder (same "
+        "engine and precision) and the proposer's confidence, calibrated online from the "
+        "run's own rounds, price best; γ is its longest run",
+        metavar="PROFILE",
+    )
+    calibration: str | None = opt(
+        None,
+        "start the scheduler's calibration from a calibration folder (a design's "
+        "stages/calibrate-lookup or its export/schedule: the table at this "
+        "temperature) or from the scheduled rounds of a bench run folder (same "
+        "drafter and temperature) instead of from nothing; it then learns from this "
+        "run's own rounds",
+        metavar="RUN",
+    )
 
     def __post_init__(self):
         check_gguf_quant(self.gguf_quant)
@@ -103,8 +159,10 @@ class BenchConfig:
         object.__setattr__(self, "baselines", tuple(self.baselines))
         unknown = [b for b in self.baselines if b not in BASELINES and llama_server_args(b) is None]
         if unknown:
-            raise DraftwiseError(f"unknown baseline {unknown[0]!r}: choose from {', '.join(BASELINES)}, "
-                                 f"{LLAMA_SERVER} or {LLAMA_SERVER}:ARGS")
+            raise DraftwiseError(
+                f"unknown baseline {unknown[0]!r}: choose from {', '.join(BASELINES)}, "
+                f"{LLAMA_SERVER} or {LLAMA_SERVER}:ARGS"
+            )
         twice = [b for i, b in enumerate(self.baselines) if b in self.baselines[:i]]
         if twice:
             raise DraftwiseError(f"baseline {twice[0]!r} is given twice")
@@ -115,14 +173,17 @@ class BenchConfig:
         if self.batch_size < 1:
             raise DraftwiseError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.batch_size > 1 and (set(self.baselines) - {"ar"} or self.draft_stop):
-            raise DraftwiseError("batch_size > 1 runs SD and AR only (transformers' and llama.cpp's baselines decode one "
-                                 "sequence at a time; adaptive lookahead is batch-1)")
+            raise DraftwiseError(
+                "batch_size > 1 runs SD and AR only (transformers' and llama.cpp's baselines decode one "
+                "sequence at a time; adaptive lookahead is batch-1)"
+            )
         if self.synthetic_alpha is not None:
             if not 0 <= self.synthetic_alpha <= 1:
                 raise DraftwiseError(f"synthetic_alpha must be in [0, 1], got {self.synthetic_alpha}")
             if self.drafter is None or "hf-assisted" in self.baselines:
-                raise DraftwiseError("synthetic acceptance needs a drafter and applies to the draftwise engine only "
-                                     "(not to hf-assisted)")
+                raise DraftwiseError(
+                    "synthetic acceptance needs a drafter and applies to the draftwise engine only (not to hf-assisted)"
+                )
         if self.drafter is None and "hf-assisted" in self.baselines:
             raise DraftwiseError("baseline hf-assisted needs a drafter (--drafter)")
         # what the drafter's kind decides (hf-assisted, llama-cpp-lookup, batch size) is `specs.check`'s: the kinds are
@@ -151,22 +212,30 @@ class BenchGridConfig:
     gammas: tuple[int, ...] = internal((), "bench: --gamma as a comma list")
     temperatures: tuple[float, ...] = internal((), "bench: --temperature as a comma list")
     batch_sizes: tuple[int, ...] = internal((), "bench: --batch-size as a comma list")
-    drafter_gammas: tuple[int, ...] = internal((), "bench: --drafter SPEC@γ, each drafter's own γ (aligned with "
-                                                   "`drafters`) instead of the γ axis")
-    scheduled: tuple[str, ...] = internal((), "design: with bench.schedule, the drafters whose points also run the "
-                                              "round scheduler (the others run static SD only); empty = every "
-                                              "drafter's")
-    rows: tuple[BenchConfig, ...] = internal((), "design: whole benches on other runtimes (target file, backend, "
-                                                 "precision), each with its drafter (or none) and baselines, "
-                                                 "interleaved prompt by prompt with the grid's points on the same "
-                                                 "prompts")
+    drafter_gammas: tuple[int, ...] = internal(
+        (), "bench: --drafter SPEC@γ, each drafter's own γ (aligned with `drafters`) instead of the γ axis"
+    )
+    scheduled: tuple[str, ...] = internal(
+        (),
+        "design: with bench.schedule, the drafters whose points also run the "
+        "round scheduler (the others run static SD only); empty = every "
+        "drafter's",
+    )
+    rows: tuple[BenchConfig, ...] = internal(
+        (),
+        "design: whole benches on other runtimes (target file, backend, "
+        "precision), each with its drafter (or none) and baselines, "
+        "interleaved prompt by prompt with the grid's points on the same "
+        "prompts",
+    )
     row_names: tuple[str, ...] = internal((), "design: one per row, its runtime's name in the records (e.g. lean-int8)")
 
     def __post_init__(self):
         if isinstance(self.bench, dict):  # read back from config.json
             object.__setattr__(self, "bench", from_dict(BenchConfig, self.bench))
-        object.__setattr__(self, "rows", tuple(from_dict(BenchConfig, r) if isinstance(r, dict) else r
-                                               for r in self.rows))
+        object.__setattr__(
+            self, "rows", tuple(from_dict(BenchConfig, r) if isinstance(r, dict) else r for r in self.rows)
+        )
         for name in ("drafters", "gammas", "temperatures", "batch_sizes", "drafter_gammas", "scheduled", "row_names"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if len(self.row_names) != len(self.rows) or len(set(self.row_names)) != len(self.row_names):
@@ -183,7 +252,9 @@ class BenchGridConfig:
             raise DraftwiseError("a bench grid needs at least one drafter or baseline")
         if self.drafter_gammas and (len(self.drafter_gammas) != len(self.drafters) or self.gammas):
             raise DraftwiseError("drafter_gammas gives one γ per drafter, instead of a γ axis")
-        if self.scheduled and (not self.bench.schedule or set(self.scheduled) - set(self.drafters or (self.bench.drafter,))):
+        if self.scheduled and (
+            not self.bench.schedule or set(self.scheduled) - set(self.drafters or (self.bench.drafter,))
+        ):
             raise DraftwiseError("scheduled names drafters of the grid, and needs bench.schedule (a profile folder)")
         self.points()  # every point must be a valid BenchConfig
 
@@ -197,25 +268,49 @@ class BenchGridConfig:
         b = self.bench
         drafters, gammas = self.drafters or ((b.drafter,) if b.drafter else ()), self.gammas or (b.gamma,)
         temps, sizes = self.temperatures or (b.temperature,), self.batch_sizes or (b.batch_size,)
+
         def per_point(drafter: str, n: int) -> tuple[str, ...]:  # those that suit the drafter's kind: `specs.points`
             own = ("hf-assisted", "hf-prompt-lookup", "llama-cpp-prompt-lookup", "llama-cpp-lookup")
             return tuple(x for x in b.baselines if x in own and n == 1)
 
-        pairs = list(zip(drafters, self.drafter_gammas)) if self.drafter_gammas else \
-            [(d, g) for d in drafters for g in gammas]
+        pairs = (
+            list(zip(drafters, self.drafter_gammas))
+            if self.drafter_gammas
+            else [(d, g) for d in drafters for g in gammas]
+        )
+
         def schedule(drafter: str) -> dict:
             on = not self.scheduled or drafter in self.scheduled
             return {"schedule": b.schedule if on else None, "calibration": b.calibration if on else None}
 
-        sd = [dataclasses.replace(b, drafter=d, gamma=g, temperature=t, batch_size=n, baselines=per_point(d, n),
-                                  **schedule(d)) for t in temps for n in sizes for d, g in pairs]
+        sd = [
+            dataclasses.replace(
+                b, drafter=d, gamma=g, temperature=t, batch_size=n, baselines=per_point(d, n), **schedule(d)
+            )
+            for t in temps
+            for n in sizes
+            for d, g in pairs
+        ]
         base = []
         for t in temps:
             for n in sizes:  # transformers' and llama.cpp's baselines are batch-1: at B > 1 only AR runs beside SD
-                names = tuple(x for x in b.baselines if x == "ar" or n == 1 and (x in PLAIN_BATCH1 or
-                                                                                llama_server_args(x) is not None))
+                names = tuple(
+                    x
+                    for x in b.baselines
+                    if x == "ar" or n == 1 and (x in PLAIN_BATCH1 or llama_server_args(x) is not None)
+                )
                 if names:
-                    base.append(dataclasses.replace(b, drafter=None, gamma=1, synthetic_alpha=None, schedule=None,
-                                                    calibration=None, temperature=t,
-                                                    batch_size=n, baselines=names))
+                    base.append(
+                        dataclasses.replace(
+                            b,
+                            drafter=None,
+                            gamma=1,
+                            synthetic_alpha=None,
+                            schedule=None,
+                            calibration=None,
+                            temperature=t,
+                            batch_size=n,
+                            baselines=names,
+                        )
+                    )
         return sd + base + list(self.rows)

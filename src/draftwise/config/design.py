@@ -6,8 +6,19 @@ from dataclasses import dataclass
 
 from ..errors import DraftwiseError
 from ..units import parse_count
-from .base import (GGUF_QUANTS, LOSSES, check_gguf_quant, check_positive, opt, opt_device, opt_dtype, opt_seed,
-                   opt_target, opt_threads)
+from .base import (
+    GGUF_QUANTS,
+    LOSSES,
+    check_gguf_quant,
+    check_positive,
+    opt,
+    opt_device,
+    opt_dtype,
+    opt_seed,
+    opt_target,
+    opt_threads,
+)
+
 
 @dataclass(frozen=True)
 class DesignConfig:
@@ -19,19 +30,28 @@ class DesignConfig:
     """
 
     target: str = opt_target()
-    minutes: float = opt(30.0, "the whole run's budget: every stage is sized to it from timings measured as the run "
-                               "goes, optional stages left out when it is short (the report says which)")
-    plan: bool = opt(True, "run every stage at the sizes given here instead (--minutes then sizes only data and "
-                           "distillation)", flag="--fixed-sizes")
-    wide_layers: tuple[int, ...] = opt((), "override the cost model's shapes: k full-width layers and their "
-                                           "deep-narrow twin")
+    minutes: float = opt(
+        30.0,
+        "the whole run's budget: every stage is sized to it from timings measured as the run "
+        "goes, optional stages left out when it is short (the report says which)",
+    )
+    plan: bool = opt(
+        True,
+        "run every stage at the sizes given here instead (--minutes then sizes only data and distillation)",
+        flag="--fixed-sizes",
+    )
+    wide_layers: tuple[int, ...] = opt(
+        (), "override the cost model's shapes: k full-width layers and their deep-narrow twin"
+    )
     budget: str = opt("", "drafters' non-embedding parameters, e.g. 7M (default: the target's first 2 layers')")
-    narrow_factor: int = opt(3, "deep-narrow twin: layers × f; heads, KV heads and FFN ÷ f (equal non-embedding "
-                                "parameters)")
+    narrow_factor: int = opt(
+        3, "deep-narrow twin: layers × f; heads, KV heads and FFN ÷ f (equal non-embedding parameters)"
+    )
     drafter: str | None = opt(None, "your own drafter, benchmarked beside the candidates")
     lookups: bool = opt(True, "model drafters only (no n-gram, suffix or hybrid candidates)")
-    scheduler: bool = opt(True, "no scheduled candidates (the tuned lookups under the round scheduler, calibrated on "
-                                "the target's text)")
+    scheduler: bool = opt(
+        True, "no scheduled candidates (the tuned lookups under the round scheduler, calibrated on the target's text)"
+    )
     loss: str = opt("fkl", "the distillation loss (stages.losses)", choices=LOSSES)
     temperatures: tuple[float, ...] = opt((0.0, 0.5, 1.0), "temperatures measured (0, the greedy headline, included)")
     bench_suites: str = opt("all", "suites of the selection grid (TAR and speedup per task)")
@@ -39,28 +59,37 @@ class DesignConfig:
     refine_limit: int = opt(9, "eval prompts of the γ, temperature and batch benchmarks")
     headline_limit: int = opt(8, "spec_bench eval prompts of the headline run (SD vs AR vs transformers)")
     tune_prompts: int = opt(27, "eval prompts whose target text tunes the lookup settings")
-    corpus_gain: float = opt(0.01, "extend gen-data once when doubling the suffix corpus last gained at least this "
-                                   "(predicted)")
+    corpus_gain: float = opt(
+        0.01, "extend gen-data once when doubling the suffix corpus last gained at least this (predicted)"
+    )
     max_new_tokens: int = opt(96, "tokens generated per prompt")
     accuracy_items: int = opt(30, "MMLU and HellaSwag eval items per model for the accuracy sanity check")
     draft_vocabs: tuple[int, ...] = opt((32768, 16384, 8192, 4096), "reduced draft heads tried on the chosen drafter")
     adaptive: bool = opt(True, "do not measure adaptive lookahead against the static γ*")
     select_repeats: int = opt(1, "extra interleaved passes over the same prompts when candidates tie within noise")
-    memory: str = opt("1GiB", "budget for target + drafter weights and KV caches: the largest batch that fits with SD "
-                              "on")
+    memory: str = opt(
+        "1GiB", "budget for target + drafter weights and KV caches: the largest batch that fits with SD on"
+    )
     context: int = opt(1024, "KV positions per sequence in that footprint")
-    batch_cap: int = opt(8, "the largest batch benchmarked on this machine (the feasible batch is capped to it, and "
-                            "the report says so)")
-    rows: tuple[str, ...] = opt(("lean", "lean-int8", "llama.cpp"),
-                                "where verdicts are measured: lean (draftwise's engine at --dtype, where candidates "
-                                "are built), lean-int8 (the same engine at int8: a lossy choice, its quality measured) "
-                                "and llama.cpp (the target's own GGUF, at its quantization); the design's answer "
-                                "compares every one's choice with the fastest plain decoding of any of them",
-                                aliases=("--engines",))
-    gguf_quants: tuple[str, ...] = opt((), "further llama.cpp rows: the target written at these precisions (comma "
-                                           f"list of {', '.join(GGUF_QUANTS)}; each a lossy choice you make)")
-    llama_server: str | None = opt(None, "the llama-server binary of the llama.cpp rows (default: PATH, then "
-                                         ".venv/bin)")
+    batch_cap: int = opt(
+        8, "the largest batch benchmarked on this machine (the feasible batch is capped to it, and the report says so)"
+    )
+    rows: tuple[str, ...] = opt(
+        ("lean", "lean-int8", "llama.cpp"),
+        "where verdicts are measured: lean (draftwise's engine at --dtype, where candidates "
+        "are built), lean-int8 (the same engine at int8: a lossy choice, its quality measured) "
+        "and llama.cpp (the target's own GGUF, at its quantization); the design's answer "
+        "compares every one's choice with the fastest plain decoding of any of them",
+        aliases=("--engines",),
+    )
+    gguf_quants: tuple[str, ...] = opt(
+        (),
+        "further llama.cpp rows: the target written at these precisions (comma "
+        f"list of {', '.join(GGUF_QUANTS)}; each a lossy choice you make)",
+    )
+    llama_server: str | None = opt(
+        None, "the llama-server binary of the llama.cpp rows (default: PATH, then .venv/bin)"
+    )
     seed: int = opt_seed()
     dtype: str = opt_dtype()
     device: str = opt_device()
@@ -72,11 +101,15 @@ class DesignConfig:
         for q in self.gguf_quants:
             check_gguf_quant(q)
         if self.dtype == "int8":
-            raise DraftwiseError("design builds and trains its candidates at a float precision (--dtype fp32, bf16 or "
-                                 "fp16); the lean engine at int8 is a row of its own: --rows lean,lean-int8")
+            raise DraftwiseError(
+                "design builds and trains its candidates at a float precision (--dtype fp32, bf16 or "
+                "fp16); the lean engine at int8 is a row of its own: --rows lean,lean-int8"
+            )
         if "lean" not in self.rows or set(self.rows) - {"lean", "lean-int8", "llama.cpp"}:
-            raise DraftwiseError(f"rows must include lean (where candidates are built) and may add lean-int8 and "
-                                 f"llama.cpp, got {','.join(self.rows)}")
+            raise DraftwiseError(
+                f"rows must include lean (where candidates are built) and may add lean-int8 and "
+                f"llama.cpp, got {','.join(self.rows)}"
+            )
         if self.gguf_quants and "llama.cpp" not in self.rows:
             raise DraftwiseError("gguf_quants are llama.cpp rows: add llama.cpp to rows")
 
@@ -93,17 +126,29 @@ class DesignConfig:
             raise DraftwiseError(f"narrow_factor must be >= 2, got {self.narrow_factor}")
         if 0.0 not in self.temperatures or min(self.temperatures) < 0:
             raise DraftwiseError("temperatures must include 0 (the greedy headline) and be >= 0")
-        if min(self.bench_limit, self.refine_limit, self.headline_limit, self.tune_prompts, self.max_new_tokens,
-               self.accuracy_items) < 1:
-            raise DraftwiseError("bench_limit, refine_limit, headline_limit, tune_prompts, max_new_tokens and "
-                                 "accuracy_items must be >= 1")
+        if (
+            min(
+                self.bench_limit,
+                self.refine_limit,
+                self.headline_limit,
+                self.tune_prompts,
+                self.max_new_tokens,
+                self.accuracy_items,
+            )
+            < 1
+        ):
+            raise DraftwiseError(
+                "bench_limit, refine_limit, headline_limit, tune_prompts, max_new_tokens and "
+                "accuracy_items must be >= 1"
+            )
         if self.corpus_gain < 0:
             raise DraftwiseError(f"corpus_gain must be >= 0, got {self.corpus_gain}")
         if self.budget and parse_count(self.budget) < 1:
             raise DraftwiseError(f"budget must be a positive count (e.g. 7M), got {self.budget!r}")
         if parse_count(self.memory) < 1 or min(self.context, self.batch_cap) < 1:
-            raise DraftwiseError(f"memory, context and batch_cap must be >= 1, got {self.memory}, {self.context}, "
-                                 f"{self.batch_cap}")
+            raise DraftwiseError(
+                f"memory, context and batch_cap must be >= 1, got {self.memory}, {self.context}, {self.batch_cap}"
+            )
 
 
 @dataclass(frozen=True)
@@ -111,11 +156,16 @@ class ExportGgufConfig:
     """`draftwise export-gguf`: a model written as a GGUF file llama.cpp runs, with the target's tokenizer
     (models.gguf_export; it refuses an unknown quantization)."""
 
-    model: str = opt("", "'default', a checkpoint or prune / distill run folder, a .gguf file, layers:i,j,... or "
-                         "random:... (of --target)", positional=True)
+    model: str = opt(
+        "",
+        "'default', a checkpoint or prune / distill run folder, a .gguf file, layers:i,j,... or "
+        "random:... (of --target)",
+        positional=True,
+    )
     quant: str = opt("f32", f"{', '.join(GGUF_QUANTS)} (matrices; norms and biases stay f32)")
-    target: str = opt("default", "the target whose tokenizer metadata the file carries (copied from its GGUF when it "
-                                 "has one)")
+    target: str = opt(
+        "default", "the target whose tokenizer metadata the file carries (copied from its GGUF when it has one)"
+    )
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from ..errors import DraftwiseError
 from .base import GGUF_QUANTS, PRECISIONS, opt, opt_target, opt_threads
 
-RUNTIME_FORMS = (f"lean:{{{','.join(PRECISIONS)}}}, llama.cpp (the target's own GGUF) or "
-                 f"llama.cpp:{{{','.join(GGUF_QUANTS)}}}")
+RUNTIME_FORMS = (
+    f"lean:{{{','.join(PRECISIONS)}}}, llama.cpp (the target's own GGUF) or llama.cpp:{{{','.join(GGUF_QUANTS)}}}"
+)
 
 
 def check_runtime(name: str) -> tuple[str, str | None]:
@@ -27,11 +28,13 @@ class QualityConfig:
     teacher-forced on eval prompt texts (stages/quality: the runtime names and what they run)."""
 
     target: str = opt_target()
-    runtimes: tuple[str, ...] = opt(("lean:int8", "llama.cpp"),  # (or a comma string of them)
-                                    "comma list, each compared with the fp32 lean reference: "
-                                    f"lean:{'|'.join(PRECISIONS)}, llama.cpp (the target's own GGUF: Q4_1 for "
-                                    "'default') or "
-                                    f"llama.cpp:{'|'.join(GGUF_QUANTS)} (the target written as GGUF at that precision)")
+    runtimes: tuple[str, ...] = opt(
+        ("lean:int8", "llama.cpp"),  # (or a comma string of them)
+        "comma list, each compared with the fp32 lean reference: "
+        f"lean:{'|'.join(PRECISIONS)}, llama.cpp (the target's own GGUF: Q4_1 for "
+        "'default') or "
+        f"llama.cpp:{'|'.join(GGUF_QUANTS)} (the target written as GGUF at that precision)",
+    )
     suites: str = opt("all", "packaged suites whose eval prompts are scored: a name, a comma list or 'all'")
     limit: int = opt(24, "eval prompts (round-robin over suites and categories)")
     max_prompt_tokens: int = opt(256, "longer prompts are skipped")
@@ -48,7 +51,8 @@ class QualityConfig:
         if twice:
             raise DraftwiseError(f"runtime {twice[0]!r} is given twice")
         if self.limit < 1 or self.max_prompt_tokens < 2:
-            raise DraftwiseError(f"limit must be >= 1 and max_prompt_tokens >= 2, got {self.limit}, "
-                                 f"{self.max_prompt_tokens}")
+            raise DraftwiseError(
+                f"limit must be >= 1 and max_prompt_tokens >= 2, got {self.limit}, {self.max_prompt_tokens}"
+            )
         if self.threads is not None and self.threads < 1:
             raise DraftwiseError(f"threads must be >= 1, got {self.threads}")

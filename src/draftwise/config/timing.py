@@ -5,16 +5,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import DraftwiseError
-from .base import (check_gguf_quant, check_positive, opt, opt_backend, opt_compile, opt_device, opt_dtype,
-                   opt_gguf_quant, opt_seed, opt_target, opt_threads)
+from .base import (
+    check_gguf_quant,
+    check_positive,
+    opt,
+    opt_backend,
+    opt_compile,
+    opt_device,
+    opt_dtype,
+    opt_gguf_quant,
+    opt_seed,
+    opt_target,
+    opt_threads,
+)
+
 
 @dataclass(frozen=True)
 class ProfileConfig:
     """`draftwise profile`: the target's AR step and verify passes, drafter steps and the LM head, timed here."""
 
     target: str = opt_target()
-    drafters: tuple[str, ...] = opt((), "a drafter to time (repeatable): a checkpoint, layers:i,j,... or any drafter "
-                                        "spec", flag="--drafter", repeat=True)
+    drafters: tuple[str, ...] = opt(
+        (),
+        "a drafter to time (repeatable): a checkpoint, layers:i,j,... or any drafter spec",
+        flag="--drafter",
+        repeat=True,
+    )
     depths: tuple[int, ...] = opt((1, 2, 4, 8, 16), "full-width k-layer truncations of the target, timed as drafters")
     gammas: tuple[int, ...] = opt((1, 2, 3, 4, 6, 8, 12, 16), "γ of the verify passes timed (γ + 1 tokens each)")
     batches: tuple[int, ...] = opt((1, 4, 8), "batch sizes timed", flag="--batch")
@@ -82,8 +98,9 @@ class PredictConfig:
     acceptance, measured by a bench run or assumed i.i.d. (stages/predict)."""
 
     profile: str = opt("", "a profile run folder", required=True)
-    bench: str | None = opt(None, "a bench run folder: measured acceptance of its drafter, and a check of the "
-                                  "prediction")
+    bench: str | None = opt(
+        None, "a bench run folder: measured acceptance of its drafter, and a check of the prediction"
+    )
     alpha: float | None = opt(None, "assumed i.i.d. acceptance for drafters without measured acceptance")
     batch: int = opt(1, "the batch size predicted for (a profiled one)")
     gammas: tuple[int, ...] = opt((), "γ values to predict (default: the profiled ones)")

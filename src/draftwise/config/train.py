@@ -5,8 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import DraftwiseError
-from .base import (LOSSES, check_gguf_quant, check_positive, opt, opt_backend, opt_device, opt_dtype, opt_gguf_quant,
-                   opt_seed, opt_target, opt_threads)
+from .base import (
+    LOSSES,
+    check_gguf_quant,
+    check_positive,
+    opt,
+    opt_backend,
+    opt_device,
+    opt_dtype,
+    opt_gguf_quant,
+    opt_seed,
+    opt_target,
+    opt_threads,
+)
+
 
 @dataclass(frozen=True)
 class PruneConfig:
@@ -19,13 +31,15 @@ class PruneConfig:
     calib_suites: str = opt("all", "packaged suites of the calibration prompts")
     max_new_tokens: int = opt(64, "per calibration continuation")
     max_prompt_tokens: int = opt(192, "longer calibration prompts are skipped")
-    elimination_tokens: int = opt(512, "scored positions the layer elimination uses (importance; whole calibration "
-                                       "rows)")
+    elimination_tokens: int = opt(
+        512, "scored positions the layer elimination uses (importance; whole calibration rows)"
+    )
     layer_criterion: str = opt("tvd", "what the layer elimination minimises", choices=("tvd", "kl"))
     l0_steps: int = opt(60, "optimisation steps of the L0 masks")
     draft_vocab: int = opt(0, "also write reduced/: the head cut to the N hottest tokens of --vocab-data (0 = no)")
-    vocab_data: str | None = opt(None, "a gen-data run folder (train split) whose token frequencies choose the draft "
-                                       "vocabulary")
+    vocab_data: str | None = opt(
+        None, "a gen-data run folder (train split) whose token frequencies choose the draft vocabulary"
+    )
     batch_size: int = opt(8, "calibration sequences per batch")
     seed: int = opt_seed()
     dtype: str = opt_dtype()
@@ -40,7 +54,9 @@ class PruneConfig:
         if self.draft_vocab and not self.vocab_data:
             raise DraftwiseError("--draft-vocab needs --vocab-data (a gen-data run folder: token frequencies)")
         if min(self.calib_tokens, self.max_new_tokens, self.elimination_tokens, self.batch_size, self.l0_steps) < 1:
-            raise DraftwiseError("calib_tokens, max_new_tokens, elimination_tokens, batch_size and l0_steps must be >= 1")
+            raise DraftwiseError(
+                "calib_tokens, max_new_tokens, elimination_tokens, batch_size and l0_steps must be >= 1"
+            )
 
 
 @dataclass(frozen=True)
@@ -48,8 +64,9 @@ class AgreeConfig:
     """`draftwise agree`: teacher-forced top-1 agreement of a drafter with the target's greedy continuations."""
 
     target: str = opt_target()
-    drafter: str = opt("", "the drafter: a checkpoint, a prune / distill run folder, layers:i,j,... or any drafter "
-                           "spec", required=True)
+    drafter: str = opt(
+        "", "the drafter: a checkpoint, a prune / distill run folder, layers:i,j,... or any drafter spec", required=True
+    )
     suites: str = opt("all", "packaged suites: a name, a comma list or 'all'")
     split: str = opt("eval", "the suites' split", choices=("train", "eval"))
     limit: int = opt(60, "prompts (round-robin over suites and categories)")
@@ -114,8 +131,9 @@ class DistillConfig:
     data: str = opt("", "a gen-data run folder", required=True)
     loss: str = opt("tvd", "the divergence to the target's top-k (stages.losses)", choices=LOSSES)
     minutes: float | None = opt(10.0, "training-time budget (ignored when --tokens is set)", exclusive="budget")
-    tokens: int | None = opt(None, "budget in trained (continuation) positions instead of minutes (deterministic)",
-                             exclusive="budget")
+    tokens: int | None = opt(
+        None, "budget in trained (continuation) positions instead of minutes (deterministic)", exclusive="budget"
+    )
     lr: float = opt(1e-3, "learning rate")
     batch_size: int = opt(8, "sequences per micro-batch")
     grad_accum: int = opt(1, "micro-batches per optimizer step")
@@ -143,5 +161,10 @@ class DistillConfig:
             object.__setattr__(self, "minutes", None)
         if not (self.tokens or self.minutes):
             raise DraftwiseError("give a budget: --minutes M or --tokens N")
-        if min(self.batch_size, self.grad_accum, self.max_len, self.eval_every, self.checkpoint_every) < 1 or self.lr <= 0:
-            raise DraftwiseError("batch_size, grad_accum, max_len, eval_every, checkpoint_every and lr must be positive")
+        if (
+            min(self.batch_size, self.grad_accum, self.max_len, self.eval_every, self.checkpoint_every) < 1
+            or self.lr <= 0
+        ):
+            raise DraftwiseError(
+                "batch_size, grad_accum, max_len, eval_every, checkpoint_every and lr must be positive"
+            )

@@ -26,12 +26,27 @@ from typing import Any
 from draftwise.errors import DraftwiseError
 
 __all__ = [
-    "SUITES", "SPLITS", "EVAL_FRACTION", "SPLIT_SEED", "Prompt",
-    "split_of", "load_suite", "load_prompts", "read_prompt_file",
+    "SUITES",
+    "SPLITS",
+    "EVAL_FRACTION",
+    "SPLIT_SEED",
+    "Prompt",
+    "split_of",
+    "load_suite",
+    "load_prompts",
+    "read_prompt_file",
 ]
 
 SUITES: tuple[str, ...] = (
-    "spec_bench", "mmlu", "hellaswag", "arena", "cnn_dm", "xsum", "alpaca", "gsm8k", "humaneval",
+    "spec_bench",
+    "mmlu",
+    "hellaswag",
+    "arena",
+    "cnn_dm",
+    "xsum",
+    "alpaca",
+    "gsm8k",
+    "humaneval",
 )
 SPLITS = ("train", "eval")
 EVAL_FRACTION: float = 0.4
@@ -113,7 +128,7 @@ def split_of(text: str) -> str:
     move a prompt across.
     """
     normalised = " ".join(text.split())
-    digest = hashlib.sha256(f"{SPLIT_SEED}\0{normalised}".encode("utf-8")).digest()
+    digest = hashlib.sha256(f"{SPLIT_SEED}\0{normalised}".encode()).digest()
     return "eval" if int.from_bytes(digest[:8], "big") / 2**64 < EVAL_FRACTION else "train"
 
 
@@ -127,7 +142,7 @@ def _check_suite(name: str) -> None:
         raise DraftwiseError(f"unknown suite {name!r}; valid suites: {', '.join(SUITES)} (or 'all')")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _read_suite(name: str) -> tuple[Prompt, ...]:
     """All prompts of a packaged suite, in file order; cached because suites are immutable and reused."""
     resource = files("draftwise.data") / "suites" / f"{name}.jsonl"
@@ -167,9 +182,7 @@ def _interleave(seqs: Sequence[Sequence[Prompt]]) -> list[Prompt]:
     return [s[i] for i in range(max(map(len, seqs), default=0)) for s in seqs if i < len(s)]
 
 
-def load_prompts(
-    suites: str | Sequence[str], split: str = "eval", limit: int | None = None
-) -> list[Prompt]:
+def load_prompts(suites: str | Sequence[str], split: str = "eval", limit: int | None = None) -> list[Prompt]:
     """Prompts of several suites: `suites` is 'all', a comma-separated string or a list of names.
 
     Without `limit`, every prompt of the split, suite by suite in the order given, each in file order.
@@ -222,7 +235,7 @@ def read_prompt_file(path: str | os.PathLike) -> list[Prompt]:
         for n, line in lines:
             prompt = _parse_jsonl_line(p, n, line)
             if prompt.id in seen:
-                raise DraftwiseError(f"{p} line {n}: duplicate id {prompt.id[len('user/'):]!r}")
+                raise DraftwiseError(f"{p} line {n}: duplicate id {prompt.id[len('user/') :]!r}")
             seen.add(prompt.id)
             prompts.append(prompt)
     else:

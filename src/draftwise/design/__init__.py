@@ -151,8 +151,13 @@ def answer(p: Pipeline) -> dict:
     p.replan("fastest")
     lossy = tuple(rows.quality_runtime(e) for e in rows.planned(p.base))
     if lossy:
-        p.stage("quality", lambda f: quality.run(QualityConfig(
-            target=p.base.target, runtimes=lossy, limit=p.sizes.agree_limit, threads=p.base.threads), f))
+        p.stage(
+            "quality",
+            lambda f: quality.run(
+                QualityConfig(target=p.base.target, runtimes=lossy, limit=p.sizes.agree_limit, threads=p.base.threads),
+                f,
+            ),
+        )
     return fastest.run(p)
 
 

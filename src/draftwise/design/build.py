@@ -37,14 +37,51 @@ def candidate_stages(p: Stages, cand: Candidate) -> None:
     """One candidate's own stages: prune and distill (trained candidates), then teacher-forced agreement."""
     c, opts = p.config, runtime_options(p.config)
     if cand.trained:
-        p.stage(f"prune-{cand.name}", lambda f: prune.run(PruneConfig(
-            target=c.target, shape=cand.prune_shape(), calib_tokens=384, elimination_tokens=p.sizes.elimination_tokens,
-            seed=c.seed, **opts), f))
-        p.stage(f"distill-{cand.name}", lambda f: distill.run(DistillConfig(
-            target=c.target, drafter=str(p.folder(f"prune-{cand.name}")), data=str(p.folder("gen-data")), loss=c.loss,
-            minutes=p.sizes.distill_minutes, eval_prompts=16, eval_every=50, seed=c.seed, **opts), f))
-    p.stage(f"agree-{cand.name}", lambda f: agree.run(AgreeConfig(
-        target=c.target, drafter=spec_of(p, cand), limit=p.sizes.agree_limit, max_new_tokens=c.max_new_tokens, gammas=GAMMAS, **opts), f))
+        p.stage(
+            f"prune-{cand.name}",
+            lambda f: prune.run(
+                PruneConfig(
+                    target=c.target,
+                    shape=cand.prune_shape(),
+                    calib_tokens=384,
+                    elimination_tokens=p.sizes.elimination_tokens,
+                    seed=c.seed,
+                    **opts,
+                ),
+                f,
+            ),
+        )
+        p.stage(
+            f"distill-{cand.name}",
+            lambda f: distill.run(
+                DistillConfig(
+                    target=c.target,
+                    drafter=str(p.folder(f"prune-{cand.name}")),
+                    data=str(p.folder("gen-data")),
+                    loss=c.loss,
+                    minutes=p.sizes.distill_minutes,
+                    eval_prompts=16,
+                    eval_every=50,
+                    seed=c.seed,
+                    **opts,
+                ),
+                f,
+            ),
+        )
+    p.stage(
+        f"agree-{cand.name}",
+        lambda f: agree.run(
+            AgreeConfig(
+                target=c.target,
+                drafter=spec_of(p, cand),
+                limit=p.sizes.agree_limit,
+                max_new_tokens=c.max_new_tokens,
+                gammas=GAMMAS,
+                **opts,
+            ),
+            f,
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -97,9 +134,26 @@ def sweep_shapes(p: Pipeline, target: cost.Shape) -> tuple[cost.Shape, cost.Shap
     widths = tuple(sorted({max(unit, round(target.hidden * m / unit) * unit) for m in (1 / 3, 2 / 3, 1, 4 / 3)}))
     depths = tuple(s.layers for s in budget_shapes(target, n) if s.layers in (1, 2, 3, 4, 6, 8, 12, 16))
     shallow = max(1, round(n / target.layer_params()))
-    p.stage("sweep", lambda f: sweep.run(SweepConfig(
-        target=c.target, budget=str(n), layers=depths, widths=widths, width_depth=shallow, truncations=(), batches=(1,),
-        warmup=2, repeats=5, seed=c.seed, **opts), f, p.executor))
+    p.stage(
+        "sweep",
+        lambda f: sweep.run(
+            SweepConfig(
+                target=c.target,
+                budget=str(n),
+                layers=depths,
+                widths=widths,
+                width_depth=shallow,
+                truncations=(),
+                batches=(1,),
+                warmup=2,
+                repeats=5,
+                seed=c.seed,
+                **opts,
+            ),
+            f,
+            p.executor,
+        ),
+    )
     if c.wide_layers:
         return None
 
@@ -108,9 +162,14 @@ def sweep_shapes(p: Pipeline, target: cost.Shape) -> tuple[cost.Shape, cost.Shap
         model = cost.StepModel.from_dict(fit)
         ranking = sorted(budget_shapes(target, n), key=model.predict_ms)
         fast, control = choose_shapes(target, n, model, c.narrow_factor)
-        return {"budget": n, "head": target.vocab, "fit": fit, "shapes": [fast.__dict__, control.__dict__],
-                "ranking": [{**s.__dict__, "predicted_ms": model.predict_ms(s)} for s in ranking],
-                "predicted_ms": [model.predict_ms(fast), model.predict_ms(control)]}
+        return {
+            "budget": n,
+            "head": target.vocab,
+            "fit": fit,
+            "shapes": [fast.__dict__, control.__dict__],
+            "ranking": [{**s.__dict__, "predicted_ms": model.predict_ms(s)} for s in ranking],
+            "predicted_ms": [model.predict_ms(fast), model.predict_ms(control)],
+        }
 
     chosen = p.stage("choose-shapes", decide)["shapes"]
     return cost.Shape(**chosen[0]), cost.Shape(**chosen[1])
@@ -120,11 +179,35 @@ def measure_costs(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str], 
     """Profile at batch 1 and at each trained candidate's feasible batch (for γ* there)."""
     c, opts = p.config, runtime_options(p.config)
     depths = tuple(k for k in (1, 2, 4, 8) if k < target_shape.layers)
-    batches = (1,) + tuple(sorted({b for x in cands if x.trained and not p.dropped("batch")
-                                   for b in [feasible_batch(c, target_shape, x.shape)[1]] if b > 1}))
-    p.stage("profile", lambda f: profile.run(ProfileConfig(
-        target=c.target, drafters=tuple(specs.values()), depths=depths, gammas=GAMMAS, batches=batches, warmup=2,
-        repeats=7, seed=c.seed, **opts), f, p.executor))
+    batches = (1,) + tuple(
+        sorted(
+            {
+                b
+                for x in cands
+                if x.trained and not p.dropped("batch")
+                for b in [feasible_batch(c, target_shape, x.shape)[1]]
+                if b > 1
+            }
+        )
+    )
+    p.stage(
+        "profile",
+        lambda f: profile.run(
+            ProfileConfig(
+                target=c.target,
+                drafters=tuple(specs.values()),
+                depths=depths,
+                gammas=GAMMAS,
+                batches=batches,
+                warmup=2,
+                repeats=7,
+                seed=c.seed,
+                **opts,
+            ),
+            f,
+            p.executor,
+        ),
+    )
 
 
 def screen(cands: list[Candidate], best: dict[str, tuple[int, float]]) -> list[Candidate]:
@@ -134,8 +217,9 @@ def screen(cands: list[Candidate], best: dict[str, tuple[int, float]]) -> list[C
     return [x for x in cands if x.trained or x.role == "user" or best[x.name][1] >= SCREEN * top]
 
 
-def lookup_candidates(p: Pipeline, target, cands: list[Candidate], specs: dict[str, str],
-                      best: dict[str, tuple[int, float]]) -> list[Candidate]:
+def lookup_candidates(
+    p: Pipeline, target, cands: list[Candidate], specs: dict[str, str], best: dict[str, tuple[int, float]]
+) -> list[Candidate]:
     """Texts, corpus gain (and gen-data-more), the suffix index, then every lookup family's tuned candidate and the hybrid."""
     opts = runtime_options(p.config)
     lookup.lookup_text(p, opts)
@@ -150,8 +234,11 @@ def kv_bytes(p: Pipeline, cands: list[Candidate], specs: dict[str, str]) -> dict
     """Each candidate's drafter KV cache per sequence at `context` (a lookup holds none; a hybrid its model's)."""
     drafters = json.loads((p.folder("profile") / "profile.json").read_text())["batches"]["1"]["drafters"]
     bpv = hf.bytes_per_value(p.config.dtype)
-    model = {x.name: cost.Shape(**drafters[specs[x.name]]["shape"]).kv_bytes(p.config.context, 1, bpv)
-             for x in cands if drafter_kind(specs[x.name]) == "model"}
+    model = {
+        x.name: cost.Shape(**drafters[specs[x.name]]["shape"]).kv_bytes(p.config.context, 1, bpv)
+        for x in cands
+        if drafter_kind(specs[x.name]) == "model"
+    }
     by_spec = {specs[n]: v for n, v in model.items()}
     hybrid = {x.name: by_spec.get(split_hybrid(specs[x.name])[0], 0) for x in cands if x.role == "hybrid"}
     return {**model, **hybrid}
@@ -166,21 +253,25 @@ def measure_accuracy(config: DesignConfig, target, specs: dict[str, str], folder
     for name, spec in {"target": None, **specs}.items():
         lm = target.lm if spec is None else load_drafter(spec, target, options).lm
         todo = [(task, it) for task, its in tasks.items() for it in its if (name, task, it.id) not in done]
-        for task, item in tqdm(todo, desc=f"accuracy {name}", unit="item", file=sys.stderr, dynamic_ncols=True,
-                               disable=not todo):
+        for task, item in tqdm(
+            todo, desc=f"accuracy {name}", unit="item", file=sys.stderr, dynamic_ncols=True, disable=not todo
+        ):
             run_dir.append({"model": name, "task": task, **accuracy.score(lm, item)})
 
 
 def write_candidates(p: Pipeline, cands: list[Candidate], specs: dict[str, str]) -> None:
     """Every candidate the design measured, and the spec of each option (scheduled ones included), for the report."""
-    rows = [{"name": x.name, "role": x.role, "spec": x.spec, "shape": asdict(x.shape) if x.shape else None}
-            for x in cands]
+    rows = [
+        {"name": x.name, "role": x.role, "spec": x.spec, "shape": asdict(x.shape) if x.shape else None} for x in cands
+    ]
     write_atomic(p.path / CANDIDATES, json.dumps({"candidates": rows, "specs": specs}, indent=1) + "\n")
 
 
 def read_candidates(folder) -> tuple[list[Candidate], dict[str, str]]:
     """`write_candidates`' file, as Candidates and specs."""
     saved = json.loads((folder.path / CANDIDATES).read_text())
-    cands = [Candidate(r["name"], r["role"], cost.Shape(**r["shape"]) if r["shape"] else None, r["spec"])
-             for r in saved["candidates"]]
+    cands = [
+        Candidate(r["name"], r["role"], cost.Shape(**r["shape"]) if r["shape"] else None, r["spec"])
+        for r in saved["candidates"]
+    ]
     return cands, saved["specs"]

@@ -1,14 +1,14 @@
 """The drafters `design` compares: candidates it builds (pruned, then distilled) and baselines it takes as they are.
 
-  trained shapes     chosen before any training from the sweep's fitted step model (`choose_shapes`): the predicted-
-                     fastest shape at the parameter budget, and its equal-parameter opposite as the control — the
-                     full-width (wide-shallow) shape when the fastest is narrower, else the deep-narrow twin.
-                     `--wide-layers k` overrides: k full-width layers and their deep-narrow twin, as the paper draws them
-  wide-shallow       k layers of the target at full width (the paper's recommendation)
-  deep-narrow        the same non-embedding parameters spread over f·k layers of 1/f width (heads, KV heads, FFN ÷ f)
-  self-speculative   the target with its middle half skipped, no training (Draft & Verify / LayerSkip style)
-  first-k            the target's first k layers, untrained (what naive truncation gives)
-  user               a drafter the user names, benchmarked as it is
+trained shapes     chosen before any training from the sweep's fitted step model (`choose_shapes`): the predicted-
+                   fastest shape at the parameter budget, and its equal-parameter opposite as the control — the
+                   full-width (wide-shallow) shape when the fastest is narrower, else the deep-narrow twin.
+                   `--wide-layers k` overrides: k full-width layers and their deep-narrow twin, as the paper draws them
+wide-shallow       k layers of the target at full width (the paper's recommendation)
+deep-narrow        the same non-embedding parameters spread over f·k layers of 1/f width (heads, KV heads, FFN ÷ f)
+self-speculative   the target with its middle half skipped, no training (Draft & Verify / LayerSkip style)
+first-k            the target's first k layers, untrained (what naive truncation gives)
+user               a drafter the user names, benchmarked as it is
 """
 
 from __future__ import annotations
@@ -43,8 +43,13 @@ def narrow_twin(target: cost.Shape, layers: int, factor: int) -> cost.Shape | No
     Heads, KV heads and FFN shrink by `factor` when the KV heads divide evenly (GQA groups stay intact); otherwise
     the FFN alone shrinks until a layer holds 1/factor of the parameters. None when the target is too shallow."""
     if target.heads % factor == 0 and target.kv_heads % factor == 0:
-        narrow = replace(target, layers=layers * factor, heads=target.heads // factor,
-                         kv_heads=target.kv_heads // factor, ffn=target.ffn // factor)
+        narrow = replace(
+            target,
+            layers=layers * factor,
+            heads=target.heads // factor,
+            kv_heads=target.kv_heads // factor,
+            ffn=target.ffn // factor,
+        )
     else:
         attention = target.layer_params() - 3 * target.hidden * target.ffn
         ffn = (target.layer_params() // factor - attention) // (3 * target.hidden)
@@ -97,8 +102,13 @@ def trained(target: cost.Shape, shapes: list[cost.Shape]) -> list[Candidate]:
     return out
 
 
-def candidates(target: cost.Shape, wide_layers: tuple[int, ...], factor: int, user: str | None = None,
-               shapes: tuple[cost.Shape, cost.Shape] | None = None) -> list[Candidate]:
+def candidates(
+    target: cost.Shape,
+    wide_layers: tuple[int, ...],
+    factor: int,
+    user: str | None = None,
+    shapes: tuple[cost.Shape, cost.Shape] | None = None,
+) -> list[Candidate]:
     """The trained shapes (`shapes` chosen by the cost model, else k full-width layers and their twin per k of
     `wide_layers`), then the untrained baselines (first-k at the shallower depth, self-speculative) and the user's."""
     out = []
@@ -114,8 +124,13 @@ def candidates(target: cost.Shape, wide_layers: tuple[int, ...], factor: int, us
     k = min(x.shape.layers for x in out) if out else min(wide_layers or (2,))
     out.append(Candidate(f"first-{k}", "first-k", spec="layers:" + ",".join(map(str, range(min(k, target.layers))))))
     if target.layers >= 4:
-        out.append(Candidate("self-spec", "self-speculative",
-                             spec="layers:" + ",".join(map(str, self_speculative_layers(target.layers)))))
+        out.append(
+            Candidate(
+                "self-spec",
+                "self-speculative",
+                spec="layers:" + ",".join(map(str, self_speculative_layers(target.layers))),
+            )
+        )
     if user:
         out.append(Candidate("user", "user", spec=user))
     return out

@@ -14,10 +14,23 @@ from .sizes import Sizes
 REF_TOKENS = 96  # new tokens per prompt the token-based costs below were measured at
 STAGE_S = 0.5  # per stage, whatever the model: loading, files, process start
 # the families whose stages share one correction (measured ÷ predicted); any other kind is a family of its own
-FAMILY = {"bench-select": "bench", "bench-select-repeat": "bench", "bench-gamma": "bench", "bench-gamma-repeat": "bench",
-          "bench-temps": "bench", "bench-batch": "bench", "bench-headline": "bench", "reduced-heads": "bench",
-          "gen-data-more": "gen-data", "profile@": "llama.cpp", "tune-lookup@": "llama.cpp", "bench-fastest": "bench",
-          "bench-select@lean": "bench", "profile@lean": "profile", "tune-lookup@lean": "tune"}
+FAMILY = {
+    "bench-select": "bench",
+    "bench-select-repeat": "bench",
+    "bench-gamma": "bench",
+    "bench-gamma-repeat": "bench",
+    "bench-temps": "bench",
+    "bench-batch": "bench",
+    "bench-headline": "bench",
+    "reduced-heads": "bench",
+    "gen-data-more": "gen-data",
+    "profile@": "llama.cpp",
+    "tune-lookup@": "llama.cpp",
+    "bench-fastest": "bench",
+    "bench-select@lean": "bench",
+    "profile@lean": "profile",
+    "tune-lookup@lean": "tune",
+}
 
 
 @dataclass(frozen=True)
@@ -40,8 +53,15 @@ class Outline:
         user = 1 if config.drafter else 0
         rows = (1 + len(config.gguf_quants)) if "llama.cpp" in config.rows else 0
         int8 = "lean-int8" in config.rows and config.device == "cpu"
-        return cls(trained, 2 + user, trained + user, 3 if config.lookups else 0, rows, int8_row=int8,
-                   trained_control=not config.wide_layers)
+        return cls(
+            trained,
+            2 + user,
+            trained + user,
+            3 if config.lookups else 0,
+            rows,
+            int8_row=int8,
+            trained_control=not config.wide_layers,
+        )
 
 
 @dataclass(frozen=True)
@@ -66,22 +86,29 @@ def items(o: Outline, s: Sizes, c: DesignConfig) -> list[Item]:
     # a benchmark's methods per new token, in AR steps (prefill included): AR 1, a model drafter's SD 1.2, a lookup's
     # 0.8, a hybrid's 0.9, transformers' generate() and its own SD about 2 each (measured on the default target)
     chosen = 1.2 if o.chosen_model or not o.lookups else 0.8
-    out = [Item("sweep", 0 if "training" in d and not o.built else 1, 300), Item("gen-data", 1, 100 + 52 * s.gen_prompts),
-           Item("prune", trained, 600 + 1100 * math.ceil(s.elimination_tokens / 64)),  # per calibration row
-           Item("distill", trained, 400, 60 * s.distill_minutes),  # its minutes, then loading and evaluations
-           Item("agree", cands, 100 + 32 * s.agree_limit * t),
-           Item("profile", 1, 100 + 80 * cands + (0 if "batch" in d else 500 * trained))]
+    out = [
+        Item("sweep", 0 if "training" in d and not o.built else 1, 300),
+        Item("gen-data", 1, 100 + 52 * s.gen_prompts),
+        Item("prune", trained, 600 + 1100 * math.ceil(s.elimination_tokens / 64)),  # per calibration row
+        Item("distill", trained, 400, 60 * s.distill_minutes),  # its minutes, then loading and evaluations
+        Item("agree", cands, 100 + 32 * s.agree_limit * t),
+        Item("profile", 1, 100 + 80 * cands + (0 if "batch" in d else 500 * trained)),
+    ]
     if o.lookups:
         all_temps = sum(1 for x in c.temperatures if x)  # the calibration covers every temperature asked for
         out += [Item("agree-lookup", 1, 150 + 72 * s.tune_prompts * t), Item("tune", 3, 50)]
         out += [] if "gen-data-more" in d else [Item("gen-data-more", 1, 100 + 52 * s.gen_prompts)]
         out += [Item("calibrate", 1, s.tune_prompts * t * (10 + 15 * all_temps))] if sched else []
     lookups = 0.8 * min(2, o.lookups) + 0.9 * max(0, o.lookups - 2)  # n-gram and suffix, then the hybrid
-    out += [Item("bench-select", 1, 100 + tok * s.bench_limit * (1 + 1.2 * benched + lookups + 0.8 * sched)),
-            Item("bench-gamma", 1, 100 + tok * s.refine_limit * (1 + 3 * chosen))]
+    out += [
+        Item("bench-select", 1, 100 + tok * s.bench_limit * (1 + 1.2 * benched + lookups + 0.8 * sched)),
+        Item("bench-gamma", 1, 100 + tok * s.refine_limit * (1 + 3 * chosen)),
+    ]
     if cfg.select_repeats:  # a tie re-measured: about two options beside AR
-        out += [Item("bench-select-repeat", 1, tok * s.bench_limit * 3),
-                Item("bench-gamma-repeat", 1, tok * s.refine_limit * (1 + 2 * chosen))]
+        out += [
+            Item("bench-select-repeat", 1, tok * s.bench_limit * 3),
+            Item("bench-gamma-repeat", 1, tok * s.refine_limit * (1 + 2 * chosen)),
+        ]
     if temps:  # sampling: AR and SD about 1.1 each, the scheduled variant beside a lookup
         out.append(Item("bench-temps", 1, 100 + 1.1 * tok * s.refine_limit * temps * (3 if sched else 2)))
     if "batch" not in d:
@@ -94,13 +121,26 @@ def items(o: Outline, s: Sizes, c: DesignConfig) -> list[Item]:
     # about 0.7 AR steps of the lean engine per method and token (prompts ending early at EOS included)
     row_models = 0 if o.lookups else benched
     row_methods = 2 + 6 + 2 * (o.lookups + row_models) + sched
-    out += [Item("profile@", rows, 1500 + 300 * benched), Item("tune-lookup@", rows, 300),
-            Item("bench-select@", rows, 200 + 0.7 * tok * s.bench_limit * row_methods)] if rows else []
+    out += (
+        [
+            Item("profile@", rows, 1500 + 300 * benched),
+            Item("tune-lookup@", rows, 300),
+            Item("bench-select@", rows, 200 + 0.7 * tok * s.bench_limit * row_methods),
+        ]
+        if rows
+        else []
+    )
     # lean-int8: the lean engine's profile and grid at about a third of its fp32 step, no llama.cpp peers
     int8 = o.int8_row and "lean-int8" not in d
-    out += [Item("profile@lean", 1, 300 + 80 * benched), Item("tune-lookup@lean", 1, 300),
-            Item("bench-select@lean", 1, 100 + 0.35 * tok * s.bench_limit * (1 + 1.2 * row_models + lookups + sched))] \
-        if int8 else []
+    out += (
+        [
+            Item("profile@lean", 1, 300 + 80 * benched),
+            Item("tune-lookup@lean", 1, 300),
+            Item("bench-select@lean", 1, 100 + 0.35 * tok * s.bench_limit * (1 + 1.2 * row_models + lookups + sched)),
+        ]
+        if int8
+        else []
+    )
     # the last grid, whatever was dropped: every runtime's plain decoding (draftwise AR, and llama-server on each
     # llama.cpp file) and each row's choice, about half an fp32 AR step per method and token on average
     options = 2 * (1 + o.int8_row) + 3 * o.rows
@@ -136,6 +176,18 @@ def kind_of(stage: str) -> str | None:
         return stage.split("-")[0]
     if stage.startswith("agree-") and stage != "agree-lookup":
         return "agree"
-    known = {"sweep", "gen-data", "gen-data-more", "profile", "agree-lookup", "bench-select", "bench-gamma",
-             "bench-temps", "bench-headline", "accuracy", "bench-fastest", "quality"}
+    known = {
+        "sweep",
+        "gen-data",
+        "gen-data-more",
+        "profile",
+        "agree-lookup",
+        "bench-select",
+        "bench-gamma",
+        "bench-temps",
+        "bench-headline",
+        "accuracy",
+        "bench-fastest",
+        "quality",
+    }
     return stage if stage in known else None

@@ -40,8 +40,9 @@ def timings(records: Sequence[dict], key: Callable[[dict], object]) -> dict[obje
     return out
 
 
-def compare(options: dict[object, dict[str, tuple[float, float]]], ar: dict[str, tuple[float, float]],
-            seed: int = 0) -> dict:
+def compare(
+    options: dict[object, dict[str, tuple[float, float]]], ar: dict[str, tuple[float, float]], seed: int = 0
+) -> dict:
     """Speedups over AR with intervals, the leader and each option's lead interval (on the prompts all share)."""
     prompts = sorted(set(ar).intersection(*map(set, options.values())))
     names = list(options)
@@ -58,11 +59,19 @@ def compare(options: dict[object, dict[str, tuple[float, float]]], ar: dict[str,
     lo_q, hi_q = 100 * (1 - LEVEL) / 2, 100 * (1 + LEVEL) / 2
     leader = int(np.argmax(point))
     lead = np.log(boot[:, [leader]] / boot)  # [resamples, options]: the leader's lead over each option
-    return {"prompts": len(prompts), "leader": names[leader],
-            "speedup": {n: [float(point[i]), float(np.percentile(boot[:, i], lo_q)), float(np.percentile(boot[:, i], hi_q))]
-                        for i, n in enumerate(names)},
-            "lead": {n: [float(np.percentile(lead[:, i], lo_q)), float(np.percentile(lead[:, i], hi_q))]
-                     for i, n in enumerate(names) if i != leader}}
+    return {
+        "prompts": len(prompts),
+        "leader": names[leader],
+        "speedup": {
+            n: [float(point[i]), float(np.percentile(boot[:, i], lo_q)), float(np.percentile(boot[:, i], hi_q))]
+            for i, n in enumerate(names)
+        },
+        "lead": {
+            n: [float(np.percentile(lead[:, i], lo_q)), float(np.percentile(lead[:, i], hi_q))]
+            for i, n in enumerate(names)
+            if i != leader
+        },
+    }
 
 
 def tied(result: dict) -> list:
@@ -74,8 +83,15 @@ def choose(result: dict, cost: Callable[[object], tuple]) -> dict:
     """The decision record: the leader if it leads every other option beyond noise, else the cheapest of the tie."""
     tie = tied(result)
     chosen = min(tie, key=lambda n: (*cost(n), -result["speedup"][n][0]))
-    return {**result, "tie": tie if len(tie) > 1 else [], "chosen": chosen,
-            "cost": {n: list(cost(n)) for n in result["speedup"]},
-            "why": ("faster than every other option beyond noise" if len(tie) == 1 else
-                    f"tie within noise between {', '.join(map(str, tie))}: the cheapest step wins (at equal cost, "
-                    "the faster point estimate)")}
+    return {
+        **result,
+        "tie": tie if len(tie) > 1 else [],
+        "chosen": chosen,
+        "cost": {n: list(cost(n)) for n in result["speedup"]},
+        "why": (
+            "faster than every other option beyond noise"
+            if len(tie) == 1
+            else f"tie within noise between {', '.join(map(str, tie))}: the cheapest step wins (at equal cost, "
+            "the faster point estimate)"
+        ),
+    }

@@ -12,7 +12,9 @@ GAMMAS = (1, 2, 3, 4, 6, 8)  # the lookaheads a model candidate is profiled and 
 SCREEN = 0.9  # an untrained model drafter predicted below this share of the best model drafter is not benchmarked
 
 
-def predicted(p: Stages | DesignFolder, spec: str, name: str, batch: int = 1, profile: str = "profile") -> dict[int, float]:
+def predicted(
+    p: Stages | DesignFolder, spec: str, name: str, batch: int = 1, profile: str = "profile"
+) -> dict[int, float]:
     """Predicted greedy tokens/s per γ (per sequence, at `batch`): the exact greedy TAR replayed from `agree` over
     step and verify times measured at that batch by `profile` (a profile stage: each engine has its own). Empty when
     the profile has no such batch."""

@@ -69,6 +69,7 @@ draftwise bench --target <target> --drafter '{spec}' --gamma {gamma}
 ```
 """
 
+
 def export_reduced(pipeline, reduced: Path) -> Path:
     """The reduced-vocabulary variant beside the full one (draftwise engine only; the id map travels with it)."""
     ckpt = pipeline.path / "export" / "drafter"
@@ -76,9 +77,11 @@ def export_reduced(pipeline, reduced: Path) -> Path:
     out = home / "drafter-reduced-vocab"
     shutil.copytree(reduced, out, dirs_exist_ok=True)
     with open(home / "README.md", "a") as f:
-        f.write(f"\nReduced-vocabulary head (faster draft steps, draftwise engine only): `drafter-reduced-vocab/` "
-                f"(`draft_vocab.json` maps draft ids to target ids):\n```\ndraftwise bench --target "
-                f"{target_spec(pipeline)} --drafter drafter-reduced-vocab --gamma {pipeline.done['select-gamma']['chosen']}\n```\n")
+        f.write(
+            f"\nReduced-vocabulary head (faster draft steps, draftwise engine only): `drafter-reduced-vocab/` "
+            f"(`draft_vocab.json` maps draft ids to target ids):\n```\ndraftwise bench --target "
+            f"{target_spec(pipeline)} --drafter drafter-reduced-vocab --gamma {pipeline.done['select-gamma']['chosen']}\n```\n"
+        )
     return out
 
 
@@ -112,9 +115,18 @@ def export_lookup(out: Path, spec: str, name: str, gamma: int) -> str:
     family, local = families.lookup_family(spec), local_lookup(spec, out)
     vllm = family.vllm(local, gamma)
     (out / "vllm_speculative_config.json").write_text(json.dumps(vllm, indent=2) + "\n")
-    (out / "README.md").write_text(LOOKUP.format(name=name, family=family.name, gamma=gamma, where=family.where,
-                                                 vllm=json.dumps(vllm), vllm_note=family.vllm_note(spec),
-                                                 transformers=family.transformers(local, gamma), spec=local))
+    (out / "README.md").write_text(
+        LOOKUP.format(
+            name=name,
+            family=family.name,
+            gamma=gamma,
+            where=family.where,
+            vllm=json.dumps(vllm),
+            vllm_note=family.vllm_note(spec),
+            transformers=family.transformers(local, gamma),
+            spec=local,
+        )
+    )
     return local
 
 
@@ -140,21 +152,31 @@ def export_schedule(pipeline, out: Path, spec: str, gamma: int, chosen: bool) ->
     profile = json.loads((pipeline.folder("profile") / "profile.json").read_text())
     entry = profile["batches"]["1"]
     curve = {k: entry[k] for k in ("ar_step_ms", "verify_ms", "verify_over_ar_step")}
-    (dest / "profile.json").write_text(json.dumps({"machine": profile["machine"], "batches": {"1": curve}}, indent=1) + "\n")
+    (dest / "profile.json").write_text(
+        json.dumps({"machine": profile["machine"], "batches": {"1": curve}}, indent=1) + "\n"
+    )
     calibration = json.loads((pipeline.folder("calibrate-lookup") / calibrate.FILE).read_text())
     calibration["drafters"] = {label(s, 200): g for s, g in calibration["drafters"].items()}
     (dest / calibrate.FILE).write_text(json.dumps(calibration) + "\n")
     with open(out / "README.md", "a") as f:
-        f.write(SCHEDULE.format(spec=spec, gamma=gamma, chosen=" (the verdict's method)" if chosen else
-                                " (measured beside static SD; the verdict chose static SD)"))
+        f.write(
+            SCHEDULE.format(
+                spec=spec,
+                gamma=gamma,
+                chosen=" (the verdict's method)"
+                if chosen
+                else " (measured beside static SD; the verdict chose static SD)",
+            )
+        )
 
 
 def export_model(out: Path, target, spec: str) -> Path:
     ckpt = out / "drafter"
     if not (ckpt / "config.json").exists():
         if spec.startswith("layers:"):  # a layer subset of the target: write its weights as a checkpoint of its own
-            config, weights = layer_subset(target.config, read_weights(target.path),
-                                           parse_layers(spec, target.config.num_hidden_layers))
+            config, weights = layer_subset(
+                target.config, read_weights(target.path), parse_layers(spec, target.config.num_hidden_layers)
+            )
             save_checkpoint(ckpt, config, weights, target.tokenizer)
         else:
             shutil.copytree(resolve(spec), ckpt, dirs_exist_ok=True)
@@ -172,13 +194,16 @@ def export(pipeline, target, verdict: dict, final: dict | None = None) -> Path |
     ckpt = export_parts(pipeline, target, out, spec, name, gamma, verdict.get("method", "sd") != "sd")
     if verdict["recommend"]:
         readme = out / "README.md"
-        readme.write_text(f"## The draftwise lean engine at {pipeline.config.dtype}\n\n**Its verdict:** "
-                          f"{sentence(verdict)}{against}\n\n" + readme.read_text())
+        readme.write_text(
+            f"## The draftwise lean engine at {pipeline.config.dtype}\n\n**Its verdict:** "
+            f"{sentence(verdict)}{against}\n\n" + readme.read_text()
+        )
     else:
         (top / "README.md").write_text(
             f"## The draftwise lean engine at {pipeline.config.dtype}: SD is not recommended\n\n{sentence(verdict)}"
             f"{against}\n\nPlain decoding is at least as fast on this engine. What the design built for its best "
-            f"candidate is kept, for reference only, in `{out.name}/`.\n")
+            f"candidate is kept, for reference only, in `{out.name}/`.\n"
+        )
     return ckpt
 
 
@@ -197,10 +222,14 @@ def export_parts(pipeline, target, out: Path, spec: str, name: str, gamma: int, 
         export_lookup(out / "lookup", lookup_spec, f"{name} (its lookup part)", gamma)
     vllm = {"model": "drafter", "num_speculative_tokens": model_gamma or gamma}
     (out / "vllm_speculative_config.json").write_text(json.dumps(vllm, indent=2) + "\n")
-    readme = MODEL.format(name=name, gamma=model_gamma or gamma, target_spec=target_spec(pipeline), vllm=json.dumps(vllm))
+    readme = MODEL.format(
+        name=name, gamma=model_gamma or gamma, target_spec=target_spec(pipeline), vllm=json.dumps(vllm)
+    )
     if lookup_spec:
-        readme += (f"\nThis is a hybrid: draftwise proposes with the lookup in `lookup/` (γ = {gamma}) where it has a "
-                   f"match and with this model (γ = {model_gamma}) elsewhere. Neither vLLM nor transformers combines "
-                   "the two in one request; each part's settings are exported for them.\n")
+        readme += (
+            f"\nThis is a hybrid: draftwise proposes with the lookup in `lookup/` (γ = {gamma}) where it has a "
+            f"match and with this model (γ = {model_gamma}) elsewhere. Neither vLLM nor transformers combines "
+            "the two in one request; each part's settings are exported for them.\n"
+        )
     (out / "README.md").write_text(readme)
     return ckpt

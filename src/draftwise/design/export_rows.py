@@ -53,8 +53,14 @@ LEAN = """draftwise at {precision} (run from this folder; measured here: {measur
 """
 
 
-def export_rows(top: Path, verdicts_done: list[dict], config, final: dict | None = None,
-                verdicts: dict[str, dict] | None = None, quality: dict[str, str] | None = None) -> None:
+def export_rows(
+    top: Path,
+    verdicts_done: list[dict],
+    config,
+    final: dict | None = None,
+    verdicts: dict[str, dict] | None = None,
+    quality: dict[str, str] | None = None,
+) -> None:
     """Every engine row's folder, a pointer to each in the export's README, and the README's opening: the design's
     answer (`final`, see `fastest`; `verdicts`: every row's verdict by runtime name; `quality`: each lossy runtime's
     cost against fp32) and how to run it."""
@@ -64,8 +70,11 @@ def export_rows(top: Path, verdicts_done: list[dict], config, final: dict | None
         folder = EXPORTS[rows.kind_of(v)].folder(top, v, config, spec, final)
         lines.append(f"- `{folder.relative_to(top)}/`: {rows.sentence(v)}{_versus(final, v)}")
     readme = top / "README.md"
-    head = fastest.readme_header(final, verdicts or {}, spec, config.threads, quality, _how(final, verdicts, spec)) \
-        if final else ""
+    head = (
+        fastest.readme_header(final, verdicts or {}, spec, config.threads, quality, _how(final, verdicts, spec))
+        if final
+        else ""
+    )
     readme.write_text(head + readme.read_text() + ("\n".join(lines) + "\n" if verdicts_done else ""))
 
 
@@ -99,8 +108,27 @@ def _local_args(args: str, out: Path) -> str:
 
 
 def _verdict_json(out: Path, v: dict) -> None:
-    (out / "verdict.json").write_text(json.dumps({k: v[k] for k in ("engine", "quant", "shipped", "recommend", "drafter",
-                                                                   "method", "gamma", "speedup", "best_builtin") if k in v}, indent=1) + "\n")
+    (out / "verdict.json").write_text(
+        json.dumps(
+            {
+                k: v[k]
+                for k in (
+                    "engine",
+                    "quant",
+                    "shipped",
+                    "recommend",
+                    "drafter",
+                    "method",
+                    "gamma",
+                    "speedup",
+                    "best_builtin",
+                )
+                if k in v
+            },
+            indent=1,
+        )
+        + "\n"
+    )
 
 
 def lean_command(v: dict, target_spec: str, folder: str = "") -> str:
@@ -123,14 +151,21 @@ def export_lean_row(top: Path, v: dict, config, target_spec: str, final: dict | 
     out.mkdir(parents=True, exist_ok=True)
     if v["kind"] == "lookup" and v["recommend"]:
         local_lookup(v["spec"], out)  # the corpus beside the README
-    measured = _measured({"speedup": v["speedup"], "tokens_per_s": v["tokens_per_s"]}, "its plain decoding") \
-        if v["recommend"] else f"{v['ar_tokens_per_s']:.1f} tokens/s"
-    parts = [f"# {v['engine']}: {'deploy ' + v['drafter'] if v['recommend'] else 'plain decoding'}\n",
-             f"**Verdict:** {rows.sentence(v)}{_versus(final, v)}\n",
-             LEAN.format(precision=v["dtype"], measured=measured, command=lean_command(v, target_spec))]
+    measured = (
+        _measured({"speedup": v["speedup"], "tokens_per_s": v["tokens_per_s"]}, "its plain decoding")
+        if v["recommend"]
+        else f"{v['ar_tokens_per_s']:.1f} tokens/s"
+    )
+    parts = [
+        f"# {v['engine']}: {'deploy ' + v['drafter'] if v['recommend'] else 'plain decoding'}\n",
+        f"**Verdict:** {rows.sentence(v)}{_versus(final, v)}\n",
+        LEAN.format(precision=v["dtype"], measured=measured, command=lean_command(v, target_spec)),
+    ]
     if v["kind"] != "lookup" and v["recommend"]:
-        parts.append(f"The drafter checkpoint is the design's `{v['drafter']}` (`export/drafter/` when the design's "
-                     "verdict chose it); draftwise quantizes it to the same precision when it loads it.\n")
+        parts.append(
+            f"The drafter checkpoint is the design's `{v['drafter']}` (`export/drafter/` when the design's "
+            "verdict chose it); draftwise quantizes it to the same precision when it loads it.\n"
+        )
     (out / "README.md").write_text("\n".join(parts))
     _verdict_json(out, v)
     return out
@@ -143,19 +178,35 @@ def export_row(top: Path, v: dict, config, target_spec: str, final: dict | None 
     out.mkdir(parents=True, exist_ok=True)
     threads, target_name = config.threads or 2, rows.target_name(v)
     spec, gamma, kind = v["spec"], v["gamma"], v["kind"]
-    parts = [f"# {v['engine']}: {'deploy ' + v['drafter'] if v['recommend'] else 'plain decoding'}\n",
-             f"**Verdict:** {rows.sentence(v)}{_versus(final, v)}\n"]
+    parts = [
+        f"# {v['engine']}: {'deploy ' + v['drafter'] if v['recommend'] else 'plain decoding'}\n",
+        f"**Verdict:** {rows.sentence(v)}{_versus(final, v)}\n",
+    ]
     if not v["shipped"]:
-        parts.append(f"`{target_name}` is the target written at this precision: `draftwise export-gguf {target_spec} "
-                     f"--quant {v['quant'].lower()} --out {target_name}`.\n")
+        parts.append(
+            f"`{target_name}` is the target written at this precision: `draftwise export-gguf {target_spec} "
+            f"--quant {v['quant'].lower()} --out {target_name}`.\n"
+        )
     if v["recommend"]:
         key = v["candidates"][v["drafter"]]["nearest"]
         near = v["builtins"].get(key)
-        parts.append(f"llama-server has no draftwise drafter; the nearest built-in to `{v['drafter']}` is below"
-                     + (f": {near['tokens_per_s']:.1f} tokens/s against draftwise's own {v['tokens_per_s']:.1f} on this "
-                        "engine.\n" if near else ".\n"))
-        parts.append(SERVER.format(measured=_measured(near), target=target_name, threads=threads,
-                                   args=_local_args(key.removeprefix("llama-server:"), out)))
+        parts.append(
+            f"llama-server has no draftwise drafter; the nearest built-in to `{v['drafter']}` is below"
+            + (
+                f": {near['tokens_per_s']:.1f} tokens/s against draftwise's own {v['tokens_per_s']:.1f} on this "
+                "engine.\n"
+                if near
+                else ".\n"
+            )
+        )
+        parts.append(
+            SERVER.format(
+                measured=_measured(near),
+                target=target_name,
+                threads=threads,
+                args=_local_args(key.removeprefix("llama-server:"), out),
+            )
+        )
     else:
         best = v["best_builtin"]
         b = v["builtins"].get(best) if best else None
@@ -163,24 +214,46 @@ def export_row(top: Path, v: dict, config, target_spec: str, final: dict | None 
         # ran plain decoding, whatever its figure says (server processes differ by a few % among themselves)
         beats = b is not None and bool(b.get("drafted")) and (b.get("over_server_plain") or [0, 0, 0])[1] > 1.0
         args = best.removeprefix("llama-server:") if beats else ""
-        parts.append(SERVER.format(measured=_measured(v["builtins"].get(best if beats else "llama-server")),
-                                   target=target_name, threads=threads, args=_local_args(args, out)))
+        parts.append(
+            SERVER.format(
+                measured=_measured(v["builtins"].get(best if beats else "llama-server")),
+                target=target_name,
+                threads=threads,
+                args=_local_args(args, out),
+            )
+        )
         if beats:
             parts.append(f"(llama-server's `{args}` beat plain decoding beyond noise here; no draftwise method did.)\n")
     local = local_lookup(spec, out) if kind == "lookup" and v["recommend"] else spec
     if v.get("method", "sd") != "sd" and v["recommend"]:
-        parts.append("The round scheduler runs in draftwise's own loop only (llama-server and llama-cpp-python "
-                     "propose without it): `draftwise bench --backend llama.cpp --target " + target_name +
-                     f" --drafter '{local}' --gamma {gamma} --schedule <a profile of this engine> "
-                     "--calibration <the design export's schedule/>`.\n")
+        parts.append(
+            "The round scheduler runs in draftwise's own loop only (llama-server and llama-cpp-python "
+            "propose without it): `draftwise bench --backend llama.cpp --target "
+            + target_name
+            + f" --drafter '{local}' --gamma {gamma} --schedule <a profile of this engine> "
+            "--calibration <the design export's schedule/>`.\n"
+        )
     if kind == "lookup" and v["recommend"]:
-        parts.append(PYTHON_LOOKUP.format(method=family_of(local).name, measured=_measured(
-            v.get("python", {}).get("llama-cpp-lookup"), "llama-cpp-python's plain generate"), target=target_name,
-            threads=threads, spec=local, gamma=gamma))
+        parts.append(
+            PYTHON_LOOKUP.format(
+                method=family_of(local).name,
+                measured=_measured(v.get("python", {}).get("llama-cpp-lookup"), "llama-cpp-python's plain generate"),
+                target=target_name,
+                threads=threads,
+                spec=local,
+                gamma=gamma,
+            )
+        )
     else:
-        parts.append(PYTHON_PLAIN.format(measured=f"{v['llama_cpp_generate_tokens_per_s']:.1f} tokens/s"
-                                         if v.get("llama_cpp_generate_tokens_per_s") else "not measured here",
-                                         target=target_name, threads=threads))
+        parts.append(
+            PYTHON_PLAIN.format(
+                measured=f"{v['llama_cpp_generate_tokens_per_s']:.1f} tokens/s"
+                if v.get("llama_cpp_generate_tokens_per_s")
+                else "not measured here",
+                target=target_name,
+                threads=threads,
+            )
+        )
     if kind == "model" and v["recommend"] and not (out / "drafter.gguf").exists():
         shutil.copy2(written(spec, v["target_path"], v["drafter_quant"]), out / "drafter.gguf")
     parts.append("vLLM: not measured here (no GPU on this machine).\n")
@@ -197,5 +270,7 @@ class Export(NamedTuple):
     command: Callable[[dict, str, str], str] | None = None
 
 
-EXPORTS: dict[type[rows.Row], Export] = {rows.LeanRow: Export(export_lean_row, lean_command),
-                                         rows.LlamaCppRow: Export(export_row)}
+EXPORTS: dict[type[rows.Row], Export] = {
+    rows.LeanRow: Export(export_lean_row, lean_command),
+    rows.LlamaCppRow: Export(export_row),
+}

@@ -51,15 +51,22 @@ def entries(p) -> list[Entry]:
     c, base = p.config, p.base
     v = p.done["verdict"]
     scheduled = measure.scheduling(p) if v["recommend"] and v["method"] != "sd" else {}
-    main = measure.base_config(p, v["spec"] if v["recommend"] else None, v["gamma"], c.bench_limit,
-                               baselines=("ar",), **scheduled)
+    main = measure.base_config(
+        p, v["spec"] if v["recommend"] else None, v["gamma"], c.bench_limit, baselines=("ar",), **scheduled
+    )
     out = [Entry(lean_name(c), main, v["method"] if v["recommend"] else None, v["drafter"] if v["recommend"] else None)]
     for e in rows.planned(base):
         done = p.done.get(f"verdict@{e.name}")
         pick = done if done and done["recommend"] else None
         scheduled = measure.scheduling(p, f"profile@{e.name}") if pick and pick["method"] != "sd" else {}
-        bench = rows.bench_config(p, e, drafter=pick["spec"] if pick else None, gamma=pick["gamma"] if pick else 1,
-                                     baselines=PLAIN if e.backend == LLAMA_CPP else ("ar",), **scheduled)
+        bench = rows.bench_config(
+            p,
+            e,
+            drafter=pick["spec"] if pick else None,
+            gamma=pick["gamma"] if pick else 1,
+            baselines=PLAIN if e.backend == LLAMA_CPP else ("ar",),
+            **scheduled,
+        )
         out.append(Entry(e.name, bench, pick and pick["method"], pick and pick["drafter"]))
     return out
 
@@ -104,21 +111,34 @@ def decide_fastest(p, rs: list[Entry]) -> dict:
     recommend = chosen not in plain and result["speedup"][chosen][1] > 1.0
     if not recommend:
         chosen, (runtime, method) = fastest_plain, fastest_plain.split("/", 1)
-    return {"recommend": recommend, "option": chosen, "runtime": runtime, "method": method,
-            "drafter": drafters.get(runtime) if recommend else None, "fastest_plain": fastest_plain,
-            "speedup": result["speedup"][chosen], "tokens_per_s": speed[chosen], "plain_tokens_per_s": speed[fastest_plain],
-            "options": {n: {"tokens_per_s": speed[n], "speedup": result["speedup"][n], "plain": n in plain} for n in by},
-            "prompts": result["prompts"], "decision": decision,
-            "rule": "the fastest option beyond noise (paired bootstrap over prompts, one interleaved grid), a tie going to "
-                    "plain decoding; a method is deployed when its 95 % interval over the fastest plain decoding measured "
-                    "here lies above 1"}
+    return {
+        "recommend": recommend,
+        "option": chosen,
+        "runtime": runtime,
+        "method": method,
+        "drafter": drafters.get(runtime) if recommend else None,
+        "fastest_plain": fastest_plain,
+        "speedup": result["speedup"][chosen],
+        "tokens_per_s": speed[chosen],
+        "plain_tokens_per_s": speed[fastest_plain],
+        "options": {n: {"tokens_per_s": speed[n], "speedup": result["speedup"][n], "plain": n in plain} for n in by},
+        "prompts": result["prompts"],
+        "decision": decision,
+        "rule": "the fastest option beyond noise (paired bootstrap over prompts, one interleaved grid), a tie going to "
+        "plain decoding; a method is deployed when its 95 % interval over the fastest plain decoding measured "
+        "here lies above 1",
+    }
 
 
 def describe(option: str) -> str:
     """An option in words: 'llama.cpp-Q4_1/llama-server' -> 'llama-server plain decoding on llama.cpp-Q4_1'."""
     runtime, method = option.split("/", 1)
-    what = {"ar": "draftwise AR", "llama-server": "llama-server plain decoding", "sd": "draftwise SD",
-            SCHEDULED: "draftwise SD with the round scheduler"}.get(method, method)
+    what = {
+        "ar": "draftwise AR",
+        "llama-server": "llama-server plain decoding",
+        "sd": "draftwise SD",
+        SCHEDULED: "draftwise SD with the round scheduler",
+    }.get(method, method)
     return f"{what} on {runtime}"
 
 
@@ -127,14 +147,18 @@ def sentence(f: dict, rows_by_name: dict[str, dict] | None = None) -> str:
     pt, lo, hi = f["speedup"]
     plain = f"{describe(f['fastest_plain'])}, {f['plain_tokens_per_s']:.1f} tokens/s"
     if not f["recommend"]:
-        return (f"Use plain decoding with {describe(f['fastest_plain'])}: the fastest decoding measured on this machine "
-                f"({f['plain_tokens_per_s']:.1f} tokens/s over {f['prompts']} prompts); no speculative method beat it "
-                "beyond noise.")
+        return (
+            f"Use plain decoding with {describe(f['fastest_plain'])}: the fastest decoding measured on this machine "
+            f"({f['plain_tokens_per_s']:.1f} tokens/s over {f['prompts']} prompts); no speculative method beat it "
+            "beyond noise."
+        )
     v = (rows_by_name or {}).get(f["runtime"], {})
     what = f"{f['drafter']}" + (f" ({label(v['spec'], 60)}, γ = {v['gamma']})" if v.get("spec") else "")
-    return (f"Deploy {what} on {f['runtime']}: {f['tokens_per_s']:.1f} tokens/s, {pt:.2f}× the fastest plain decoding "
-            f"measured on this machine ({plain}) [95 % interval {lo:.2f}–{hi:.2f}], {f['prompts']} prompts, one "
-            "interleaved grid.")
+    return (
+        f"Deploy {what} on {f['runtime']}: {f['tokens_per_s']:.1f} tokens/s, {pt:.2f}× the fastest plain decoding "
+        f"measured on this machine ({plain}) [95 % interval {lo:.2f}–{hi:.2f}], {f['prompts']} prompts, one "
+        "interleaved grid."
+    )
 
 
 def row_verdicts(p) -> dict[str, dict]:
@@ -153,8 +177,10 @@ def versus(f: dict | None, runtime: str, method: str) -> str:
     if not o or o["plain"] and f"{runtime}/{method}" == f["fastest_plain"]:
         return ""
     pt, lo, hi = o["speedup"]
-    return (f" Against the fastest plain decoding measured on this machine ({describe(f['fastest_plain'])}, "
-            f"{f['plain_tokens_per_s']:.1f} tokens/s) it measured {pt:.2f}× [{lo:.2f}–{hi:.2f}] in the last grid.")
+    return (
+        f" Against the fastest plain decoding measured on this machine ({describe(f['fastest_plain'])}, "
+        f"{f['plain_tokens_per_s']:.1f} tokens/s) it measured {pt:.2f}× [{lo:.2f}–{hi:.2f}] in the last grid."
+    )
 
 
 def deploy_command(f: dict, v: dict | None, target: str, threads: int | None) -> str:
@@ -171,17 +197,28 @@ def deploy_command(f: dict, v: dict | None, target: str, threads: int | None) ->
     return f"see `engines/{runtime}/README.md`"
 
 
-def readme_header(f: dict, rows_by_name: dict[str, dict], target: str, threads: int | None,
-                  quality: dict[str, str] | None = None, how: str | None = None) -> str:
+def readme_header(
+    f: dict,
+    rows_by_name: dict[str, dict],
+    target: str,
+    threads: int | None,
+    quality: dict[str, str] | None = None,
+    how: str | None = None,
+) -> str:
     """The export README's opening: the design's answer, and how to run it (`quality`: each lossy runtime's cost
     against fp32, by runtime name; `how`: the command, where the export knows it better than `deploy_command`)."""
     cost = (quality or {}).get(f["runtime"])
-    return (f"# What to run on this machine\n\n**Verdict:** {sentence(f, rows_by_name)}"
-            + (f" Its quality against fp32 (a lossy runtime): {cost}." if cost else "") + "\n\nHow (from this folder): "
-            f"{how or deploy_command(f, rows_by_name.get(f['runtime']), target, threads)}\n\n"
-            f"Every option of the last grid (tokens/s; speedup over the fastest plain decoding, 95 % interval):\n\n"
-            + "\n".join(f"- {describe(n)}: {o['tokens_per_s']:.1f} tokens/s, {o['speedup'][0]:.2f}× "
-                        f"[{o['speedup'][1]:.2f}–{o['speedup'][2]:.2f}]"
-                        + (f" (quality: {(quality or {})[n.split('/')[0]]})" if n.split("/")[0] in (quality or {}) else "")
-                        for n, o in sorted(f["options"].items(), key=lambda kv: -kv[1]["tokens_per_s"]))
-            + "\n\n---\n\n")
+    return (
+        f"# What to run on this machine\n\n**Verdict:** {sentence(f, rows_by_name)}"
+        + (f" Its quality against fp32 (a lossy runtime): {cost}." if cost else "")
+        + "\n\nHow (from this folder): "
+        f"{how or deploy_command(f, rows_by_name.get(f['runtime']), target, threads)}\n\n"
+        f"Every option of the last grid (tokens/s; speedup over the fastest plain decoding, 95 % interval):\n\n"
+        + "\n".join(
+            f"- {describe(n)}: {o['tokens_per_s']:.1f} tokens/s, {o['speedup'][0]:.2f}× "
+            f"[{o['speedup'][1]:.2f}–{o['speedup'][2]:.2f}]"
+            + (f" (quality: {(quality or {})[n.split('/')[0]]})" if n.split("/")[0] in (quality or {}) else "")
+            for n, o in sorted(f["options"].items(), key=lambda kv: -kv[1]["tokens_per_s"])
+        )
+        + "\n\n---\n\n"
+    )

@@ -58,8 +58,9 @@ def replay(docs: list[dict], lookup, gamma: int, matches=None, model_gamma: int 
     """Every text's replayed rounds, each tagged with its suite."""
     out = []
     for i, d in enumerate(docs):
-        rounds = agree.replay_rounds(d["prompt"], d["continuation"], gamma, lookup, matches[i] if matches else None,
-                                     model_gamma)
+        rounds = agree.replay_rounds(
+            d["prompt"], d["continuation"], gamma, lookup, matches[i] if matches else None, model_gamma
+        )
         out += [{**r, "suite": d["suite"], "prompt_id": d["prompt_id"]} for r in rounds]
     return out
 
@@ -98,26 +99,49 @@ def row(spec: str, method: str, gamma: int, rounds: list[dict], t_verify, t_mode
     for r in rounds:
         by_suite.setdefault(r["suite"], []).append(r)
     tps = cost.predict_rounds(rounds, t_verify, t_model_step)
-    return {"spec": spec, "method": method, "gamma": gamma, "per_prompt": per_prompt(rounds, t_verify, t_model_step),
-            "tar": metrics.tar(rounds), "alpha": metrics.alpha(rounds),
-            "proposed_fraction": metrics.proposals(rounds)["proposed_fraction"], "predicted_tokens_per_s": tps,
-            "predicted_speedup": tps * t_verify(0),
-            "tar_by_suite": {s: metrics.tar(rs) for s, rs in sorted(by_suite.items())},
-            "predicted_speedup_by_suite": {s: cost.predict_rounds(rs, t_verify, t_model_step) * t_verify(0)
-                                           for s, rs in sorted(by_suite.items())}}
+    return {
+        "spec": spec,
+        "method": method,
+        "gamma": gamma,
+        "per_prompt": per_prompt(rounds, t_verify, t_model_step),
+        "tar": metrics.tar(rounds),
+        "alpha": metrics.alpha(rounds),
+        "proposed_fraction": metrics.proposals(rounds)["proposed_fraction"],
+        "predicted_tokens_per_s": tps,
+        "predicted_speedup": tps * t_verify(0),
+        "tar_by_suite": {s: metrics.tar(rs) for s, rs in sorted(by_suite.items())},
+        "predicted_speedup_by_suite": {
+            s: cost.predict_rounds(rs, t_verify, t_model_step) * t_verify(0) for s, rs in sorted(by_suite.items())
+        },
+    }
 
 
 def lookup_text(p, opts: dict) -> None:
     c = p.config
-    p.stage("agree-lookup", lambda f: agree.run(AgreeConfig(
-        target=c.target, drafter="ngram", suites=c.bench_suites, limit=c.tune_prompts, max_new_tokens=c.max_new_tokens,
-        max_prompt_tokens=2048, gammas=GAMMAS, batch_size=4, **opts), f))
+    p.stage(
+        "agree-lookup",
+        lambda f: agree.run(
+            AgreeConfig(
+                target=c.target,
+                drafter="ngram",
+                suites=c.bench_suites,
+                limit=c.tune_prompts,
+                max_new_tokens=c.max_new_tokens,
+                max_prompt_tokens=2048,
+                gammas=GAMMAS,
+                batch_size=4,
+                **opts,
+            ),
+            f,
+        ),
+    )
 
 
 def gen_data_config(p, opts: dict, prompts: int, skip: int = 0) -> GenDataConfig:
     c = p.config
-    return GenDataConfig(target=c.target, max_new_tokens=96, temperatures=(0.0, 1.0), limit=prompts, skip=skip,
-                         seed=c.seed, **opts)
+    return GenDataConfig(
+        target=c.target, max_new_tokens=96, temperatures=(0.0, 1.0), limit=prompts, skip=skip, seed=c.seed, **opts
+    )
 
 
 def corpus_gain(p, opts: dict, prompts: int) -> None:
@@ -135,9 +159,17 @@ def corpus_gain(p, opts: dict, prompts: int) -> None:
             curve[trie.tokens] = cost.predict_rounds(rounds, t_verify)
         tokens = sorted(curve)
         gain = curve[tokens[-1]] / curve[tokens[-2]] - 1
-        seconds = sum(json.loads(line)["seconds"] for line in (p.folder("gen-data") / "records.jsonl").read_text().splitlines())
-        return {"corpus_tokens": tokens, "predicted_tokens_per_s": [curve[t] for t in tokens], "gain_last_doubling": gain,
-                "threshold": c.corpus_gain, "more": gain >= c.corpus_gain, "gen_data_seconds": seconds}
+        seconds = sum(
+            json.loads(line)["seconds"] for line in (p.folder("gen-data") / "records.jsonl").read_text().splitlines()
+        )
+        return {
+            "corpus_tokens": tokens,
+            "predicted_tokens_per_s": [curve[t] for t in tokens],
+            "gain_last_doubling": gain,
+            "threshold": c.corpus_gain,
+            "more": gain >= c.corpus_gain,
+            "gen_data_seconds": seconds,
+        }
 
     if p.stage("corpus-gain", decide)["more"] and not p.dropped("gen-data-more"):
         skip = json.loads((p.folder("gen-data") / "config.json").read_text())["limit"]  # the prompts gen-data took
@@ -146,8 +178,7 @@ def corpus_gain(p, opts: dict, prompts: int) -> None:
 
 def suffix_index(p, target) -> None:
     def build(folder: Path) -> dict:
-        seqs = [s for name in ("gen-data", "gen-data-more") if name in p.done
-                for s in gen_data_corpus(p.folder(name))]
+        seqs = [s for name in ("gen-data", "gen-data-more") if name in p.done for s in gen_data_corpus(p.folder(name))]
         folder.mkdir(parents=True, exist_ok=True)
         save_corpus(folder / CORPUS_FILE, seqs)
         write_fingerprint(folder, target.tokenizer)
@@ -179,8 +210,9 @@ def hybrid_row(p, target, model: tuple[str, str, int], lookup: dict, docs: list[
     matches = continuations.top1_matches(drafter.model.lm, seqs)
     step = json.loads((p.folder(profile) / "profile.json").read_text())["batches"]["1"]["drafters"][spec]["step_ms"]
     rounds = replay(docs, families.lookup(lookup["spec"], target), lookup["gamma"], matches, g_model)
-    return row(hybrid.compose(spec, lookup["spec"], g_model), hybrid.FAMILY.name, lookup["gamma"], rounds, t_verify,
-               step / 1e3)
+    return row(
+        hybrid.compose(spec, lookup["spec"], g_model), hybrid.FAMILY.name, lookup["gamma"], rounds, t_verify, step / 1e3
+    )
 
 
 def tune(p, target, model: tuple[str, str, int] | None, profile: str = "profile", stage: str = "tune-lookup") -> dict:
@@ -199,12 +231,28 @@ def tune(p, target, model: tuple[str, str, int] | None, profile: str = "profile"
             rows.append(hybrid_row(p, target, model, lookup, docs, t_verify, profile))
             best[rows[-1]["method"]] = rows[-1]
         folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(folder / "tune.json", json.dumps({"definitions": "predicted tokens/s: `cost.predict_rounds` over the "
-                                                      "replayed greedy rounds with the profile's verify times (batch 1)",
-                                                      "rows": rows, "decisions": decisions}, indent=1) + "\n")
-        return {m: {"spec": r["spec"], "gamma": r["gamma"], "predicted_tokens_per_s": r["predicted_tokens_per_s"],
-                    **({"why": decisions[m]["why"], "tie": decisions[m]["tie"]} if m in decisions else {})}
-                for m, r in best.items()}
+        write_atomic(
+            folder / "tune.json",
+            json.dumps(
+                {
+                    "definitions": "predicted tokens/s: `cost.predict_rounds` over the "
+                    "replayed greedy rounds with the profile's verify times (batch 1)",
+                    "rows": rows,
+                    "decisions": decisions,
+                },
+                indent=1,
+            )
+            + "\n",
+        )
+        return {
+            m: {
+                "spec": r["spec"],
+                "gamma": r["gamma"],
+                "predicted_tokens_per_s": r["predicted_tokens_per_s"],
+                **({"why": decisions[m]["why"], "tie": decisions[m]["tie"]} if m in decisions else {}),
+            }
+            for m, r in best.items()
+        }
 
     return p.stage(stage, decide)
 
@@ -223,9 +271,13 @@ def scheduled_options(names) -> dict[str, str]:
 
 def calibrate_lookups(p, target, tuned: dict, stage: str = "calibrate-lookup") -> None:
     """calibration.json of the tuned lookup drafters at T = 0 and every design temperature."""
+
     def build(folder: Path) -> dict:
-        lookups = {tuned[m]["spec"]: (families.lookup(tuned[m]["spec"], target), tuned[m]["gamma"])
-                   for m in families.lookup_names() if m in tuned}
+        lookups = {
+            tuned[m]["spec"]: (families.lookup(tuned[m]["spec"], target), tuned[m]["gamma"])
+            for m in families.lookup_names()
+            if m in tuned
+        }
         temps = sorted({0.0, *p.base.temperatures})  # all of them, whatever the budget leaves to measure
         content = calibrate.calibrate(target.lm, texts(p), lookups, temps)
         calibrate.write(folder, content)

@@ -1,18 +1,18 @@
 """`design`'s benchmarks: every decision between drafters is made from measurements on the same prompts.
 
-  bench-select     one grid: every candidate (model drafters the cost model cannot rule out, the tuned n-gram and
-                   suffix drafters, the hybrid) at its own γ beside one AR baseline, interleaved prompt by prompt on
-                   `bench_limit` eval prompts of every bench suite at T = 0 — the per-task TAR and speedup come from it
-  select-drafter   a paired decision (`decide`): the fastest beyond noise, else — after one re-measuring pass of the tied
-                   candidates (bench-select-repeat) — the tied candidate with the cheapest draft step, then the smaller
-                   drafter KV cache
-  bench-gamma      the chosen drafter at γ−1, γ, γ+1 (`refine_limit` prompts); select-gamma: the same rule, a smaller γ
-                   being the cheaper
-  bench-temps      the chosen drafter and AR at each non-zero temperature (lossless sampling; `refine_limit` prompts)
-  max-batch-*, bench-*-batch   the batch dividend of the trained model candidates
-  bench-headline   spec_bench: SD vs draftwise AR vs transformers generate() and its own assisted generation / prompt lookup
-  reduced heads (one grid; the same rule, a smaller head being the cheaper) and adaptive lookahead, when the chosen
-  drafter is a model
+bench-select     one grid: every candidate (model drafters the cost model cannot rule out, the tuned n-gram and
+                 suffix drafters, the hybrid) at its own γ beside one AR baseline, interleaved prompt by prompt on
+                 `bench_limit` eval prompts of every bench suite at T = 0 — the per-task TAR and speedup come from it
+select-drafter   a paired decision (`decide`): the fastest beyond noise, else — after one re-measuring pass of the tied
+                 candidates (bench-select-repeat) — the tied candidate with the cheapest draft step, then the smaller
+                 drafter KV cache
+bench-gamma      the chosen drafter at γ−1, γ, γ+1 (`refine_limit` prompts); select-gamma: the same rule, a smaller γ
+                 being the cheaper
+bench-temps      the chosen drafter and AR at each non-zero temperature (lossless sampling; `refine_limit` prompts)
+max-batch-*, bench-*-batch   the batch dividend of the trained model candidates
+bench-headline   spec_bench: SD vs draftwise AR vs transformers generate() and its own assisted generation / prompt lookup
+reduced heads (one grid; the same rule, a smaller head being the cheaper) and adaptive lookahead, when the chosen
+drafter is a model
 """
 
 from __future__ import annotations
@@ -36,14 +36,42 @@ def _options(config) -> dict:
 
 def base_config(p, spec: str, gamma: int, limit: int, suite: str | None = None, **kw) -> BenchConfig:
     c = p.config
-    return BenchConfig(target=c.target, drafter=spec, gamma=gamma, suite=suite or c.bench_suites, limit=limit,
-                       max_new_tokens=c.max_new_tokens, seed=c.seed, **_options(c), **kw)
+    return BenchConfig(
+        target=c.target,
+        drafter=spec,
+        gamma=gamma,
+        suite=suite or c.bench_suites,
+        limit=limit,
+        max_new_tokens=c.max_new_tokens,
+        seed=c.seed,
+        **_options(c),
+        **kw,
+    )
 
 
-def run_bench(p, name: str, spec: str, gamma: int, limit: int, temperature: float = 0.0, baselines=(), suite=None,
-              draft_stop: float = 0.0, batch_size: int = 1) -> dict:
-    config = base_config(p, spec, gamma, limit, suite, temperature=temperature, baselines=tuple(baselines),
-                         draft_stop=draft_stop, batch_size=batch_size)
+def run_bench(
+    p,
+    name: str,
+    spec: str,
+    gamma: int,
+    limit: int,
+    temperature: float = 0.0,
+    baselines=(),
+    suite=None,
+    draft_stop: float = 0.0,
+    batch_size: int = 1,
+) -> dict:
+    config = base_config(
+        p,
+        spec,
+        gamma,
+        limit,
+        suite,
+        temperature=temperature,
+        baselines=tuple(baselines),
+        draft_stop=draft_stop,
+        batch_size=batch_size,
+    )
     return p.stage(name, lambda f: bench.run(config, f, p.executor), drafter=spec, gamma=gamma, temperature=temperature)
 
 
@@ -115,8 +143,9 @@ def option_key(specs: dict[str, str], scheduled: dict[str, str]):
     return lambda r: None if r["method"] == "ar" else option.get((r["drafter"], r["method"]), decide.IGNORE)
 
 
-def select(p, specs: dict[str, str], gammas: dict[str, int], kv: dict[str, int],
-           scheduled: dict[str, str] | None = None) -> tuple[str, int]:
+def select(
+    p, specs: dict[str, str], gammas: dict[str, int], kv: dict[str, int], scheduled: dict[str, str] | None = None
+) -> tuple[str, int]:
     """The chosen drafter (paired speedups over AR in one interleaved grid), then γ* (the same at γ ± 1). A tie goes
     to the cheaper draft step (measured per drafted token in the grid), then to the smaller drafter KV cache, then to
     static SD over its scheduled variant. `scheduled`: {option name: its static option's name} (the same spec and γ;
@@ -127,29 +156,49 @@ def select(p, specs: dict[str, str], gammas: dict[str, int], kv: dict[str, int],
         drafters = list(dict.fromkeys(specs[n] for n in names))
         ours = tuple(dict.fromkeys(specs[n] for n in names if n in scheduled))
         gamma = {specs[n]: gammas[n] for n in names}
-        return BenchGridConfig(bench=base_config(p, drafters[0], 1, c.bench_limit, baselines=("ar",),
-                                                 **(scheduling(p) if ours else {})),
-                               drafters=tuple(drafters), drafter_gammas=tuple(gamma[d] for d in drafters), scheduled=ours)
+        return BenchGridConfig(
+            bench=base_config(p, drafters[0], 1, c.bench_limit, baselines=("ar",), **(scheduling(p) if ours else {})),
+            drafters=tuple(drafters),
+            drafter_gammas=tuple(gamma[d] for d in drafters),
+            scheduled=ours,
+        )
 
     run_grid(p, "bench-select", grid(names), drafters=specs, gammas=gammas, scheduled=scheduled)
     # a draft step's cost in AR steps, to 0.01: lookups' 0.01-0.05 ms proposals are all free beside a 20-30 ms step,
     # and timing noise is ±10 %, so finer differences are not a cost one could measure again
-    step = {r["drafter"]: round((r["draft_step_ms"] or 0.0) / r["ar_step_ms"], 2) for r in grid_points(p, "bench-select")}
-    decision = paired(p, "select-drafter", "bench-select", option_key(specs, scheduled),
-                      lambda n: (step[specs[n]], kv.get(scheduled.get(n, n), 0), n in scheduled), grid)
+    step = {
+        r["drafter"]: round((r["draft_step_ms"] or 0.0) / r["ar_step_ms"], 2) for r in grid_points(p, "bench-select")
+    }
+    decision = paired(
+        p,
+        "select-drafter",
+        "bench-select",
+        option_key(specs, scheduled),
+        lambda n: (step[specs[n]], kv.get(scheduled.get(n, n), 0), n in scheduled),
+        grid,
+    )
     chosen = decision["chosen"]
     g0, method = gammas[chosen], method_of(p, chosen)
 
     def gamma_grid(gs):
-        return BenchGridConfig(bench=base_config(p, specs[chosen], g0, c.refine_limit, baselines=("ar",),
-                                                 **(scheduling(p) if method != "sd" else {})),
-                               drafters=(specs[chosen],), gammas=tuple(sorted(gs)))
+        return BenchGridConfig(
+            bench=base_config(
+                p, specs[chosen], g0, c.refine_limit, baselines=("ar",), **(scheduling(p) if method != "sd" else {})
+            ),
+            drafters=(specs[chosen],),
+            gammas=tuple(sorted(gs)),
+        )
 
     tried = tuple(g for g in (g0 - 1, g0, g0 + 1) if g >= 1)
     run_grid(p, "bench-gamma", gamma_grid(tried), drafter=specs[chosen], method=method)
-    gamma = paired(p, "select-gamma", "bench-gamma",
-                   lambda r: r["gamma"] if r["method"] == method else None if r["method"] == "ar" else decide.IGNORE,
-                   lambda g: (g,), gamma_grid)
+    gamma = paired(
+        p,
+        "select-gamma",
+        "bench-gamma",
+        lambda r: r["gamma"] if r["method"] == method else None if r["method"] == "ar" else decide.IGNORE,
+        lambda g: (g,),
+        gamma_grid,
+    )
     return chosen, gamma["chosen"]
 
 
@@ -158,8 +207,12 @@ def temperatures(p, spec: str, gamma: int) -> None:
     temps = tuple(t for t in p.config.temperatures if t != 0)
     scheduled = scheduling(p) if drafter_kind(spec) == "lookup" and "calibrate-lookup" in p.done else {}
     if temps:
-        grid = BenchGridConfig(bench=base_config(p, spec, gamma, p.config.refine_limit, baselines=("ar",), **scheduled),
-                               drafters=(spec,), gammas=(gamma,), temperatures=temps)
+        grid = BenchGridConfig(
+            bench=base_config(p, spec, gamma, p.config.refine_limit, baselines=("ar",), **scheduled),
+            drafters=(spec,),
+            gammas=(gamma,),
+            temperatures=temps,
+        )
         run_grid(p, "bench-temps", grid, drafter=spec, gamma=gamma)
 
 
@@ -167,15 +220,25 @@ def headline(p, spec: str, gamma: int, method: str = "sd") -> None:
     """spec_bench: SD (and the scheduled variant, when that is the chosen method) against draftwise AR, transformers
     generate() and transformers' own SD with the same means."""
     own = ("hf-assisted",) if drafter_kind(spec) == "model" else ("hf-prompt-lookup",)
-    config = base_config(p, spec, gamma, p.config.headline_limit, suite="spec_bench",
-                         baselines=("ar", "hf-generate") + own, **(scheduling(p) if method != "sd" else {}))
+    config = base_config(
+        p,
+        spec,
+        gamma,
+        p.config.headline_limit,
+        suite="spec_bench",
+        baselines=("ar", "hf-generate") + own,
+        **(scheduling(p) if method != "sd" else {}),
+    )
     p.stage("bench-headline", lambda f: bench.run(config, f, p.executor), drafter=spec, gamma=gamma, method=method)
 
 
 def feasible_batch(config, target: cost.Shape, drafter: cost.Shape) -> tuple[int, int]:
     """(largest batch whose SD footprint fits `memory`, the batch benchmarked: that capped at `batch_cap`)."""
-    largest = int(cost.max_batch(cost.parse_count(config.memory), target, drafter, config.context,
-                                 hf.bytes_per_value(config.dtype)))
+    largest = int(
+        cost.max_batch(
+            cost.parse_count(config.memory), target, drafter, config.context, hf.bytes_per_value(config.dtype)
+        )
+    )
     return largest, min(largest, config.batch_cap)
 
 
@@ -194,11 +257,18 @@ def batch_dividend(p, target_shape: cost.Shape, specs: dict[str, str], cands: li
 
         def decide(folder, shape=shape) -> dict:
             largest, batch = feasible_batch(c, target_shape, shape)
-            return {"memory": memory, "context": c.context, "bytes_per_value": bpv,
-                    "weight_bytes_target": target_shape.weight_bytes(bpv), "weight_bytes_drafter": shape.weight_bytes(bpv),
-                    "kv_bytes_per_seq_target": target_shape.kv_bytes(c.context, 1, bpv),
-                    "kv_bytes_per_seq_drafter": shape.kv_bytes(c.context, 1, bpv),
-                    "max_batch": largest, "batch": batch, "capped": largest > c.batch_cap}
+            return {
+                "memory": memory,
+                "context": c.context,
+                "bytes_per_value": bpv,
+                "weight_bytes_target": target_shape.weight_bytes(bpv),
+                "weight_bytes_drafter": shape.weight_bytes(bpv),
+                "kv_bytes_per_seq_target": target_shape.kv_bytes(c.context, 1, bpv),
+                "kv_bytes_per_seq_drafter": shape.kv_bytes(c.context, 1, bpv),
+                "max_batch": largest,
+                "batch": batch,
+                "capped": largest > c.batch_cap,
+            }
 
         batch = p.stage(f"max-batch-{cand.name}", decide, drafter=spec)["batch"]
         if batch < 1:
@@ -208,8 +278,9 @@ def batch_dividend(p, target_shape: cost.Shape, specs: dict[str, str], cands: li
         limit = batch * max(2, round(c.refine_limit / batch))
         pred = predicted(p, spec, cand.name, batch)
         gamma = max(pred, key=pred.get) if pred else measured_gamma(p, cand.name)
-        run_bench(p, f"bench-{cand.name}-batch", spec, gamma, limit, baselines=("ar",), batch_size=batch,
-                  suite="spec_bench")
+        run_bench(
+            p, f"bench-{cand.name}-batch", spec, gamma, limit, baselines=("ar",), batch_size=batch, suite="spec_bench"
+        )
 
 
 def measured_gamma(p, name: str) -> int:
@@ -231,17 +302,29 @@ def tune_head(p, full_checkpoint: Path, vocab_size: int, gamma: int) -> tuple[st
     size_of = {v: n for n, v in spec.items()}
 
     def grid(ns):
-        return BenchGridConfig(bench=base_config(p, spec[0], gamma, c.headline_limit, suite="spec_bench", baselines=("ar",)),
-                               drafters=tuple(spec[n] for n in sorted(ns)), gammas=(gamma,))
+        return BenchGridConfig(
+            bench=base_config(p, spec[0], gamma, c.headline_limit, suite="spec_bench", baselines=("ar",)),
+            drafters=tuple(spec[n] for n in sorted(ns)),
+            gammas=(gamma,),
+        )
 
     run_grid(p, "bench-vocab", grid(sizes), drafters={str(n): s for n, s in spec.items()})
-    n = paired(p, "select-vocab", "bench-vocab", lambda r: size_of.get(r["drafter"]), lambda n: (n or vocab_size,),
-               grid)["chosen"]
+    n = paired(
+        p, "select-vocab", "bench-vocab", lambda r: size_of.get(r["drafter"]), lambda n: (n or vocab_size,), grid
+    )["chosen"]
     if c.adaptive:
         point = next(r for r in grid_points(p, "bench-vocab") if r["drafter"] == spec[n])
         # draft another token only if q(token) > t_q / t_p; a draft step timed at or above a target step (a tiny
         # target, noise) asks for the least drafting there is, one token a round: τ just below 1, not past it
         tau = min(round(point["draft_step_ms"] / point["ar_step_ms"], 3), 0.999)
-        run_bench(p, "bench-adaptive", spec[n], 2 * gamma + 1, c.headline_limit, baselines=("ar",), suite="spec_bench",
-                  draft_stop=tau)
+        run_bench(
+            p,
+            "bench-adaptive",
+            spec[n],
+            2 * gamma + 1,
+            c.headline_limit,
+            baselines=("ar",),
+            suite="spec_bench",
+            draft_stop=tau,
+        )
     return spec[n], n

@@ -35,8 +35,9 @@ class Stages:
     holds one of these without the run folder: it returns its records to the driver, which alone appends to
     records.jsonl; a done.json whose item never returned (a kill) is collected by the next `Pipeline`."""
 
-    def __init__(self, config: DesignConfig, stages: Path, done: dict[str, dict], on_done: Callable[[dict], None],
-                 sizes: Sizes):
+    def __init__(
+        self, config: DesignConfig, stages: Path, done: dict[str, dict], on_done: Callable[[dict], None], sizes: Sizes
+    ):
         self.config, self.stages, self.done, self.on_done, self.sizes = config, stages, done, on_done, sizes
 
     def folder(self, name: str) -> Path:
@@ -53,8 +54,14 @@ class Stages:
         start = time.perf_counter()
         result = work(self.folder(name))
         result = result if isinstance(result, dict) else {}  # stage runs return their folder; decisions a dict
-        record = {"event": "done", "stage": name, "folder": str(self.folder(name)), **decision, **result,
-                  "seconds": time.perf_counter() - start}
+        record = {
+            "event": "done",
+            "stage": name,
+            "folder": str(self.folder(name)),
+            **decision,
+            **result,
+            "seconds": time.perf_counter() - start,
+        }
         self.folder(name).mkdir(parents=True, exist_ok=True)
         write_atomic(self.folder(name) / "done.json", json.dumps(record) + "\n")
         self.done[name] = record
@@ -78,8 +85,9 @@ class DesignFolder:
         self.planner = Planner(self, self.records, time.monotonic()) if self.base.plan else None
         plans = self.planner.plans if self.planner else {}
         last = list(plans.values())[-1]["sizes"] if plans else None
-        self.sizes = Sizes(**{k: tuple(v) if k == "dropped" else v for k, v in last.items()}) if last \
-            else nominal(self.base, 2)
+        self.sizes = (
+            Sizes(**{k: tuple(v) if k == "dropped" else v for k, v in last.items()}) if last else nominal(self.base, 2)
+        )
         self.config = self.sizes.config(self.base) if last else self.base
 
     def folder(self, name: str) -> Path:
@@ -99,8 +107,9 @@ class Pipeline(Stages):
     executor its stages' items run on, and the budget. `base`: the config the user gave; `config`: the one the
     current phase's stages read (`replan` sets it from the phase's planned sizes)."""
 
-    def __init__(self, config: DesignConfig, out: str | Path, executor: Executor | None = None,
-                 started: float | None = None):
+    def __init__(
+        self, config: DesignConfig, out: str | Path, executor: Executor | None = None, started: float | None = None
+    ):
         self.dir, self.executor = RunDir(out, config), executor or InProcess()  # where every stage's items run
         self.path = self.dir.path
         self.base, records, self.trained = config, self.dir.records(), 2  # trained: `know` updates it

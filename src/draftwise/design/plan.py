@@ -34,13 +34,37 @@ SIGMA_KEEP = 0.5  # below this share of the full sizes, optional stages are drop
 SIGMA_MAX = 4.0  # above 1 only data and distillation grow: the benchmarks keep their full sizes
 PRIOR_S = 30.0  # the weight of the prior in a correction, in seconds of predicted time
 # optional stages, first dropped first: what a verdict on this machine can do without
-DROPS = ("repeats", "accuracy", "batch", "gen-data-more", "headline", "temperatures", "extra-rows", "reduced-heads",
-         "control", "scheduler", "llama.cpp", "lean-int8", "training")
+DROPS = (
+    "repeats",
+    "accuracy",
+    "batch",
+    "gen-data-more",
+    "headline",
+    "temperatures",
+    "extra-rows",
+    "reduced-heads",
+    "control",
+    "scheduler",
+    "llama.cpp",
+    "lean-int8",
+    "training",
+)
 # the phase whose plan a drop takes effect in (earlier phases' drops are provisional): `design.run` names them
-DECIDED = {"training": "build", "control": "build", "gen-data-more": "lookups", "scheduler": "lookups",
-           "repeats": "select", "temperatures": "temperatures", "batch": "batch", "headline": "headline",
-           "llama.cpp": "rows", "extra-rows": "rows", "lean-int8": "rows", "accuracy": "accuracy",
-           "reduced-heads": "reduced-heads"}
+DECIDED = {
+    "training": "build",
+    "control": "build",
+    "gen-data-more": "lookups",
+    "scheduler": "lookups",
+    "repeats": "select",
+    "temperatures": "temperatures",
+    "batch": "batch",
+    "headline": "headline",
+    "llama.cpp": "rows",
+    "extra-rows": "rows",
+    "lean-int8": "rows",
+    "accuracy": "accuracy",
+    "reduced-heads": "reduced-heads",
+}
 
 
 def probe(target, tokens: int = 24, repeats: int = 3) -> float:
@@ -150,8 +174,11 @@ class Planner:
             k = kind_of(name)
             if k:
                 done[k] = done.get(k, 0) + 1
-        return [replace(i, count=i.count - done.get(i.kind, 0)) for i in items(self.outline, sizes, self.p.base)
-                if i.count > done.get(i.kind, 0) and i.steps + i.exact_s > 0]
+        return [
+            replace(i, count=i.count - done.get(i.kind, 0))
+            for i in items(self.outline, sizes, self.p.base)
+            if i.count > done.get(i.kind, 0) and i.steps + i.exact_s > 0
+        ]
 
     def seconds(self, item: Item, kappa: dict[str, float]) -> float:
         k = kappa.get(FAMILY.get(item.kind, item.kind), kappa.get("*", 1.0))
@@ -189,13 +216,25 @@ class Planner:
                 raise DraftwiseError(
                     f"--minutes {self.p.base.minutes:g} is too small for a design of {self.p.base.target} on this "
                     f"machine: its smallest plan (every count at its floor; {', '.join(every) or 'nothing'} left out) "
-                    f"is predicted at {need / 60:.1f} minutes; use --minutes {math.ceil(need / 30) / 2:g} or more")
-            print(f"[design] over budget: {need / 60:.1f} of {self.p.base.minutes:g} minutes predicted at the floors",
-                  file=sys.stderr, flush=True)
+                    f"is predicted at {need / 60:.1f} minutes; use --minutes {math.ceil(need / 30) / 2:g} or more"
+                )
+            print(
+                f"[design] over budget: {need / 60:.1f} of {self.p.base.minutes:g} minutes predicted at the floors",
+                file=sys.stderr,
+                flush=True,
+            )
             sizes = floor
         self.current = sizes
-        record = {"event": "plan", "phase": phase, "elapsed_s": self.elapsed(), "left_s": left,
-                  "predicted_s": total(sizes), "kappa": kappa, "step_ms": 1e3 * self.step_s, "sizes": asdict(sizes)}
+        record = {
+            "event": "plan",
+            "phase": phase,
+            "elapsed_s": self.elapsed(),
+            "left_s": left,
+            "predicted_s": total(sizes),
+            "kappa": kappa,
+            "step_ms": 1e3 * self.step_s,
+            "sizes": asdict(sizes),
+        }
         self.plans[phase] = record
         self.p.dir.append(record)
         return sizes
@@ -203,8 +242,11 @@ class Planner:
     def stamp(self, record: dict) -> dict:
         """A finished stage's done record with its kind, this plan's prediction and the elapsed time."""
         kind = kind_of(record["stage"])
-        pred = next((i for i in items(self.outline, self.current, self.p.base) if i.kind == kind), None) \
-            if self.current and kind else None
+        pred = (
+            next((i for i in items(self.outline, self.current, self.p.base) if i.kind == kind), None)
+            if self.current and kind
+            else None
+        )
         extra = {"kind": kind, "predicted_steps": pred.steps, "predicted_exact_s": pred.exact_s} if pred else {}
         return {**record, **extra, "elapsed_s": self.elapsed()}
 

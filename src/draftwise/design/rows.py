@@ -63,7 +63,9 @@ class Row:
     target: str  # what the row loads: a GGUF file (llama.cpp), the design's target (lean)
     quant: str  # its precision as labelled: the file type (F32, F16, Q8_0, Q4_1, ...), INT8
     drafter_quant: str  # llama.cpp: what draftwise writes model drafters at for this row (f32 | f16 | q8_0)
-    shipped: bool  # the target's own file (False: a copy written, or weights requantized, at a precision the user chose)
+    shipped: (
+        bool  # the target's own file (False: a copy written, or weights requantized, at a precision the user chose)
+    )
     backend: str = LLAMA_CPP
     dtype: str = "fp32"  # the lean engine's precision on a lean row
 
@@ -82,17 +84,36 @@ class Row:
 
     def profile_config(self, c, drafters: tuple[str, ...]) -> ProfileConfig:
         """Its verify curve, and each model candidate's step on it."""
-        return ProfileConfig(target=self.target, drafters=drafters, depths=(), gammas=GAMMAS, batches=(1,), warmup=2,
-                             repeats=7, seed=c.seed, backend=self.backend, dtype=self.dtype,
-                             gguf_quant=self.drafter_quant, **_options(c))
+        return ProfileConfig(
+            target=self.target,
+            drafters=drafters,
+            depths=(),
+            gammas=GAMMAS,
+            batches=(1,),
+            warmup=2,
+            repeats=7,
+            seed=c.seed,
+            backend=self.backend,
+            dtype=self.dtype,
+            gguf_quant=self.drafter_quant,
+            **_options(c),
+        )
 
     def bench_config(self, p, **kw) -> BenchConfig:
         """A bench on the row (the selection grid's prompts unless `kw` says otherwise)."""
         c = p.config
         kw = {"suite": c.bench_suites, "limit": c.bench_limit, **kw}
-        return BenchConfig(target=self.target, backend=self.backend, dtype=self.dtype, gguf_quant=self.drafter_quant,
-                           max_new_tokens=c.max_new_tokens, seed=c.seed, llama_server=c.llama_server, **_options(c),
-                           **kw)
+        return BenchConfig(
+            target=self.target,
+            backend=self.backend,
+            dtype=self.dtype,
+            gguf_quant=self.drafter_quant,
+            max_new_tokens=c.max_new_tokens,
+            seed=c.seed,
+            llama_server=c.llama_server,
+            **_options(c),
+            **kw,
+        )
 
     def nearest(self, spec: str, gamma: int) -> str | None:
         """The baseline name of the runtime's own method nearest to a draftwise drafter (None: the runtime has none)."""
@@ -132,8 +153,10 @@ class LeanRow(Row):
 
     @staticmethod
     def label(v: dict) -> str:
-        return ("the draftwise lean engine at int8 (int8 weights, activations quantized per token: a lossy choice, "
-                "its quality measured against fp32)")
+        return (
+            "the draftwise lean engine at int8 (int8 weights, activations quantized per token: a lossy choice, "
+            "its quality measured against fp32)"
+        )
 
 
 @dataclass(frozen=True)
@@ -176,15 +199,24 @@ class LlamaCppRow(Row):
         """The export's llama-cpp-python snippet with a lookup drafter, as it runs."""
         if not (v["recommend"] and v["kind"] == "lookup"):
             return v
-        config = self.bench_config(p, drafter=v["spec"], gamma=v["gamma"], limit=p.config.headline_limit,
-                                   suite="spec_bench", baselines=("llama-cpp", "llama-cpp-lookup"))
+        config = self.bench_config(
+            p,
+            drafter=v["spec"],
+            gamma=v["gamma"],
+            limit=p.config.headline_limit,
+            suite="spec_bench",
+            baselines=("llama-cpp", "llama-cpp-lookup"),
+        )
         measure.run_grid(p, f"bench-python@{self.name}", BenchGridConfig(bench=config), drafter=v["spec"])
         return {**v, "python": python_figures(p, self)}
 
     @staticmethod
     def label(v: dict) -> str:
-        return f"{LLAMA_CPP} {v['quant']} (" + ("the file the target ships as" if v["shipped"] else
-                                               "a copy written at this precision") + ")"
+        return (
+            f"{LLAMA_CPP} {v['quant']} ("
+            + ("the file the target ships as" if v["shipped"] else "a copy written at this precision")
+            + ")"
+        )
 
 
 KINDS: dict[str, type[Row]] = {"lean": LeanRow, LLAMA_CPP: LlamaCppRow}  # by backend, in planning order
@@ -252,14 +284,17 @@ def candidates(p, e: Row, target, models: dict[str, str], lookups: bool, predict
     """{name: (spec, γ)} the row's selection grid runs: the lookups tuned with its verify times and the hybrid, and
     the model candidates its cost model cannot rule out (≥ SCREEN of the best prediction)."""
     prof = f"profile@{e.name}"
-    best = {n: max(predicted(p, s, n, profile=prof).items(), key=lambda kv: kv[1], default=(1, 0.0))
-            for n, s in models.items()}
+    best = {
+        n: max(predicted(p, s, n, profile=prof).items(), key=lambda kv: kv[1], default=(1, 0.0))
+        for n, s in models.items()
+    }
     cands: dict[str, tuple[str, int]] = {}
     tuned: dict[str, dict] = {}
     if lookups:
         top = max(models, key=lambda n: best[n][1]) if models else None
-        tuned = lookup.tune(p, target, (top, models[top], best[top][0]) if top else None, profile=prof,
-                            stage=f"tune-lookup@{e.name}")
+        tuned = lookup.tune(
+            p, target, (top, models[top], best[top][0]) if top else None, profile=prof, stage=f"tune-lookup@{e.name}"
+        )
         cands.update({m: (spec, tuned[m]["gamma"]) for m, _, spec in lookup.tuned_candidates(tuned)})
     lead = max([tuned[m]["predicted_tokens_per_s"] for m in cands] + [b for _, b in best.values()], default=0.0)
     cands.update({n: (models[n], best[n][0]) for n in models if best[n][1] >= SCREEN * lead})
@@ -276,12 +311,26 @@ def run_row(p, e: Row, target, models: dict[str, str], lookups: bool, predicted)
     # each tuned lookup's scheduled variant, priced by E's verify curve, from the design's calibration
     scheduled = lookup.scheduled_options(cands) if "calibrate-lookup" in p.done else {}
     first = next(iter(cands.values()))[0]
-    grid = BenchGridConfig(bench=e.bench_config(p, drafter=first, gamma=1, baselines=("ar", *e.peers(nearest)),
-                                                **(measure.scheduling(p, prof) if scheduled else {})),
-                           drafters=tuple(s for s, _ in cands.values()), drafter_gammas=tuple(g for _, g in cands.values()),
-                           scheduled=tuple(cands[m][0] for m in scheduled.values()))
-    measure.run_grid(p, f"bench-select@{e.name}", grid, drafters={n: s for n, (s, _) in cands.items()},
-                     gammas={n: g for n, (_, g) in cands.items()}, scheduled=scheduled)
+    grid = BenchGridConfig(
+        bench=e.bench_config(
+            p,
+            drafter=first,
+            gamma=1,
+            baselines=("ar", *e.peers(nearest)),
+            **(measure.scheduling(p, prof) if scheduled else {}),
+        ),
+        drafters=tuple(s for s, _ in cands.values()),
+        drafter_gammas=tuple(g for _, g in cands.values()),
+        scheduled=tuple(cands[m][0] for m in scheduled.values()),
+    )
+    measure.run_grid(
+        p,
+        f"bench-select@{e.name}",
+        grid,
+        drafters={n: s for n, (s, _) in cands.items()},
+        gammas={n: g for n, (_, g) in cands.items()},
+        scheduled=scheduled,
+    )
     v = p.stage(f"verdict@{e.name}", lambda f: verdict(p, e, cands, nearest, scheduled))
     return e.follow_up(p, v)
 
@@ -289,16 +338,27 @@ def run_row(p, e: Row, target, models: dict[str, str], lookups: bool, predicted)
 def python_figures(p, e: Row) -> dict:
     """llama-cpp-python with draftwise's lookup (its `LookupDraftModel`) over llama-cpp-python's plain generate."""
     recs = measure.records(p, [f"bench-python@{e.name}"])
-    by = decide.timings(recs, lambda r: None if r["method"] == "llama-cpp" else r["method"] if r["method"] ==
-                        "llama-cpp-lookup" else decide.IGNORE)
+    by = decide.timings(
+        recs,
+        lambda r: None
+        if r["method"] == "llama-cpp"
+        else r["method"]
+        if r["method"] == "llama-cpp-lookup"
+        else decide.IGNORE,
+    )
     plain = by.pop(None)
     point = measure.grid_points(p, f"bench-python@{e.name}")[0]["methods"]
-    return {"llama-cpp-lookup": {"tokens_per_s": point["llama-cpp-lookup"]["tokens_per_s"],
-                                 "speedup": decide.compare(by, plain, p.config.seed)["speedup"]["llama-cpp-lookup"]}}
+    return {
+        "llama-cpp-lookup": {
+            "tokens_per_s": point["llama-cpp-lookup"]["tokens_per_s"],
+            "speedup": decide.compare(by, plain, p.config.seed)["speedup"]["llama-cpp-lookup"],
+        }
+    }
 
 
-def verdict(p, e: Row, cands: dict[str, tuple[str, int]], nearest: dict[str, str],
-            scheduled: dict[str, str] | None = None) -> dict:
+def verdict(
+    p, e: Row, cands: dict[str, tuple[str, int]], nearest: dict[str, str], scheduled: dict[str, str] | None = None
+) -> dict:
     """The row's verdict record (module docstring): draftwise's choice on E with its interval, the built-ins beside.
     `scheduled`: {scheduled option: its static candidate} (measured in that candidate's grid point)."""
     stage, scheduled = f"bench-select@{e.name}", scheduled or {}
@@ -321,35 +381,73 @@ def verdict(p, e: Row, cands: dict[str, tuple[str, int]], nearest: dict[str, str
     base = decide.compare(peers, ar, p.config.seed) if peers else {"speedup": {}}
     builtin = {m: s for m, s in base["speedup"].items() if m.startswith("llama-server")}
     server = peers.get("llama-server")  # each built-in over llama-server's own plain decoding, on the same prompts
-    over_plain = decide.compare({m: peers[m] for m in builtin if m != "llama-server"}, server, p.config.seed)["speedup"] \
-        if server and len(builtin) > 1 else {}
+    over_plain = (
+        decide.compare({m: peers[m] for m in builtin if m != "llama-server"}, server, p.config.seed)["speedup"]
+        if server and len(builtin) > 1
+        else {}
+    )
     best_builtin = max((m for m in builtin if m != "llama-server"), key=lambda m: builtin[m][0], default=None)
     chosen = decision["chosen"]
     recommend = decision["speedup"][chosen][1] > 1.0
     sd_recs = [r for r in recs if r["method"] == method(chosen) and r["drafter"] == cands[chosen][0]]
     ar_recs = [r for r in recs if r["method"] == "ar"]
     pick = mine[chosen] if recommend else ar  # what the verdict deploys: the method, or plain decoding
-    against = decide.compare({"verdict": pick}, peers[best_builtin], p.config.seed)["speedup"]["verdict"] \
-        if best_builtin else None
+    against = (
+        decide.compare({"verdict": pick}, peers[best_builtin], p.config.seed)["speedup"]["verdict"]
+        if best_builtin
+        else None
+    )
     any_point = next(iter(points.values()))
     methods = any_point["methods"]
-    return {"engine": e.name, "quant": e.quant, "shipped": e.shipped, "target_file": Path(e.target).name,
-            "target_path": e.target, "drafter_quant": e.drafter_quant, "backend": e.backend, "dtype": e.dtype,
-            "recommend": recommend, "drafter": chosen, "spec": cands[chosen][0], "kind": drafter_kind(cands[chosen][0]),
-            "method": method(chosen), "gamma": cands[chosen][1], "speedup": decision["speedup"][chosen],
-            "decision": decision, "tokens_per_s": as_method(points[cands[chosen][0]], method(chosen))["tokens_per_s"],
-            "ar_tokens_per_s": methods["ar"]["tokens_per_s"],
-            "ar_step_ms": any_point["ar_step_ms"], "builtins": {m: {
-                "speedup": s, "over_server_plain": over_plain.get(m), "tokens_per_s": methods[m]["tokens_per_s"],
-                **server_counts(methods[m])} for m, s in builtin.items()},
-            "best_builtin": best_builtin, "verdict_over_best_builtin": against,
-            "llama_cpp_generate_tokens_per_s": methods.get("llama-cpp", {}).get("tokens_per_s"),
-            "identical": metrics.identical_fraction(sd_recs, ar_recs), "divergence": metrics.divergence(sd_recs, ar_recs),
-            "candidates": {n: {"spec": s, "gamma": g, "method": method(n), "speedup": decision["speedup"][n],
-                               "nearest": nearest.get(n), "tar": as_method(points[s], method(n))["tar"],
-                               "alpha": as_method(points[s], method(n))["alpha"]} for n, (s, g) in cands.items()},
-            "rule": "deploy when the chosen method's speedup over AR on this engine is above 1 beyond noise (95 % "
-                    "interval, paired bootstrap over prompts); otherwise plain decoding"}
+    return {
+        "engine": e.name,
+        "quant": e.quant,
+        "shipped": e.shipped,
+        "target_file": Path(e.target).name,
+        "target_path": e.target,
+        "drafter_quant": e.drafter_quant,
+        "backend": e.backend,
+        "dtype": e.dtype,
+        "recommend": recommend,
+        "drafter": chosen,
+        "spec": cands[chosen][0],
+        "kind": drafter_kind(cands[chosen][0]),
+        "method": method(chosen),
+        "gamma": cands[chosen][1],
+        "speedup": decision["speedup"][chosen],
+        "decision": decision,
+        "tokens_per_s": as_method(points[cands[chosen][0]], method(chosen))["tokens_per_s"],
+        "ar_tokens_per_s": methods["ar"]["tokens_per_s"],
+        "ar_step_ms": any_point["ar_step_ms"],
+        "builtins": {
+            m: {
+                "speedup": s,
+                "over_server_plain": over_plain.get(m),
+                "tokens_per_s": methods[m]["tokens_per_s"],
+                **server_counts(methods[m]),
+            }
+            for m, s in builtin.items()
+        },
+        "best_builtin": best_builtin,
+        "verdict_over_best_builtin": against,
+        "llama_cpp_generate_tokens_per_s": methods.get("llama-cpp", {}).get("tokens_per_s"),
+        "identical": metrics.identical_fraction(sd_recs, ar_recs),
+        "divergence": metrics.divergence(sd_recs, ar_recs),
+        "candidates": {
+            n: {
+                "spec": s,
+                "gamma": g,
+                "method": method(n),
+                "speedup": decision["speedup"][n],
+                "nearest": nearest.get(n),
+                "tar": as_method(points[s], method(n))["tar"],
+                "alpha": as_method(points[s], method(n))["alpha"],
+            }
+            for n, (s, g) in cands.items()
+        },
+        "rule": "deploy when the chosen method's speedup over AR on this engine is above 1 beyond noise (95 % "
+        "interval, paired bootstrap over prompts); otherwise plain decoding",
+    }
 
 
 def server_counts(summary: dict) -> dict:
@@ -371,19 +469,29 @@ def sentence(v: dict) -> str:
         b = v["builtins"][v["best_builtin"]]
         vs = v["verdict_over_best_builtin"]
         plain = b.get("over_server_plain")
-        builtin = (f" The best llama-server built-in here, `{short_args(v['best_builtin'])}`, measured "
-                   f"{b['speedup'][0]:.2f}× draftwise AR [{b['speedup'][1]:.2f}–{b['speedup'][2]:.2f}]"
-                   + (f" and {plain[0]:.2f}× llama-server's plain decoding [{plain[1]:.2f}–{plain[2]:.2f}]" if plain else "")
-                   + ("" if b.get("drafted") else " although it drafted nothing on these prompts (plain decoding in "
-                      "effect: llama-server processes differ by a few % among themselves)")
-                   + f"; {'the verdict' if v['recommend'] else 'plain decoding on draftwise'} is {vs[0]:.2f}× it "
-                     f"[{vs[1]:.2f}–{vs[2]:.2f}].")
+        builtin = (
+            f" The best llama-server built-in here, `{short_args(v['best_builtin'])}`, measured "
+            f"{b['speedup'][0]:.2f}× draftwise AR [{b['speedup'][1]:.2f}–{b['speedup'][2]:.2f}]"
+            + (f" and {plain[0]:.2f}× llama-server's plain decoding [{plain[1]:.2f}–{plain[2]:.2f}]" if plain else "")
+            + (
+                ""
+                if b.get("drafted")
+                else " although it drafted nothing on these prompts (plain decoding in "
+                "effect: llama-server processes differ by a few % among themselves)"
+            )
+            + f"; {'the verdict' if v['recommend'] else 'plain decoding on draftwise'} is {vs[0]:.2f}× it "
+            f"[{vs[1]:.2f}–{vs[2]:.2f}]."
+        )
     what = runtime_label(v) + (" with the round scheduler" if v.get("method", "sd") != "sd" else "")
     if v["recommend"]:
-        return (f"On {what}: deploy {v['drafter']} ({label(v['spec'], 60)}, γ = {v['gamma']}), "
-                f"{pt:.2f}× its plain decoding [{lo:.2f}–{hi:.2f}].{builtin}")
-    return (f"On {what}: use plain decoding; the best draftwise method, {v['drafter']} "
-            f"({label(v['spec'], 60)}, γ = {v['gamma']}), measured {pt:.2f}× [{lo:.2f}–{hi:.2f}].{builtin}")
+        return (
+            f"On {what}: deploy {v['drafter']} ({label(v['spec'], 60)}, γ = {v['gamma']}), "
+            f"{pt:.2f}× its plain decoding [{lo:.2f}–{hi:.2f}].{builtin}"
+        )
+    return (
+        f"On {what}: use plain decoding; the best draftwise method, {v['drafter']} "
+        f"({label(v['spec'], 60)}, γ = {v['gamma']}), measured {pt:.2f}× [{lo:.2f}–{hi:.2f}].{builtin}"
+    )
 
 
 def runtime_label(v: dict) -> str:

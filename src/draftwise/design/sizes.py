@@ -7,9 +7,19 @@ from dataclasses import dataclass, replace
 
 from ..config import DesignConfig
 
-FLOORS = {"gen_prompts": 8, "distill_minutes": 0.5, "elimination_tokens": 32, "agree_limit": 8, "tune_prompts": 9,
-          "bench_limit": 6, "refine_limit": 3, "headline_limit": 3, "accuracy_items": 10}
+FLOORS = {
+    "gen_prompts": 8,
+    "distill_minutes": 0.5,
+    "elimination_tokens": 32,
+    "agree_limit": 8,
+    "tune_prompts": 9,
+    "bench_limit": 6,
+    "refine_limit": 3,
+    "headline_limit": 3,
+    "accuracy_items": 10,
+}
 TRAINING = ("gen_prompts", "distill_minutes")  # the sizes σ > 1 grows
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -30,25 +40,36 @@ class Sizes:
     def config(self, base: DesignConfig) -> DesignConfig:
         """The design config the planned stages read: counts, and the drops a config field expresses."""
         d = set(self.dropped)
-        return replace(base, tune_prompts=self.tune_prompts, bench_limit=self.bench_limit,
-                       refine_limit=self.refine_limit, headline_limit=self.headline_limit,
-                       accuracy_items=self.accuracy_items,
-                       select_repeats=0 if "repeats" in d else base.select_repeats,
-                       temperatures=(0.0,) if "temperatures" in d else base.temperatures,
-                       gguf_quants=() if d & {"extra-rows", "llama.cpp"} else base.gguf_quants,
-                       rows=tuple(e for e in base.rows if e not in d),  # llama.cpp, lean-int8 rows
-                       scheduler=base.scheduler and "scheduler" not in d,
-                       draft_vocabs=() if "reduced-heads" in d else base.draft_vocabs,
-                       adaptive=base.adaptive and "reduced-heads" not in d)
+        return replace(
+            base,
+            tune_prompts=self.tune_prompts,
+            bench_limit=self.bench_limit,
+            refine_limit=self.refine_limit,
+            headline_limit=self.headline_limit,
+            accuracy_items=self.accuracy_items,
+            select_repeats=0 if "repeats" in d else base.select_repeats,
+            temperatures=(0.0,) if "temperatures" in d else base.temperatures,
+            gguf_quants=() if d & {"extra-rows", "llama.cpp"} else base.gguf_quants,
+            rows=tuple(e for e in base.rows if e not in d),  # llama.cpp, lean-int8 rows
+            scheduler=base.scheduler and "scheduler" not in d,
+            draft_vocabs=() if "reduced-heads" in d else base.draft_vocabs,
+            adaptive=base.adaptive and "reduced-heads" not in d,
+        )
 
 
 def nominal(config: DesignConfig, trained: int) -> Sizes:
     """The sizes at σ = 1: the config's counts; data ~3 prompts and distillation ~28 % of the budget per minute."""
-    return Sizes(gen_prompts=max(8, round(3 * config.minutes)),
-                 distill_minutes=round(0.28 * config.minutes / max(1, trained), 2), elimination_tokens=96,
-                 agree_limit=24, tune_prompts=config.tune_prompts, bench_limit=config.bench_limit,
-                 refine_limit=config.refine_limit, headline_limit=config.headline_limit,
-                 accuracy_items=config.accuracy_items)
+    return Sizes(
+        gen_prompts=max(8, round(3 * config.minutes)),
+        distill_minutes=round(0.28 * config.minutes / max(1, trained), 2),
+        elimination_tokens=96,
+        agree_limit=24,
+        tune_prompts=config.tune_prompts,
+        bench_limit=config.bench_limit,
+        refine_limit=config.refine_limit,
+        headline_limit=config.headline_limit,
+        accuracy_items=config.accuracy_items,
+    )
 
 
 def scale(full: Sizes, sigma: float, dropped: tuple[str, ...]) -> Sizes:

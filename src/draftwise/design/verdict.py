@@ -42,11 +42,20 @@ def candidate(point: dict, kind: str, speedup: list[float], t_verify, method: st
     else:  # one proposal per drafting round, whatever its length
         c = sd["draft_s"] / drafting / ar_s if drafting else 0.0
         t_draft = lambda g: c if g else 0.0  # noqa: E731
-    return {"kind": kind, "method": method, "gamma": point["gamma"], "speedup": speedup, "tar": sd["tar"], "alpha": sd["alpha"],
-            "c": c, "proposed_fraction": sd.get("proposed_fraction"),
-            "mean_proposal": sum(g * n for g, n in lengths.items()) / drafting if drafting else 0.0,
-            "tar_needed": cost.break_even_tar(lengths, t_draft, t_verify),
-            "alpha_needed": cost.break_even_alpha(lengths, t_draft, t_verify), "c_affordable": afford}
+    return {
+        "kind": kind,
+        "method": method,
+        "gamma": point["gamma"],
+        "speedup": speedup,
+        "tar": sd["tar"],
+        "alpha": sd["alpha"],
+        "c": c,
+        "proposed_fraction": sd.get("proposed_fraction"),
+        "mean_proposal": sum(g * n for g, n in lengths.items()) / drafting if drafting else 0.0,
+        "tar_needed": cost.break_even_tar(lengths, t_draft, t_verify),
+        "alpha_needed": cost.break_even_alpha(lengths, t_draft, t_verify),
+        "c_affordable": afford,
+    }
 
 
 def decide(p, gamma: int) -> dict:
@@ -54,33 +63,52 @@ def decide(p, gamma: int) -> dict:
     chosen, specs = decision["chosen"], p.done["bench-select"]["drafters"]
     points = {r["drafter"]: r for r in grid_points(p, "bench-select")}
     t_verify = verify_steps(p)
-    cands = {n: candidate(points[specs[n]], drafter_kind(specs[n]), decision["speedup"][n], t_verify, method_of(p, n))
-             for n in decision["speedup"]}
+    cands = {
+        n: candidate(points[specs[n]], drafter_kind(specs[n]), decision["speedup"][n], t_verify, method_of(p, n))
+        for n in decision["speedup"]
+    }
     speedup, method = decision["speedup"][chosen], method_of(p, chosen)
     headline = summary(p, "bench-headline")["methods"][method]["speedup_vs_ar"] if "bench-headline" in p.done else None
-    return {"recommend": speedup[1] > 1.0, "drafter": chosen, "spec": specs[chosen], "kind": drafter_kind(specs[chosen]),
-            "method": method, "gamma": gamma, "grid_gamma": cands[chosen]["gamma"], "speedup": speedup,
-            "headline_speedup": headline, "per_task": as_method(points[specs[chosen]], method).get("by_suite") or {},
-            "candidates": cands,
-            "rule": "deploy when the chosen drafter's speedup over AR is above 1 beyond noise (95 % interval, paired "
-                    "bootstrap over prompts); otherwise plain decoding"}
+    return {
+        "recommend": speedup[1] > 1.0,
+        "drafter": chosen,
+        "spec": specs[chosen],
+        "kind": drafter_kind(specs[chosen]),
+        "method": method,
+        "gamma": gamma,
+        "grid_gamma": cands[chosen]["gamma"],
+        "speedup": speedup,
+        "headline_speedup": headline,
+        "per_task": as_method(points[specs[chosen]], method).get("by_suite") or {},
+        "candidates": cands,
+        "rule": "deploy when the chosen drafter's speedup over AR is above 1 beyond noise (95 % interval, paired "
+        "bootstrap over prompts); otherwise plain decoding",
+    }
 
 
 def sentence(v: dict, describe_spec=lambda spec: label(spec, 80)) -> str:
     """The verdict in one sentence (the report opens with it, the export README too); specs by their short label, so
     no path of the machine that ran the design appears."""
     pt, lo, hi = v["speedup"]
-    tasks = ", ".join(f"{s} {x['speedup_vs_ar']:.2f}×" for s, x in sorted(v["per_task"].items())
-                      if x.get("speedup_vs_ar") is not None)
+    tasks = ", ".join(
+        f"{s} {x['speedup_vs_ar']:.2f}×" for s, x in sorted(v["per_task"].items()) if x.get("speedup_vs_ar") is not None
+    )
     grid_gamma = v.get("grid_gamma", v["gamma"])
-    at = "" if grid_gamma == v["gamma"] else \
-        f" (in the selection grid, at γ = {grid_gamma}; the γ grid then chose {v['gamma']})"
+    at = (
+        ""
+        if grid_gamma == v["gamma"]
+        else f" (in the selection grid, at γ = {grid_gamma}; the γ grid then chose {v['gamma']})"
+    )
     if v.get("method", "sd") != "sd":
         at += " with the round scheduler (each round verifies the prefix its verify curve and calibration price best)"
     if v["recommend"]:
-        return (f"Deploy {v['drafter']} ({describe_spec(v['spec'])}, γ = {v['gamma']}): {pt:.2f}× plain decoding on "
-                f"this machine [95 % interval {lo:.2f}–{hi:.2f}]{at} over the eval mix of every task"
-                + (f", {v['headline_speedup']:.2f}× on spec_bench" if v.get("headline_speedup") is not None else "")
-                + (f"; per task: {tasks}." if tasks else "."))
-    return (f"Use plain decoding: no candidate beats it here beyond noise. The best, {v['drafter']} "
-            f"({describe_spec(v['spec'])}, γ = {v['gamma']}), measured {pt:.2f}× [{lo:.2f}–{hi:.2f}]{at}.")
+        return (
+            f"Deploy {v['drafter']} ({describe_spec(v['spec'])}, γ = {v['gamma']}): {pt:.2f}× plain decoding on "
+            f"this machine [95 % interval {lo:.2f}–{hi:.2f}]{at} over the eval mix of every task"
+            + (f", {v['headline_speedup']:.2f}× on spec_bench" if v.get("headline_speedup") is not None else "")
+            + (f"; per task: {tasks}." if tasks else ".")
+        )
+    return (
+        f"Use plain decoding: no candidate beats it here beyond noise. The best, {v['drafter']} "
+        f"({describe_spec(v['spec'])}, γ = {v['gamma']}), measured {pt:.2f}× [{lo:.2f}–{hi:.2f}]{at}."
+    )

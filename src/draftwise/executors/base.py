@@ -7,7 +7,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -33,8 +32,13 @@ def exclusive(device: str, threads: int | None) -> Resources:
 
 
 class Executor(Protocol):
-    def map(self, work: Work[T, R], items: Iterable[T], resources: Resources = Resources(),
-            local: Callable[[T], R] | None = None) -> Iterator[tuple[T, R]]:
+    def map(
+        self,
+        work: Work[T, R],
+        items: Iterable[T],
+        resources: Resources = Resources(),
+        local: Callable[[T], R] | None = None,
+    ) -> Iterator[tuple[T, R]]:
         """Run `work()`'s function on each item, yielding (item, result) as each finishes (in any order). `local`:
         that function already built in this process by the caller (an in-process executor uses it instead of
         loading the models a second time)."""
@@ -44,8 +48,13 @@ class Executor(Protocol):
 
 
 class InProcess:
-    def map(self, work: Work[T, R], items: Iterable[T], resources: Resources = Resources(),
-            local: Callable[[T], R] | None = None) -> Iterator[tuple[T, R]]:
+    def map(
+        self,
+        work: Work[T, R],
+        items: Iterable[T],
+        resources: Resources = Resources(),
+        local: Callable[[T], R] | None = None,
+    ) -> Iterator[tuple[T, R]]:
         items = list(items)
         if not items:
             return

@@ -84,8 +84,10 @@ class RayExecutor:
             return
         have = ray.cluster_resources()
         if resources.gpus > have.get("GPU", 0) or resources.cpus > have.get("CPU", 0):
-            raise DraftwiseError(f"each item needs {resources.cpus:g} CPU(s) and {resources.gpus:g} GPU(s); the Ray cluster "
-                                 f"has {have.get('CPU', 0):g} and {have.get('GPU', 0):g} (set --threads to what a node has)")
+            raise DraftwiseError(
+                f"each item needs {resources.cpus:g} CPU(s) and {resources.gpus:g} GPU(s); the Ray cluster "
+                f"has {have.get('CPU', 0):g} and {have.get('GPU', 0):g} (set --threads to what a node has)"
+            )
         task = self.remote.options(num_cpus=resources.cpus, num_gpus=resources.gpus, max_retries=self.max_retries)
         key, boxed = digest(work, ray.cloudpickle.dumps), [ray.put(work)]
         pending = {task.remote(key, boxed, item): item for item in items}

@@ -49,7 +49,10 @@ def _engine_lm(config, state_dict, options: ModelOptions, hf_factory) -> tuple[o
 
 def _to(state_dict: dict[str, torch.Tensor], options: ModelOptions) -> dict[str, torch.Tensor]:
     dtype = hf.torch_dtype(options.dtype)
-    return {k: (v.to(options.device, dtype) if v.is_floating_point() else v.to(options.device)) for k, v in state_dict.items()}
+    return {
+        k: (v.to(options.device, dtype) if v.is_floating_point() else v.to(options.device))
+        for k, v in state_dict.items()
+    }
 
 
 def load(spec: str, options: ModelOptions = ModelOptions()) -> Model:
@@ -83,34 +86,43 @@ def load(spec: str, options: ModelOptions = ModelOptions()) -> Model:
 def _reduced_head_lm(path: Path, config, options: ModelOptions, ids: list[int], vocab_size: int) -> vocab.ReducedHead:
     reason = unsupported_reason(config)
     if reason or options.backend == "transformers":
-        raise DraftwiseError(f"{path}: reduced-vocabulary drafters run on the lean forward only ({reason or 'backend transformers'})")
+        raise DraftwiseError(
+            f"{path}: reduced-vocabulary drafters run on the lean forward only ({reason or 'backend transformers'})"
+        )
     state = _to(read_weights(path), options)
     if state["lm_head.weight"].shape[0] != len(ids):
-        raise DraftwiseError(f"{path}: LM head has {state['lm_head.weight'].shape[0]} rows but {vocab.MAP_FILE} maps {len(ids)}")
+        raise DraftwiseError(
+            f"{path}: LM head has {state['lm_head.weight'].shape[0]} rows but {vocab.MAP_FILE} maps {len(ids)}"
+        )
     return vocab.ReducedHead(LeanLM(config, state, compile=options.compile, precision=options.dtype), ids, vocab_size)
 
 
 def _no_hf_twin(path: Path):
     def refuse():
-        raise DraftwiseError(f"{path} has a reduced-vocabulary head that transformers cannot load: use the "
-                             "full-vocabulary checkpoint it was cut from for transformers baselines")
+        raise DraftwiseError(
+            f"{path} has a reduced-vocabulary head that transformers cannot load: use the "
+            "full-vocabulary checkpoint it was cut from for transformers baselines"
+        )
 
     return refuse
 
 
-def _random_model(spec: str, target: "Model | None", options: ModelOptions) -> Model:
+def _random_model(spec: str, target: Model | None, options: ModelOptions) -> Model:
     """`random:...` (see models.random): a target, or a drafter whose left-out dimensions are its target's."""
     if options.backend == "transformers":
         raise DraftwiseError(f"{spec}: random-weight models run on the lean engine only")
     start = time.perf_counter()
     shape = random.parse(spec, random.shape_of(target.config) if target else None)
     config = random.llama_config(shape, target.config if target else None)
-    lm = random.random_lm(config, hf.torch_dtype(options.dtype), options.device, shape["seed"], options.compile,
-                          options.dtype)
+    lm = random.random_lm(
+        config, hf.torch_dtype(options.dtype), options.device, shape["seed"], options.compile, options.dtype
+    )
     tokenizer = target.tokenizer if target else random.ByteTokenizer(shape["vocab"])
 
     def refuse():
-        raise DraftwiseError(f"{spec} has random weights in the lean engine only: transformers baselines need a checkpoint")
+        raise DraftwiseError(
+            f"{spec} has random weights in the lean engine only: transformers baselines need a checkpoint"
+        )
 
     return Model(spec, config, tokenizer, lm, "lean", None, time.perf_counter() - start, refuse)
 
@@ -126,7 +138,9 @@ def _layers_drafter(spec: str, target: Model, options: ModelOptions) -> Model:
         return layer_subset(target.config, _to(read_weights(target.path), options), ids)
 
     # a target without a checkpoint (random weights) has no transformers twin: its own factory says so
-    factory = target.hf_model if target.path is None else lambda: hf.from_state_dict(*subset_weights(), dtype, options.device)
+    factory = (
+        target.hf_model if target.path is None else lambda: hf.from_state_dict(*subset_weights(), dtype, options.device)
+    )
     if lean:
         sub_config = layer_subset(target.config, {}, ids)[0]
         lm, backend = target.lm.subset(ids, sub_config), "lean"  # shares the target's weights
@@ -139,8 +153,10 @@ def _layers_drafter(spec: str, target: Model, options: ModelOptions) -> Model:
 def load_drafter(spec: str, target: Model, options: ModelOptions = ModelOptions()) -> Model:
     """A drafter for `target`: a checkpoint (as `load`), `layers:i,j,...` of the target itself, or `random:...`."""
     if (target.backend == LLAMA_CPP) != (options.backend == LLAMA_CPP):
-        raise DraftwiseError(f"drafter {spec}: target and drafter run on one engine (target: {target.backend}, "
-                             f"drafter: {options.backend})")
+        raise DraftwiseError(
+            f"drafter {spec}: target and drafter run on one engine (target: {target.backend}, "
+            f"drafter: {options.backend})"
+        )
     if options.backend == LLAMA_CPP:
         drafter = llamacpp_load.load_drafter(spec, target, options)
     elif spec.startswith("layers:"):
@@ -164,8 +180,9 @@ def fingerprint(tokenizer) -> str:
 
 
 def write_fingerprint(folder: Path, tokenizer) -> None:
-    (Path(folder) / FINGERPRINT_FILE).write_text(json.dumps({"fingerprint": fingerprint(tokenizer),
-                                                             "vocab_size": len(tokenizer)}) + "\n")
+    (Path(folder) / FINGERPRINT_FILE).write_text(
+        json.dumps({"fingerprint": fingerprint(tokenizer), "vocab_size": len(tokenizer)}) + "\n"
+    )
 
 
 def save_checkpoint(path: Path, config, state_dict: dict[str, torch.Tensor], tokenizer) -> Path:
@@ -224,5 +241,21 @@ def describe(model: Model) -> dict:
     }
 
 
-__all__ = ["ModelOptions", "Model", "engine", "stamp", "fill_cache", "load", "load_drafter", "check_compatible", "layer_subset", "parse_layers", "describe",
-           "read_weights", "save_checkpoint", "fingerprint", "write_fingerprint", "FINGERPRINT_FILE"]
+__all__ = [
+    "ModelOptions",
+    "Model",
+    "engine",
+    "stamp",
+    "fill_cache",
+    "load",
+    "load_drafter",
+    "check_compatible",
+    "layer_subset",
+    "parse_layers",
+    "describe",
+    "read_weights",
+    "save_checkpoint",
+    "fingerprint",
+    "write_fingerprint",
+    "FINGERPRINT_FILE",
+]

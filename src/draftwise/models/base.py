@@ -3,9 +3,9 @@ weights, config and tokenizer, a model made of some of another's layers, and the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 from safetensors.torch import load_file
@@ -17,14 +17,18 @@ from . import hf
 
 @dataclass(frozen=True)
 class ModelOptions:
-    dtype: str = "fp32"  # fp32 | bf16 | fp16 | int8 (the lean engine's int8 weights, int16 activations; lossy: `int8.py`)
+    dtype: str = (
+        "fp32"  # fp32 | bf16 | fp16 | int8 (the lean engine's int8 weights, int16 activations; lossy: `int8.py`)
+    )
     device: str = "cpu"  # cpu | cuda | cuda:N
     backend: str = "auto"  # auto: lean when the architecture allows, else transformers
     compile: bool = False  # torch.compile each layer of the lean forward (it then bypasses the CPU C kernels)
     trust_remote_code: bool = False
     gguf_quant: str = "f32"  # llama.cpp: the precision draftwise writes a GGUF at when it must write one (an HF dir,
     # a trained, layers: or random: drafter); a .gguf file or 'default' runs at its own quantization
-    llama_exact: bool = False  # llama.cpp: an f32 KV cache and no flash attention (its defaults: f16 KV, flash attention
+    llama_exact: bool = (
+        False  # llama.cpp: an f32 KV cache and no flash attention (its defaults: f16 KV, flash attention
+    )
     # where llama.cpp picks it, which llama-server runs too); see `llamacpp.LlamaCppLM`
 
 
@@ -58,7 +62,9 @@ class Model:
         """Token ids of a user prompt, through the chat template when the tokenizer has one."""
         tok = self.tokenizer
         if getattr(tok, "chat_template", None):
-            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+            ids = tok.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+            )
             return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
         return tok(text)["input_ids"]
 
@@ -87,7 +93,9 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
 def config_and_tokenizer(path: Path, options: ModelOptions):
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=options.trust_remote_code)
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=options.trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(
+            path, local_files_only=True, trust_remote_code=options.trust_remote_code
+        )
     except (OSError, ValueError, KeyError) as e:
         raise DraftwiseError(f"cannot load {path}: {str(e).splitlines()[0]}") from e
     return config, tokenizer
@@ -119,7 +127,7 @@ def layer_subset(config, state_dict: dict[str, torch.Tensor], ids: list[int]):
     out = {k: v for k, v in state_dict.items() if not k.startswith("model.layers.")}
     for new, old in enumerate(ids):
         prefix = f"model.layers.{old}."
-        out.update({f"model.layers.{new}.{k[len(prefix):]}": v for k, v in state_dict.items() if k.startswith(prefix)})
+        out.update({f"model.layers.{new}.{k[len(prefix) :]}": v for k, v in state_dict.items() if k.startswith(prefix)})
     return sub, out
 
 

@@ -44,7 +44,7 @@ class Family:
 
     def embedding_scale(self, hidden_size: int, dtype: torch.dtype) -> torch.Tensor | None:
         """What embeddings are multiplied by: √d rounded to the weights' dtype as transformers does, or None."""
-        return torch.tensor(hidden_size ** 0.5, dtype=dtype) if self.embed_scale else None
+        return torch.tensor(hidden_size**0.5, dtype=dtype) if self.embed_scale else None
 
 
 FAMILIES = {
@@ -128,7 +128,7 @@ class Shape:
     final_softcap: float | None = None
 
     @classmethod
-    def of(cls, config) -> "Shape":
+    def of(cls, config) -> Shape:
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         scalar = getattr(config, "query_pre_attn_scalar", None)
@@ -153,7 +153,9 @@ def rope_table(config, shape: Shape, max_len: int, layer_type: str | None = None
     rope = rope_parameters(config, layer_type)
     kind = rope.get("rope_type", "default")
     if kind == "default":
-        inv_freq = 1.0 / (rope["rope_theta"] ** (torch.arange(0, shape.head_dim, 2, dtype=torch.float) / shape.head_dim))
+        inv_freq = 1.0 / (
+            rope["rope_theta"] ** (torch.arange(0, shape.head_dim, 2, dtype=torch.float) / shape.head_dim)
+        )
         scale = 1.0
     elif layer_type is not None:
         inv_freq, scale = ROPE_INIT_FUNCTIONS[kind](config, "cpu", layer_type=layer_type)
@@ -169,7 +171,9 @@ def pair_halves(w: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:
     return w.reshape(n_heads, 2, head_dim // 2, *rest).transpose(1, 2).reshape(n_heads * head_dim, *rest)
 
 
-def layer_tensors(sd: dict[str, torch.Tensor], prefix: str, family: Family, shape: Shape) -> dict[str, torch.Tensor | None]:
+def layer_tensors(
+    sd: dict[str, torch.Tensor], prefix: str, family: Family, shape: Shape
+) -> dict[str, torch.Tensor | None]:
     """One layer's weights in the lean forward's layout: q/k/v and gate/up fused, q and k rows pair-adjacent (see
     `lean.py`), norm weights with the family's offset folded in, names the same for every family:
     wqkv bqkv wo bo wgu bgu wd bd, ln_attn (before attention), ln_attn_out (after it, or None), ln_mlp, ln_mlp_out,

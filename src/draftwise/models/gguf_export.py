@@ -38,26 +38,45 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
-from gguf import GGML_QUANT_SIZES, MODEL_ARCH, MODEL_ARCH_NAMES, GGMLQuantizationType, GGUFWriter, LlamaFileType, \
-    MODEL_TENSOR, RopeScalingType, TENSOR_NAMES
+from gguf import (
+    GGML_QUANT_SIZES,
+    MODEL_ARCH,
+    MODEL_ARCH_NAMES,
+    MODEL_TENSOR,
+    TENSOR_NAMES,
+    GGMLQuantizationType,
+    GGUFWriter,
+    LlamaFileType,
+    RopeScalingType,
+)
 from gguf.quants import quantize
 
 from ..errors import DraftwiseError
 from . import gguf_vocab
 from .family import FAMILIES, Shape, pair_halves, rope_keys, rope_parameters, unsupported_reason, windows
 
-QUANTS = {"f32": (GGMLQuantizationType.F32, LlamaFileType.ALL_F32),
-          "f16": (GGMLQuantizationType.F16, LlamaFileType.MOSTLY_F16),
-          "q8_0": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0)}
-ARCHS = {"llama": MODEL_ARCH.LLAMA, "mistral": MODEL_ARCH.LLAMA, "qwen2": MODEL_ARCH.QWEN2, "qwen3": MODEL_ARCH.QWEN3,
-         "phi3": MODEL_ARCH.PHI3, "gemma": MODEL_ARCH.GEMMA, "gemma2": MODEL_ARCH.GEMMA2, "gemma3_text": MODEL_ARCH.GEMMA3}
+QUANTS = {
+    "f32": (GGMLQuantizationType.F32, LlamaFileType.ALL_F32),
+    "f16": (GGMLQuantizationType.F16, LlamaFileType.MOSTLY_F16),
+    "q8_0": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
+}
+ARCHS = {
+    "llama": MODEL_ARCH.LLAMA,
+    "mistral": MODEL_ARCH.LLAMA,
+    "qwen2": MODEL_ARCH.QWEN2,
+    "qwen3": MODEL_ARCH.QWEN3,
+    "phi3": MODEL_ARCH.PHI3,
+    "gemma": MODEL_ARCH.GEMMA,
+    "gemma2": MODEL_ARCH.GEMMA2,
+    "gemma3_text": MODEL_ARCH.GEMMA3,
+}
 PAIRED_ROPE = (MODEL_ARCH.LLAMA,)  # llama.cpp's "normal" RoPE: adjacent pairs
 TIED_ONLY = (MODEL_ARCH.GEMMA, MODEL_ARCH.GEMMA2)  # llama.cpp reads no output.weight for these
 SQUARE_ATTENTION = (MODEL_ARCH.QWEN2, MODEL_ARCH.PHI3)  # attn_output is allocated [d, d]: heads × head_dim must be d
 ALL_BIASES = ("attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 BIASES = {MODEL_ARCH.LLAMA: ALL_BIASES}  # the biases each arch loads; the others: q/k/v only
 QKV_BIASES = ("attn_q", "attn_k", "attn_v", "attn_qkv")
-NEVER = 2 ** 30  # a sliding window no context reaches (llama.cpp compares positions as int32)
+NEVER = 2**30  # a sliding window no context reaches (llama.cpp compares positions as int32)
 NO_CAP = 1e9  # gemma2 always soft-caps: a cap this large is the identity to float precision
 SOURCE_FILE = "draftwise-source.json"  # in a cache dir converted from a GGUF (`source._cached_gguf`)
 
@@ -96,14 +115,18 @@ def _yarn_differs(rope: dict) -> bool:
     DeepSeek log multiplier is set) and truncates the correction range."""
     own = rope.get("attention_factor")
     default = 0.1 * math.log(rope["factor"]) + 1.0 if rope["factor"] > 1 else 1.0
-    return (own is not None and abs(own - default) > 1e-6) or rope.get("mscale") or rope.get("mscale_all_dim") \
+    return (
+        (own is not None and abs(own - default) > 1e-6)
+        or rope.get("mscale")
+        or rope.get("mscale_all_dim")
         or rope.get("truncate") is False
+    )
 
 
 def _fold(config, arch) -> float:
     """The factor that turns llama.cpp's attention scale into this config's (1.0 almost always: see docstring)."""
     shape = Shape.of(config)
-    cpp = shape.head_dim ** -0.5
+    cpp = shape.head_dim**-0.5
     if (arch, shape.num_layers) in ((MODEL_ARCH.GEMMA2, 46), (MODEL_ARCH.GEMMA3, 62)):  # llama.cpp's "27B" rule
         cpp = (shape.hidden_size / shape.num_heads) ** -0.5
     return shape.attn_scale / cpp
@@ -131,13 +154,16 @@ def tensors(config, state_dict: dict[str, torch.Tensor]) -> list[tuple[str, torc
 
     def put(tensor: MODEL_TENSOR, bid: int | None, weight, bias=None) -> None:
         if weight is None:
-            raise DraftwiseError(f"the checkpoint lacks the tensor llama.cpp's {TENSOR_NAMES[tensor].format(bid=bid)} "
-                                 "comes from")
+            raise DraftwiseError(
+                f"the checkpoint lacks the tensor llama.cpp's {TENSOR_NAMES[tensor].format(bid=bid)} comes from"
+            )
         out.append((_name(tensor, bid), weight))
         if bias is not None:
             if TENSOR_NAMES[tensor].split(".")[-1] not in BIASES.get(arch, QKV_BIASES):
-                raise DraftwiseError(f"llama.cpp's {MODEL_ARCH_NAMES[arch]} arch has no {TENSOR_NAMES[tensor].split('.')[-1]} "
-                                     "bias, which this checkpoint has")
+                raise DraftwiseError(
+                    f"llama.cpp's {MODEL_ARCH_NAMES[arch]} arch has no {TENSOR_NAMES[tensor].split('.')[-1]} "
+                    "bias, which this checkpoint has"
+                )
             out.append((TENSOR_NAMES[tensor].format(bid=bid) + ".bias", bias))
 
     def rope_rows(t: torch.Tensor | None, heads: int) -> torch.Tensor | None:  # HF halves -> adjacent pairs
@@ -149,8 +175,10 @@ def tensors(config, state_dict: dict[str, torch.Tensor]) -> list[tuple[str, torc
     head = take("lm_head.weight")
     if head is not None and not config.tie_word_embeddings and not torch.equal(head, embed):
         if arch in TIED_ONLY:
-            raise DraftwiseError(f"llama.cpp's {MODEL_ARCH_NAMES[arch]} arch ties the LM head to the embeddings; "
-                                 "this checkpoint's head is its own")
+            raise DraftwiseError(
+                f"llama.cpp's {MODEL_ARCH_NAMES[arch]} arch ties the LM head to the embeddings; "
+                "this checkpoint's head is its own"
+            )
         put(MODEL_TENSOR.OUTPUT, None, head)
     freqs = _llama3_factors(config, shape)
     if freqs is not None:
@@ -169,8 +197,12 @@ def tensors(config, state_dict: dict[str, torch.Tensor]) -> list[tuple[str, torc
             elif fold != 1.0:
                 q, qb = q * fold, None if qb is None else qb * fold
             put(MODEL_TENSOR.ATTN_Q, i, rope_rows(q, H), rope_rows(qb, H))
-            put(MODEL_TENSOR.ATTN_K, i, rope_rows(take(p + "self_attn.k_proj.weight"), KV),
-                rope_rows(take(p + "self_attn.k_proj.bias"), KV))
+            put(
+                MODEL_TENSOR.ATTN_K,
+                i,
+                rope_rows(take(p + "self_attn.k_proj.weight"), KV),
+                rope_rows(take(p + "self_attn.k_proj.bias"), KV),
+            )
             put(MODEL_TENSOR.ATTN_V, i, take(p + "self_attn.v_proj.weight"), take(p + "self_attn.v_proj.bias"))
         if q_norm is not None:  # [hd]: per head, in the head's own row order (NEOX arches only: no reordering)
             put(MODEL_TENSOR.ATTN_Q_NORM, i, q_norm)
@@ -191,8 +223,9 @@ def tensors(config, state_dict: dict[str, torch.Tensor]) -> list[tuple[str, torc
             put(MODEL_TENSOR.FFN_POST_NORM, i, norm(p + "post_feedforward_layernorm.weight"))
     left = sorted(set(sd) - used)
     if left:
-        raise DraftwiseError(f"{len(left)} tensors have no place in llama.cpp's {MODEL_ARCH_NAMES[arch]} arch "
-                             f"(e.g. {left[0]})")
+        raise DraftwiseError(
+            f"{len(left)} tensors have no place in llama.cpp's {MODEL_ARCH_NAMES[arch]} arch (e.g. {left[0]})"
+        )
     return out
 
 
@@ -233,7 +266,10 @@ def _metadata(w: GGUFWriter, config, arch, quant: str, vocab_size: int) -> None:
         w.add_rope_scaling_type(RopeScalingType.YARN)
         w.add_rope_scaling_factor(full["factor"])
         w.add_rope_scaling_orig_ctx_len(full.get("original_max_position_embeddings") or config.max_position_embeddings)
-        for key, add in (("beta_fast", w.add_rope_scaling_yarn_beta_fast), ("beta_slow", w.add_rope_scaling_yarn_beta_slow)):
+        for key, add in (
+            ("beta_fast", w.add_rope_scaling_yarn_beta_fast),
+            ("beta_slow", w.add_rope_scaling_yarn_beta_slow),
+        ):
             if full.get(key) is not None:
                 add(full[key])
     layer_windows = windows(config)
@@ -254,8 +290,11 @@ def _metadata(w: GGUFWriter, config, arch, quant: str, vocab_size: int) -> None:
             w.add_sliding_window_pattern(local)
             w.add_rope_freq_base_swa(rope_parameters(config, "sliding_attention")["rope_theta"])
     elif window is not None and window < (getattr(config, "max_position_embeddings", None) or 0):
-        print(f"draftwise: warning: llama.cpp's {MODEL_ARCH_NAMES[arch]} arch has no sliding window: past {window} "
-              "positions its logits differ from this model's", file=sys.stderr)
+        print(
+            f"draftwise: warning: llama.cpp's {MODEL_ARCH_NAMES[arch]} arch has no sliding window: past {window} "
+            "positions its logits differ from this model's",
+            file=sys.stderr,
+        )
 
 
 def _stored(t: torch.Tensor, name: str, qtype: GGMLQuantizationType) -> tuple[GGMLQuantizationType, tuple[int, ...]]:
@@ -279,8 +318,14 @@ def _encode(t: torch.Tensor, qtype: GGMLQuantizationType) -> np.ndarray:
     return quantize(data, qtype)
 
 
-def write_gguf(config, state_dict: dict[str, torch.Tensor], tokenizer, out: str | os.PathLike, quant: str = "f32",
-               tokenizer_gguf: str | os.PathLike | None = None) -> Path:
+def write_gguf(
+    config,
+    state_dict: dict[str, torch.Tensor],
+    tokenizer,
+    out: str | os.PathLike,
+    quant: str = "f32",
+    tokenizer_gguf: str | os.PathLike | None = None,
+) -> Path:
     """Write `config` + `state_dict` (Hugging Face names; a tied head may be absent) as a GGUF file llama.cpp runs.
     The tokenizer keys are `tokenizer_gguf`'s, copied verbatim, when given, else built from `tokenizer`."""
     if quant not in QUANTS:
@@ -306,8 +351,16 @@ def write_gguf(config, state_dict: dict[str, torch.Tensor], tokenizer, out: str 
         stored = []
         for name, t in planned:
             qtype, shape = _stored(t, name, QUANTS[quant][0])
-            nbytes = int(np.prod(shape)) * (1 if qtype == GGMLQuantizationType.Q8_0 else 2 if qtype == GGMLQuantizationType.F16 else 4)
-            dtype = np.uint8 if qtype == GGMLQuantizationType.Q8_0 else np.float16 if qtype == GGMLQuantizationType.F16 else np.float32
+            nbytes = int(np.prod(shape)) * (
+                1 if qtype == GGMLQuantizationType.Q8_0 else 2 if qtype == GGMLQuantizationType.F16 else 4
+            )
+            dtype = (
+                np.uint8
+                if qtype == GGMLQuantizationType.Q8_0
+                else np.float16
+                if qtype == GGMLQuantizationType.F16
+                else np.float32
+            )
             writer.add_tensor_info(name, shape, np.dtype(dtype), nbytes, raw_dtype=qtype)
             stored.append(qtype)
         writer.write_header_to_file()
@@ -337,9 +390,9 @@ def export(spec: str, out: str | os.PathLike, quant: str = "f32", target: str = 
     `random:...` of `target`) as GGUF at `quant`, with `target`'s tokenizer: copied from the target's GGUF when it
     has one ('default', a .gguf file, a dir converted from one), else built from its Hugging Face tokenizer."""
     from . import random
+    from . import vocab as reduced
     from .base import ModelOptions, check_compatible, layer_subset, parse_layers, read_weights
     from .base import config_and_tokenizer as _config_and_tokenizer
-    from . import vocab as reduced
     from .source import resolve
 
     if quant not in QUANTS:
@@ -366,8 +419,10 @@ def export(spec: str, out: str | os.PathLike, quant: str = "f32", target: str = 
         _refuse(unsupported(config), spec)
         state = read_weights(path)
     if config.vocab_size != target_config.vocab_size:
-        raise DraftwiseError(f"{spec} has a vocabulary of {config.vocab_size} but the target {target}'s is "
-                             f"{target_config.vocab_size}: a drafter must use the target's vocabulary")
+        raise DraftwiseError(
+            f"{spec} has a vocabulary of {config.vocab_size} but the target {target}'s is "
+            f"{target_config.vocab_size}: a drafter must use the target's vocabulary"
+        )
     return write_gguf(config, state, tokenizer, out, quant, source_gguf(target_dir))
 
 
@@ -378,5 +433,7 @@ def _refuse(reason: str | None, spec: str) -> None:
 
 def _refuse_reduced(path: Path, reduced) -> None:
     if reduced.read_map(path) is not None:
-        raise DraftwiseError(f"cannot export {path} to GGUF: it has a reduced-vocabulary head ({reduced.MAP_FILE}), "
-                             "which llama.cpp cannot run; export the full-vocabulary checkpoint it was cut from")
+        raise DraftwiseError(
+            f"cannot export {path} to GGUF: it has a reduced-vocabulary head ({reduced.MAP_FILE}), "
+            "which llama.cpp cannot run; export the full-vocabulary checkpoint it was cut from"
+        )

@@ -73,8 +73,10 @@ def copy_tokenizer(writer: gguf.GGUFWriter, path: Path, vocab_size: int) -> None
     fields = read_tokenizer(path)
     n = len(fields[PREFIX + "ggml.tokens"][0])
     if n != vocab_size:
-        raise DraftwiseError(f"{path.name} has {n} tokens but the model has {vocab_size} embedding rows: "
-                             "its tokenizer is not this model's")
+        raise DraftwiseError(
+            f"{path.name} has {n} tokens but the model has {vocab_size} embedding rows: "
+            "its tokenizer is not this model's"
+        )
     for key, (value, kind, sub) in fields.items():
         writer.add_key_value(key, value, kind, sub_type=sub)
 
@@ -84,7 +86,9 @@ def build_tokenizer(writer: gguf.GGUFWriter, tokenizer, vocab_size: int) -> None
     vocab = tokenizer.get_vocab()  # token -> id, added tokens included
     too_big = [i for i in vocab.values() if i >= vocab_size]
     if too_big:
-        raise DraftwiseError(f"the tokenizer has ids up to {max(too_big)} but the model has {vocab_size} embedding rows")
+        raise DraftwiseError(
+            f"the tokenizer has ids up to {max(too_big)} but the model has {vocab_size} embedding rows"
+        )
     by_id = {i: tok for tok, i in vocab.items()}
     added = {i: t.special for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()}
     tokens, types = [], []
@@ -94,7 +98,9 @@ def build_tokenizer(writer: gguf.GGUFWriter, tokenizer, vocab_size: int) -> None
             types.append(TokenType.UNUSED)
         else:
             tokens.append(by_id[i])
-            types.append(TokenType.NORMAL if i not in added else TokenType.CONTROL if added[i] else TokenType.USER_DEFINED)
+            types.append(
+                TokenType.NORMAL if i not in added else TokenType.CONTROL if added[i] else TokenType.USER_DEFINED
+            )
     spec = _tokenizer_json(tokenizer)
     model = (spec or {}).get("model") or {}
     if model.get("type") == "BPE":
@@ -110,8 +116,12 @@ def build_tokenizer(writer: gguf.GGUFWriter, tokenizer, vocab_size: int) -> None
     # llama.cpp refuses a BPE vocabulary without merges, and gguf-py cannot write an empty array: one merge of two
     # NUL characters, which no text contains, stands for none
     writer.add_token_merges(merges or ["\0 \0"])
-    for name, add in (("bos", writer.add_bos_token_id), ("eos", writer.add_eos_token_id),
-                      ("unk", writer.add_unk_token_id), ("pad", writer.add_pad_token_id)):
+    for name, add in (
+        ("bos", writer.add_bos_token_id),
+        ("eos", writer.add_eos_token_id),
+        ("unk", writer.add_unk_token_id),
+        ("pad", writer.add_pad_token_id),
+    ):
         token_id = getattr(tokenizer, f"{name}_token_id", None)
         if token_id is not None and 0 <= token_id < vocab_size:
             add(token_id)

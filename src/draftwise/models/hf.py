@@ -103,10 +103,17 @@ class HFCausalLM:
     def kv_bytes(self) -> int:
         if self.cache is None:
             return 0
-        return sum(t.numel() * t.element_size() for layer in self.cache.layers for t in (layer.keys, layer.values) if t is not None)
+        return sum(
+            t.numel() * t.element_size()
+            for layer in self.cache.layers
+            for t in (layer.keys, layer.values)
+            if t is not None
+        )
 
     @torch.inference_mode()
-    def forward(self, ids: torch.Tensor, pos: int, n_logits: int | None = None, start: list[int] | None = None) -> torch.Tensor:
+    def forward(
+        self, ids: torch.Tensor, pos: int, n_logits: int | None = None, start: list[int] | None = None
+    ) -> torch.Tensor:
         B, T = ids.shape
         if self.cache is None or pos + T > self.max_len:
             raise ValueError(f"cache holds {self.max_len} positions, need {pos + T}: call reset() first")
@@ -118,8 +125,11 @@ class HFCausalLM:
             cache=self.cache,
             use_cache=True,
             cache_position=torch.arange(pos, pos + T, device=ids.device),
-            attention_mask=None if start is None else
-            (torch.arange(pos + T, device=ids.device)[None] >= torch.tensor(start, device=ids.device)[:, None]).long(),
+            attention_mask=None
+            if start is None
+            else (
+                torch.arange(pos + T, device=ids.device)[None] >= torch.tensor(start, device=ids.device)[:, None]
+            ).long(),
             logits_to_keep=1 if n_logits == 0 else n_logits or 0,  # transformers reads 0 as "all"
         )
         return out.logits[:, :0] if n_logits == 0 else out.logits  # [B, n, V]

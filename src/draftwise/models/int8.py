@@ -62,8 +62,11 @@ class Int8Weight(nn.Module):
         self.in_features, self.out_features = k, n
         rows, cols = q.shape
         groups = rows // GROUP
-        self.register_buffer("q", q.view(groups, GROUP, cols // 4, 4).permute(0, 2, 1, 3).reshape(groups, -1).contiguous(),
-                             persistent=False)  # [Np/16, Kp*16]
+        self.register_buffer(
+            "q",
+            q.view(groups, GROUP, cols // 4, 4).permute(0, 2, 1, 3).reshape(groups, -1).contiguous(),
+            persistent=False,
+        )  # [Np/16, Kp*16]
         qsum = q.view(rows, -1, BLOCK).sum(-1, dtype=torch.int16)  # |Σ| <= 32 * 128
         for name, t in (("s", s), ("z", z), ("qsum", qsum)):
             self.register_buffer(name, t.view(groups, GROUP, -1).permute(0, 2, 1).contiguous(), persistent=False)
@@ -93,7 +96,7 @@ class Int8Weight(nn.Module):
         w = q.float().view(q.shape[0], -1, BLOCK) * s[..., None] + z[..., None]
         return w.view(q.shape[0], -1)[: self.out_features, : self.in_features]
 
-    def rows(self, ids) -> "Int8Weight":
+    def rows(self, ids) -> Int8Weight:
         """The weight of some output rows (a reduced head), quantized as they are here (blocks are per row)."""
         ids = torch.as_tensor(list(ids), dtype=torch.long)
         q, s, z = self.unpacked()
@@ -136,8 +139,12 @@ def reference_linear(x2: torch.Tensor, w: Int8Weight) -> torch.Tensor:
 def check_supported(device: str, backend: str) -> None:
     """The one-line refusal of an int8 model where this precision does not run."""
     if device != "cpu":
-        raise DraftwiseError(f"--dtype int8 is a precision of the lean engine on the CPU; device {device!r} cannot "
-                             "run it (use fp32, bf16 or fp16 there)")
+        raise DraftwiseError(
+            f"--dtype int8 is a precision of the lean engine on the CPU; device {device!r} cannot "
+            "run it (use fp32, bf16 or fp16 there)"
+        )
     if backend not in ("auto", "lean"):
-        raise DraftwiseError(f"--dtype int8 is a precision of the lean engine, not of backend {backend!r} (llama.cpp "
-                             "runs a GGUF file at its own quantization: --gguf-quant)")
+        raise DraftwiseError(
+            f"--dtype int8 is a precision of the lean engine, not of backend {backend!r} (llama.cpp "
+            "runs a GGUF file at its own quantization: --gguf-quant)"
+        )

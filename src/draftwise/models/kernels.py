@@ -57,21 +57,32 @@ def _kernel():
             paths = [os.path.join(tmp, name) for name in sources]
             done = subprocess.run([compiler, *_FLAGS, *paths, "-o", out], capture_output=True, text=True)
             if done.returncode != 0:
-                warnings.warn(f"draftwise: compiling the CPU kernel failed, falling back to torch: {done.stderr.strip()[:300]}")
+                warnings.warn(
+                    f"draftwise: compiling the CPU kernel failed, falling back to torch: {done.stderr.strip()[:300]}"
+                )
                 return None
             os.replace(out, lib)  # atomic: a concurrent process sees the whole file or none
     dll = ctypes.CDLL(str(lib))
     dll.draftwise_small_gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int]
     dll.draftwise_rms_norm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_float]
-    dll.draftwise_attention.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 7 + [ctypes.c_float, ctypes.c_int] \
-        + [ctypes.c_void_p] * 2 + [ctypes.c_float, ctypes.c_int64, ctypes.c_float]
+    dll.draftwise_attention.argtypes = (
+        [ctypes.c_void_p] * 5
+        + [ctypes.c_int64] * 7
+        + [ctypes.c_float, ctypes.c_int]
+        + [ctypes.c_void_p] * 2
+        + [ctypes.c_float, ctypes.c_int64, ctypes.c_float]
+    )
     dll.draftwise_silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
     dll.draftwise_gelu_tanh_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
     dll.draftwise_softcap.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 2 + [ctypes.c_float]
     dll.draftwise_int8_gemm.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 4 + [ctypes.c_int] * 2
     dll.draftwise_int8_isa.restype = ctypes.c_int
-    dll.draftwise_layer.argtypes = [ctypes.POINTER(LayerStruct)] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + \
-        [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int]
+    dll.draftwise_layer.argtypes = (
+        [ctypes.POINTER(LayerStruct)]
+        + [ctypes.c_void_p] * 4
+        + [ctypes.c_int64] * 3
+        + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int]
+    )
     return dll
 
 
@@ -96,14 +107,30 @@ def int8_gemm(x: torch.Tensor, w, isa: int | None = None) -> torch.Tensor:
     quantized with its own scale (`cpu_int8.c`). `isa`: a path other than the best (tests compare them)."""
     m, n = x.shape[0], w.out_features
     y = torch.empty(m, n, dtype=torch.float32)
-    _kernel().draftwise_int8_gemm(x.data_ptr(), w.q.data_ptr(), w.s.data_ptr(), w.z.data_ptr(), w.qsum.data_ptr(),
-                                  y.data_ptr(), m, n, w.in_features, w.padded_in, torch.get_num_threads(),
-                                  isa or int8_isa())
+    _kernel().draftwise_int8_gemm(
+        x.data_ptr(),
+        w.q.data_ptr(),
+        w.s.data_ptr(),
+        w.z.data_ptr(),
+        w.qsum.data_ptr(),
+        y.data_ptr(),
+        m,
+        n,
+        w.in_features,
+        w.padded_in,
+        torch.get_num_threads(),
+        isa or int8_isa(),
+    )
     return y
 
 
 def _on_fast_path(x: torch.Tensor, w: torch.Tensor) -> bool:
-    return fast_path(x) and w.dtype == torch.float32 and w.is_contiguous() and not (torch.is_grad_enabled() and w.requires_grad)
+    return (
+        fast_path(x)
+        and w.dtype == torch.float32
+        and w.is_contiguous()
+        and not (torch.is_grad_enabled() and w.requires_grad)
+    )
 
 
 def linear(x: torch.Tensor, w, b: torch.Tensor | None = None) -> torch.Tensor:
@@ -156,9 +183,23 @@ def fast_path(x: torch.Tensor) -> bool:
     )
 
 
-def attention(qkv, rot, k_cache, v_cache, pos: int, n_heads: int, head_dim: int, start: list[int] | None = None, *,
-              scale: float, q_norm: torch.Tensor | None = None, k_norm: torch.Tensor | None = None, norm_eps: float = 0.0,
-              window: int | None = None, softcap: float | None = None) -> torch.Tensor:
+def attention(
+    qkv,
+    rot,
+    k_cache,
+    v_cache,
+    pos: int,
+    n_heads: int,
+    head_dim: int,
+    start: list[int] | None = None,
+    *,
+    scale: float,
+    q_norm: torch.Tensor | None = None,
+    k_norm: torch.Tensor | None = None,
+    norm_eps: float = 0.0,
+    window: int | None = None,
+    softcap: float | None = None,
+) -> torch.Tensor:
     """Fast path of `lean.Layer`'s attention (see `draftwise_attention` in cpu_kernels.c).
 
     qkv [B, T, (H+2KV)*hd] (normed and rotated in place), rot [S, hd/2] complex, k_cache/v_cache [B, KV, S, hd]
@@ -172,26 +213,48 @@ def attention(qkv, rot, k_cache, v_cache, pos: int, n_heads: int, head_dim: int,
     qn = None if q_norm is None else q_norm.data_ptr()
     kn = None if k_norm is None else k_norm.data_ptr()
     for b in range(B):
-        fn(qkv[b].data_ptr(), rot.data_ptr(), k_cache[b].data_ptr(), v_cache[b].data_ptr(), out[b].data_ptr(),
-           T, pos, start[b] if start else 0, n_heads, kv, head_dim, S, scale, torch.get_num_threads(),
-           qn, kn, norm_eps, window or 0, softcap or 0.0)
+        fn(
+            qkv[b].data_ptr(),
+            rot.data_ptr(),
+            k_cache[b].data_ptr(),
+            v_cache[b].data_ptr(),
+            out[b].data_ptr(),
+            T,
+            pos,
+            start[b] if start else 0,
+            n_heads,
+            kv,
+            head_dim,
+            S,
+            scale,
+            torch.get_num_threads(),
+            qn,
+            kn,
+            norm_eps,
+            window or 0,
+            softcap or 0.0,
+        )
     return out
 
 
 class _Matrix(ctypes.Structure):
     """cpu_layer.c's dw_matrix: an fp32 weight (w) or an int8 one (q, s, z, qsum), its bias or NULL."""
 
-    _fields_ = [(n, ctypes.c_void_p) for n in ("w", "q", "s", "z", "qsum", "bias")] + \
-        [(n, ctypes.c_int64) for n in ("N", "K", "Kp")]
+    _fields_ = [(n, ctypes.c_void_p) for n in ("w", "q", "s", "z", "qsum", "bias")] + [
+        (n, ctypes.c_int64) for n in ("N", "K", "Kp")
+    ]
 
 
 class LayerStruct(ctypes.Structure):
     """cpu_layer.c's dw_layer: pointers into one `lean.Layer`'s buffers, and its settings."""
 
-    _fields_ = [("qkv", _Matrix), ("o", _Matrix), ("gu", _Matrix), ("down", _Matrix)] + \
-        [(n, ctypes.c_void_p) for n in ("ln_attn", "ln_attn_out", "ln_mlp", "ln_mlp_out", "q_norm", "k_norm")] + \
-        [(n, ctypes.c_int64) for n in ("H", "KV", "hd", "window")] + \
-        [(n, ctypes.c_float) for n in ("eps", "scale", "softcap")] + [("gelu", ctypes.c_int)]
+    _fields_ = (
+        [("qkv", _Matrix), ("o", _Matrix), ("gu", _Matrix), ("down", _Matrix)]
+        + [(n, ctypes.c_void_p) for n in ("ln_attn", "ln_attn_out", "ln_mlp", "ln_mlp_out", "q_norm", "k_norm")]
+        + [(n, ctypes.c_int64) for n in ("H", "KV", "hd", "window")]
+        + [(n, ctypes.c_float) for n in ("eps", "scale", "softcap")]
+        + [("gelu", ctypes.c_int)]
+    )
 
 
 def _ptr(t: torch.Tensor | None):
@@ -201,8 +264,21 @@ def _ptr(t: torch.Tensor | None):
 def _matrix(w, b: torch.Tensor | None) -> _Matrix | None:
     """A weight as cpu_layer.c takes it, or None where the unfused path would not take the C kernel either."""
     if isinstance(w, Int8Weight):
-        return _Matrix(None, w.q.data_ptr(), w.s.data_ptr(), w.z.data_ptr(), w.qsum.data_ptr(), _ptr(b), w.out_features,
-                       w.in_features, w.padded_in) if int8_available() else None
+        return (
+            _Matrix(
+                None,
+                w.q.data_ptr(),
+                w.s.data_ptr(),
+                w.z.data_ptr(),
+                w.qsum.data_ptr(),
+                _ptr(b),
+                w.out_features,
+                w.in_features,
+                w.padded_in,
+            )
+            if int8_available()
+            else None
+        )
     n, k = w.shape
     if w.dtype != torch.float32 or not w.is_contiguous() or k % 8 or n % 4 or w.requires_grad:
         return None
@@ -213,26 +289,56 @@ def layer_struct(layer, gelu: bool) -> LayerStruct | None:
     """`layer`'s fused form (its tensors stay where they are: the struct points into them), or None when a part
     of it would take a torch path (a shape the kernels do not take, another dtype)."""
     s = layer.shape
-    mats = [_matrix(getattr(layer, w), getattr(layer, b)) for w, b in
-            (("wqkv", "bqkv"), ("wo", "bo"), ("wgu", "bgu"), ("wd", "bd"))]
+    mats = [
+        _matrix(getattr(layer, w), getattr(layer, b))
+        for w, b in (("wqkv", "bqkv"), ("wo", "bo"), ("wgu", "bgu"), ("wd", "bd"))
+    ]
     norms = [getattr(layer, n) for n in ("ln_attn", "ln_attn_out", "ln_mlp", "ln_mlp_out", "q_norm", "k_norm")]
     floats = [t for t in norms + [layer.bqkv, layer.bo, layer.bgu, layer.bd] if t is not None]
     if any(m is None for m in mats) or s.head_dim % 8 or any(t.dtype != torch.float32 for t in floats):
         return None
-    return LayerStruct(*mats, *map(_ptr, norms), s.num_heads, s.num_kv_heads, s.head_dim, layer.window or 0,
-                       s.rms_eps, s.attn_scale, s.attn_softcap or 0.0, int(gelu))
+    return LayerStruct(
+        *mats,
+        *map(_ptr, norms),
+        s.num_heads,
+        s.num_kv_heads,
+        s.head_dim,
+        layer.window or 0,
+        s.rms_eps,
+        s.attn_scale,
+        s.attn_softcap or 0.0,
+        int(gelu),
+    )
 
 
-def layer(struct: LayerStruct, x: torch.Tensor, rot: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-          pos: int, start: list[int] | None) -> torch.Tensor:
+def layer(
+    struct: LayerStruct,
+    x: torch.Tensor,
+    rot: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    pos: int,
+    start: list[int] | None,
+) -> torch.Tensor:
     """A whole decoder layer (`lean.Layer.forward`'s fast path): x [B, T, D] -> [B, T, D]; k_cache, v_cache
     [B, KV, S, hd] (this layer's), written at pos..pos+T-1; start[b]: row b's first real position."""
     B, T, _ = x.shape
     x = x.contiguous().clone()  # updated in place by the kernel
     starts = None if start is None else torch.tensor(start, dtype=torch.int64)
-    _kernel().draftwise_layer(ctypes.byref(struct), x.data_ptr(), rot.data_ptr(), k_cache.data_ptr(),
-                              v_cache.data_ptr(), B, T, pos, _ptr(starts), k_cache.shape[2], torch.get_num_threads(),
-                              int8_isa())
+    _kernel().draftwise_layer(
+        ctypes.byref(struct),
+        x.data_ptr(),
+        rot.data_ptr(),
+        k_cache.data_ptr(),
+        v_cache.data_ptr(),
+        B,
+        T,
+        pos,
+        _ptr(starts),
+        k_cache.shape[2],
+        torch.get_num_threads(),
+        int8_isa(),
+    )
     return x
 
 

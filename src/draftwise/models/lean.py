@@ -19,8 +19,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import kernels
-from .int8 import NAME as INT8, Int8Weight
 from .family import FAMILIES, Shape, layer_tensors, rope_keys, rope_table, unsupported_reason, windows
+from .int8 import NAME as INT8
+from .int8 import Int8Weight
 from .kernels import gelu_tanh_mul, linear, rms_norm, silu_mul
 
 __all__ = ["LeanLM", "Layer", "Shape", "attend", "rope_table", "rotate", "unsupported_reason"]
@@ -42,8 +43,16 @@ class Layer(nn.Module):
     key), not the cache (that lives in the model), so a layer keeps them when it serves in another model (`subset`).
     `precision` int8: its matrices in int8 (`int8.py`)."""
 
-    def __init__(self, sd: dict[str, torch.Tensor], prefix: str, shape: Shape, family, window: int | None = None,
-                 rope_key: str | None = None, precision: str = "fp32"):
+    def __init__(
+        self,
+        sd: dict[str, torch.Tensor],
+        prefix: str,
+        shape: Shape,
+        family,
+        window: int | None = None,
+        rope_key: str | None = None,
+        precision: str = "fp32",
+    ):
         super().__init__()
         for name, t in layer_tensors(sd, prefix, family, shape).items():
             hold(self, name, t, precision if name in LINEARS else "fp32")
@@ -71,9 +80,22 @@ class Layer(nn.Module):
         if positions is not None:
             att = self.attention(qkv, rot[positions][:, :, None, :], k_cache, v_cache, pos, mask)
         elif kernels.fast_path(qkv) and T <= kernels.MAX_ROWS and s.head_dim % 8 == 0:
-            att = kernels.attention(qkv, rot, k_cache, v_cache, pos, s.num_heads, s.head_dim, start, scale=s.attn_scale,
-                                    q_norm=self.q_norm, k_norm=self.k_norm, norm_eps=s.rms_eps, window=self.window,
-                                    softcap=s.attn_softcap)
+            att = kernels.attention(
+                qkv,
+                rot,
+                k_cache,
+                v_cache,
+                pos,
+                s.num_heads,
+                s.head_dim,
+                start,
+                scale=s.attn_scale,
+                q_norm=self.q_norm,
+                k_norm=self.k_norm,
+                norm_eps=s.rms_eps,
+                window=self.window,
+                softcap=s.attn_softcap,
+            )
         else:
             att = self.attention(qkv, rot[pos : pos + T, None, :], k_cache, v_cache, pos, mask)
         out = linear(att, self.wo, self.bo)  # att [B, T, H*hd]
@@ -130,8 +152,14 @@ class LeanLM(nn.Module):
     discards everything from `pos` on: that is the whole rollback.
     """
 
-    def __init__(self, config, state_dict: dict[str, torch.Tensor], layers: list[Layer] | None = None, compile: bool = False,
-                 precision: str = "fp32"):
+    def __init__(
+        self,
+        config,
+        state_dict: dict[str, torch.Tensor],
+        layers: list[Layer] | None = None,
+        compile: bool = False,
+        precision: str = "fp32",
+    ):
         super().__init__()
         reason = unsupported_reason(config)
         if reason:
@@ -147,8 +175,10 @@ class LeanLM(nn.Module):
         self.precision = precision  # fp32 (or the weights' float dtype) | int8: matrices and head in int8
         hold(self, "head", head, precision)
         if layers is None:
-            layers = [Layer(sd, f"model.layers.{i}.", self.shape, self.family, window, key, precision)
-                      for i, (window, key) in enumerate(zip(windows(config), rope_keys(config)))]
+            layers = [
+                Layer(sd, f"model.layers.{i}.", self.shape, self.family, window, key, precision)
+                for i, (window, key) in enumerate(zip(windows(config), rope_keys(config)))
+            ]
         self.layers = nn.ModuleList(layers)
         self.vocab_size = self.head.shape[0]  # an Int8Weight has a shape too
         self.embed_scale = self.family.embedding_scale(self.shape.hidden_size, self.dtype)
@@ -191,8 +221,15 @@ class LeanLM(nn.Module):
         return 0 if self.k_cache is None else 2 * self.k_cache.numel() * self.k_cache.element_size()
 
     @torch.inference_mode()
-    def forward(self, ids: torch.Tensor, pos: int, n_logits: int | None = None, start: list[int] | None = None,
-                positions: torch.Tensor | None = None, key_positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        ids: torch.Tensor,
+        pos: int,
+        n_logits: int | None = None,
+        start: list[int] | None = None,
+        positions: torch.Tensor | None = None,
+        key_positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """`start[b]`: the first real position of row b, for batches of left-padded prompts (keys before it are
         ignored; RoPE is relative, so a row's absolute offset does not matter).
 
@@ -202,15 +239,27 @@ class LeanLM(nn.Module):
         so slots a row leaves unused cost nothing but masked attention)."""
         B, T = ids.shape
         if self.k_cache is None or self.k_cache.shape[1] != B or pos + T > self.max_len:
-            raise ValueError(f"KV cache holds {self.max_len} positions for batch {self.k_cache.shape[1] if self.k_cache is not None else 0}; "
-                             f"need {pos + T} for batch {B}: call reset() first")
+            raise ValueError(
+                f"KV cache holds {self.max_len} positions for batch {self.k_cache.shape[1] if self.k_cache is not None else 0}; "
+                f"need {pos + T} for batch {B}: call reset() first"
+            )
         x = self.embed_tokens(ids)  # [B, T, D]
-        masks = {w: self._mask(T, pos, start, positions, key_positions, w) for w in {layer.window for layer in self.layers}}
+        masks = {
+            w: self._mask(T, pos, start, positions, key_positions, w) for w in {layer.window for layer in self.layers}
+        }
         if positions is not None:
             self.rotations(int(positions.max()) + 1)
         for i, layer in enumerate(self.layers):
-            x = layer(x, self._rot[layer.rope_key], self.k_cache[i], self.v_cache[i], pos, masks[layer.window], start,
-                      positions)
+            x = layer(
+                x,
+                self._rot[layer.rope_key],
+                self.k_cache[i],
+                self.v_cache[i],
+                pos,
+                masks[layer.window],
+                start,
+                positions,
+            )
         if n_logits == 0:  # prefill that only fills the cache
             return x.new_empty(B, 0, self.vocab_size)
         if n_logits is not None:
@@ -250,7 +299,11 @@ class LeanLM(nn.Module):
         logits = linear(rms_norm(x, self.norm, self.shape.rms_eps), self.head)
         return logits if self.shape.final_softcap is None else kernels.softcap(logits, self.shape.final_softcap)
 
-    def subset(self, layer_ids: list[int], config) -> "LeanLM":
+    def subset(self, layer_ids: list[int], config) -> LeanLM:
         """A model made of some of these layers (renumbered 0..k-1), sharing all weights with this one."""
-        sd = {"model.embed_tokens.weight": self.embed, "model.norm.weight": self.norm_weight, "lm_head.weight": self.head}
+        sd = {
+            "model.embed_tokens.weight": self.embed,
+            "model.norm.weight": self.norm_weight,
+            "lm_head.weight": self.head,
+        }
         return LeanLM(config, sd, layers=[self.layers[i] for i in layer_ids], precision=self.precision)

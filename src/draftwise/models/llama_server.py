@@ -57,8 +57,10 @@ def find_binary(explicit: str | os.PathLike | None = None) -> Path:
     if explicit:
         path = Path(explicit).expanduser()
         if not (path.is_file() and os.access(path, os.X_OK)):
-            raise DraftwiseError(f"no llama-server at {explicit} (not an executable file): give --llama-server PATH "
-                                 "or run scripts/setup.sh")
+            raise DraftwiseError(
+                f"no llama-server at {explicit} (not an executable file): give --llama-server PATH "
+                "or run scripts/setup.sh"
+            )
         return path
     found = shutil.which("llama-server")
     if found:
@@ -74,8 +76,10 @@ def check_args(args: Sequence[str]) -> list[str]:
     args = list(args)
     for a in args:
         if a.split("=", 1)[0] in RESERVED:
-            raise DraftwiseError(f"llama-server option {a.split('=', 1)[0]} is draftwise's to set (the target's GGUF, "
-                                 f"{HOST} and a free port); leave it out")
+            raise DraftwiseError(
+                f"llama-server option {a.split('=', 1)[0]} is draftwise's to set (the target's GGUF, "
+                f"{HOST} and a free port); leave it out"
+            )
     return args
 
 
@@ -153,9 +157,19 @@ class LlamaServer:
     """One llama-server process serving `gguf` (see the module docstring). Use as a context manager, or call
     `start()` and `close()`."""
 
-    def __init__(self, gguf: str | os.PathLike, *, threads: int, n_ctx: int, args: Sequence[str] = (),
-                 binary: str | os.PathLike | None = None, log: str | os.PathLike | None = None, port: int | None = None,
-                 start_timeout: float = 120.0, request_timeout: float = 3600.0):
+    def __init__(
+        self,
+        gguf: str | os.PathLike,
+        *,
+        threads: int,
+        n_ctx: int,
+        args: Sequence[str] = (),
+        binary: str | os.PathLike | None = None,
+        log: str | os.PathLike | None = None,
+        port: int | None = None,
+        start_timeout: float = 120.0,
+        request_timeout: float = 3600.0,
+    ):
         self.gguf, self.threads, self.n_ctx = Path(gguf), threads, n_ctx
         self.args, self.binary = check_args(args), binary
         self.log_path = Path(log) if log else None
@@ -181,9 +195,29 @@ class LlamaServer:
         on the CPU too; a GPU build would offload by default), no web UI (--no-webui: older builds know no --no-ui).
         The user's arguments come last, so they override any of these."""
         t = str(self.threads)
-        return [str(binary), "-m", str(self.gguf), "--host", HOST, "--port", str(self.port),
-                "-t", t, "-tb", t, "-c", str(self.n_ctx), "-np", "1", "--cache-ram", "0", "--no-webui", "-ngl", "0",
-                *self.args]
+        return [
+            str(binary),
+            "-m",
+            str(self.gguf),
+            "--host",
+            HOST,
+            "--port",
+            str(self.port),
+            "-t",
+            t,
+            "-tb",
+            t,
+            "-c",
+            str(self.n_ctx),
+            "-np",
+            "1",
+            "--cache-ram",
+            "0",
+            "--no-webui",
+            "-ngl",
+            "0",
+            *self.args,
+        ]
 
     def __enter__(self) -> LlamaServer:
         return self.start()
@@ -217,8 +251,9 @@ class LlamaServer:
         log.flush()
         offset = self._log_offset = log.tell()
         try:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         preexec_fn=_die_with_parent())
+            self.proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent()
+            )
         except OSError as e:
             log.close()
             raise DraftwiseError(f"cannot run llama-server {binary}: {e.strerror or e}") from e
@@ -232,19 +267,23 @@ class LlamaServer:
                 lines = self._log_lines(offset)
                 if any("couldn't bind" in l or "address already in use" in l.lower() for l in lines):
                     if self.fixed_port:
-                        raise DraftwiseError(f"port {self.port} on {HOST} is already in use: llama-server cannot "
-                                             f"listen there (log: {self.log_path})")
+                        raise DraftwiseError(
+                            f"port {self.port} on {HOST} is already in use: llama-server cannot "
+                            f"listen there (log: {self.log_path})"
+                        )
                     self._keep_log = False
                     return False
-                raise DraftwiseError(f"llama-server exited with code {rc} at start: {_reason(lines)} "
-                                     f"(log: {self.log_path})")
+                raise DraftwiseError(
+                    f"llama-server exited with code {rc} at start: {_reason(lines)} (log: {self.log_path})"
+                )
             if self._healthy():
                 return True
             if time.monotonic() > deadline:
                 self._keep_log = True
                 self.close()
-                raise DraftwiseError(f"llama-server did not become ready within {self.start_timeout:g} s "
-                                     f"(log: {self.log_path})")
+                raise DraftwiseError(
+                    f"llama-server did not become ready within {self.start_timeout:g} s (log: {self.log_path})"
+                )
             time.sleep(0.05)
 
     def _healthy(self) -> bool:
@@ -268,19 +307,38 @@ class LlamaServer:
         if self._own_log and not self._keep_log and self.log_path:
             self.log_path.unlink(missing_ok=True)
 
-    def complete(self, ids: Sequence[int], max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
-                 seed: int = 0) -> Completion:
+    def complete(
+        self, ids: Sequence[int], max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0
+    ) -> Completion:
         """Up to `max_new_tokens` new tokens after the prompt `ids` (see the module docstring for the sampling)."""
         if self.proc is None:
             self.start()
         ids = [int(i) for i in ids]
-        body = {"prompt": ids, "n_predict": max_new_tokens, "return_tokens": True, "cache_prompt": False,
-                "stream": False, "samplers": SAMPLERS, "temperature": temperature, "top_p": top_p, "top_k": 0,
-                "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0, "presence_penalty": 0.0,
-                "frequency_penalty": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0, "mirostat": 0,
-                "n_probs": 0, "ignore_eos": False, "seed": seed & 0xFFFFFFFF}
-        request = urllib.request.Request(self.url + "/completion", json.dumps(body).encode(),
-                                         {"Content-Type": "application/json"})
+        body = {
+            "prompt": ids,
+            "n_predict": max_new_tokens,
+            "return_tokens": True,
+            "cache_prompt": False,
+            "stream": False,
+            "samplers": SAMPLERS,
+            "temperature": temperature,
+            "top_p": top_p,
+            "top_k": 0,
+            "min_p": 0.0,
+            "typical_p": 1.0,
+            "repeat_penalty": 1.0,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+            "dry_multiplier": 0.0,
+            "xtc_probability": 0.0,
+            "mirostat": 0,
+            "n_probs": 0,
+            "ignore_eos": False,
+            "seed": seed & 0xFFFFFFFF,
+        }
+        request = urllib.request.Request(
+            self.url + "/completion", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
         start = time.perf_counter()
         try:
             with self._http.open(request, timeout=self.request_timeout) as r:
@@ -291,17 +349,23 @@ class LlamaServer:
             rc = self.proc.poll()
             if rc is not None:
                 self._keep_log = True
-                raise DraftwiseError(f"llama-server exited with code {rc} during a request: {_reason(self._log_lines(self._log_offset))} "
-                                     f"(log: {self.log_path})") from None
+                raise DraftwiseError(
+                    f"llama-server exited with code {rc} during a request: {_reason(self._log_lines(self._log_offset))} "
+                    f"(log: {self.log_path})"
+                ) from None
             raise DraftwiseError(f"llama-server did not answer at {self.url}: {getattr(e, 'reason', e)}") from None
         wall = time.perf_counter() - start
         timings = out.get("timings", {})
         if out.get("tokens_evaluated") != len(ids):
-            raise DraftwiseError(f"llama-server evaluated {out.get('tokens_evaluated')} prompt tokens for {len(ids)} ids "
-                                 "(it added or dropped tokens, e.g. a BOS): its figures would not be comparable")
+            raise DraftwiseError(
+                f"llama-server evaluated {out.get('tokens_evaluated')} prompt tokens for {len(ids)} ids "
+                "(it added or dropped tokens, e.g. a BOS): its figures would not be comparable"
+            )
         if timings.get("cache_n", 0):
-            raise DraftwiseError(f"llama-server reused {timings['cache_n']} cached prompt tokens: its prompt cache must "
-                                 "be off for a fair prefill")
+            raise DraftwiseError(
+                f"llama-server reused {timings['cache_n']} cached prompt tokens: its prompt cache must "
+                "be off for a fair prefill"
+            )
         return Completion([int(t) for t in out["tokens"]], wall, timings, out.get("stop_type", ""))
 
 

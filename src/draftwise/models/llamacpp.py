@@ -42,9 +42,12 @@ def _lib():
         import llama_cpp
         from llama_cpp import llama_cpp as C
     except (ImportError, OSError) as e:
-        raise DraftwiseError(f"the llama.cpp backend needs llama-cpp-python=={PINNED} built with its library: run "
-                             f"`bash scripts/setup.sh` ({str(e).splitlines()[0]})") from e
+        raise DraftwiseError(
+            f"the llama.cpp backend needs llama-cpp-python=={PINNED} built with its library: run "
+            f"`bash scripts/setup.sh` ({str(e).splitlines()[0]})"
+        ) from e
     if _LOG_CALLBACK is None:
+
         @C.llama_log_callback
         def keep(level: int, text: bytes, user_data) -> None:
             _LOG.append(text.decode("utf-8", "replace"))
@@ -143,8 +146,10 @@ class LlamaCppLM:
             _LOG.clear()
             self.ctx = C.llama_init_from_model(self.model.ptr, params)
             if not self.ctx:
-                raise DraftwiseError(f"llama.cpp cannot make a context of {params.n_ctx} positions for "
-                                     f"{self.model.path.name}: {last_error()}")
+                raise DraftwiseError(
+                    f"llama.cpp cannot make a context of {params.n_ctx} positions for "
+                    f"{self.model.path.name}: {last_error()}"
+                )
             self.n_ctx, self.n_seq = params.n_ctx, batch_size
             self.mem = C.llama_get_memory(self.ctx)
         C.llama_memory_clear(self.mem, True)
@@ -184,7 +189,9 @@ class LlamaCppLM:
         batch.n_tokens = len(tokens)
         n_out = sum(t[3] for t in tokens)
         if len(tokens) > self.C.llama_n_batch(self.ctx):
-            raise DraftwiseError(f"a pass of {len(tokens)} tokens exceeds llama.cpp's batch of {C.llama_n_batch(self.ctx)}")
+            raise DraftwiseError(
+                f"a pass of {len(tokens)} tokens exceeds llama.cpp's batch of {C.llama_n_batch(self.ctx)}"
+            )
         rc = C.llama_decode(self.ctx, batch)
         if rc != 0:
             raise DraftwiseError(f"llama_decode failed ({rc}) on {self.model.path.name}: {last_error()}")
@@ -202,14 +209,23 @@ class LlamaCppLM:
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     @torch.inference_mode()
-    def forward(self, ids: torch.Tensor, pos: int, n_logits: int | None = None, start: list[int] | None = None,
-                positions: torch.Tensor | None = None, key_positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        ids: torch.Tensor,
+        pos: int,
+        n_logits: int | None = None,
+        start: list[int] | None = None,
+        positions: torch.Tensor | None = None,
+        key_positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Logits [B, n, V] of the last `n_logits` of the T positions pos..pos+T-1 (all T when None; none when 0).
         See the module docstring for `start` (left padding) and `positions` / `key_positions` (batched SD)."""
         B, T = ids.shape
         if self.ctx is None or B > self.n_seq or pos + T > self.max_len:
-            raise ValueError(f"llama.cpp context holds {self.max_len} positions for batch {self.n_seq}; need {pos + T} "
-                             f"for batch {B}: call reset() first")
+            raise ValueError(
+                f"llama.cpp context holds {self.max_len} positions for batch {self.n_seq}; need {pos + T} "
+                f"for batch {B}: call reset() first"
+            )
         n = T if n_logits is None or key_positions is not None and n_logits != 0 else n_logits
         rows = ids.tolist()
         entries, where = [], []  # where: (row, column) of each output entry

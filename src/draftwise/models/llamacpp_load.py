@@ -48,7 +48,7 @@ def gguf_file(spec: str) -> Path | None:
     return path
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _checked(path: Path, stamp: str) -> None:
     """`check_gguf`, once per version of a file (`stamp`) in a process: specs are resolved to files many times."""
     check_gguf(path)
@@ -71,7 +71,6 @@ def metadata(gguf: Path, tokenizer: bool = True):
 
     note = json.loads(source(gguf).read_text()) if source(gguf).is_file() else {}
     if note.get("spec") == note.get("target") and not note.get("spec", "layers:").startswith(("layers:", "random:")):
-
         config, tok = _config_and_tokenizer(resolve(note["spec"]), ModelOptions())
         return config, tok if tokenizer else None
 
@@ -83,7 +82,9 @@ def metadata(gguf: Path, tokenizer: bool = True):
         try:
             AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True).save_pretrained(tmp)
             if tokenizer:
-                AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True).save_pretrained(tmp)
+                AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True).save_pretrained(
+                    tmp
+                )
         except Exception as e:  # transformers raises many types for GGUF metadata it cannot read
             raise DraftwiseError(f"cannot read the metadata of {gguf}: {str(e).splitlines()[0]}") from e
         shutil.rmtree(out, ignore_errors=True)
@@ -103,9 +104,11 @@ def check_vocab(target: Path, drafter: Path) -> None:
     ours, theirs = (read_tokenizer(p)["tokenizer.ggml.tokens"][0] for p in (target, drafter))
     if ours != theirs:
         differ = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
-        raise DraftwiseError(f"drafter {drafter.name} has another vocabulary than the target {target.name} "
-                             f"({len(theirs)} vs {len(ours)} tokens, first difference at id {differ}): a drafter must "
-                             "use the target's tokenizer")
+        raise DraftwiseError(
+            f"drafter {drafter.name} has another vocabulary than the target {target.name} "
+            f"({len(theirs)} vs {len(ours)} tokens, first difference at id {differ}): a drafter must "
+            "use the target's tokenizer"
+        )
 
 
 def written(spec: str, target_spec: str, quant: str) -> Path:
@@ -164,11 +167,20 @@ def load(spec: str, options):
         factory = lambda: hf.from_pretrained(resolve(spec), dtype, "cpu")  # noqa: E731
         return _model(spec, file, config, tokenizer, options, factory, None)
     if spec.startswith("random:"):
-        raise DraftwiseError(f"{spec}: random-weight targets run on the lean engine (a random drafter can run on llama.cpp)")
+        raise DraftwiseError(
+            f"{spec}: random-weight targets run on the lean engine (a random drafter can run on llama.cpp)"
+        )
     path = resolve(spec)
     config, tokenizer = _config_and_tokenizer(path, options)
-    return _model(spec, written(spec, spec, options.gguf_quant), config, tokenizer, options,
-                  lambda: hf.from_pretrained(path, dtype, "cpu"), path)
+    return _model(
+        spec,
+        written(spec, spec, options.gguf_quant),
+        config,
+        tokenizer,
+        options,
+        lambda: hf.from_pretrained(path, dtype, "cpu"),
+        path,
+    )
 
 
 def load_drafter(spec: str, target, options):
@@ -189,16 +201,21 @@ def load_drafter(spec: str, target, options):
     else:
         path = resolve(spec)
         if vocab.read_map(path) is not None:
-            raise DraftwiseError(f"{spec}: reduced-vocabulary drafters run on the lean engine only (llama.cpp verifies "
-                                 "against the target's whole vocabulary); use the full-vocabulary checkpoint")
+            raise DraftwiseError(
+                f"{spec}: reduced-vocabulary drafters run on the lean engine only (llama.cpp verifies "
+                "against the target's whole vocabulary); use the full-vocabulary checkpoint"
+            )
         config, tokenizer = _config_and_tokenizer(path, options)
-    return _model(spec, written(spec, target.name, options.gguf_quant), config, tokenizer, options, _no_twin(spec), None)
+    return _model(
+        spec, written(spec, target.name, options.gguf_quant), config, tokenizer, options, _no_twin(spec), None
+    )
 
 
 def _no_twin(spec: str):
     def refuse():
-        raise DraftwiseError(f"{spec} runs on llama.cpp: transformers baselines of a drafter need the lean or "
-                             "transformers backend")
+        raise DraftwiseError(
+            f"{spec} runs on llama.cpp: transformers baselines of a drafter need the lean or transformers backend"
+        )
 
     return refuse
 
@@ -219,8 +236,23 @@ def stamp(model) -> dict:
     """What a llama.cpp timing was taken with: engine, llama.cpp's build, the file's quantization, the threads."""
     from .llamacpp import build_info
 
-    return {"engine": LLAMA_CPP, "llama_cpp": build_info(), "quant": quant_name(model.gguf),
-            "threads": model.lm.model.threads, "gguf": Path(model.gguf).name}
+    return {
+        "engine": LLAMA_CPP,
+        "llama_cpp": build_info(),
+        "quant": quant_name(model.gguf),
+        "threads": model.lm.model.threads,
+        "gguf": Path(model.gguf).name,
+    }
 
 
-__all__ = ["LLAMA_CPP", "GGUF_QUANTS", "gguf_file", "metadata", "written", "load", "load_drafter", "quant_name", "stamp"]
+__all__ = [
+    "LLAMA_CPP",
+    "GGUF_QUANTS",
+    "gguf_file",
+    "metadata",
+    "written",
+    "load",
+    "load_drafter",
+    "quant_name",
+    "stamp",
+]

@@ -41,7 +41,7 @@ def parse(spec: str, base: dict | None = None) -> dict:
     """`random:layers=5,hidden=2048` -> the full shape (left-out keys from `base`, else LLaMA-7B)."""
     shape = dict(base or LLAMA_7B)
     shape.setdefault("seed", 0)
-    body = spec[len(PREFIX):]
+    body = spec[len(PREFIX) :]
     for part in filter(None, (p.strip() for p in body.split(","))):
         key, _, value = part.partition("=")
         if key not in KEYS or not value.isdigit():
@@ -58,9 +58,16 @@ def parse(spec: str, base: dict | None = None) -> dict:
 
 def shape_of(config) -> dict:
     heads = config.num_attention_heads
-    return {"layers": config.num_hidden_layers, "hidden": config.hidden_size, "heads": heads,
-            "kv_heads": config.num_key_value_heads, "head_dim": getattr(config, "head_dim", None) or config.hidden_size // heads,
-            "ffn": config.intermediate_size, "vocab": config.vocab_size, "tied": bool(config.tie_word_embeddings)}
+    return {
+        "layers": config.num_hidden_layers,
+        "hidden": config.hidden_size,
+        "heads": heads,
+        "kv_heads": config.num_key_value_heads,
+        "head_dim": getattr(config, "head_dim", None) or config.hidden_size // heads,
+        "ffn": config.intermediate_size,
+        "vocab": config.vocab_size,
+        "tied": bool(config.tie_word_embeddings),
+    }
 
 
 def llama_config(shape: dict, template=None):
@@ -69,9 +76,18 @@ def llama_config(shape: dict, template=None):
     from transformers import LlamaConfig
 
     config = template.__class__.from_dict(template.to_dict()) if template is not None else LlamaConfig()
-    config.update(dict(num_hidden_layers=shape["layers"], hidden_size=shape["hidden"], num_attention_heads=shape["heads"],
-                       num_key_value_heads=shape["kv_heads"], head_dim=shape["head_dim"], intermediate_size=shape["ffn"],
-                       vocab_size=shape["vocab"], tie_word_embeddings=shape.get("tied", False)))
+    config.update(
+        dict(
+            num_hidden_layers=shape["layers"],
+            hidden_size=shape["hidden"],
+            num_attention_heads=shape["heads"],
+            num_key_value_heads=shape["kv_heads"],
+            head_dim=shape["head_dim"],
+            intermediate_size=shape["ffn"],
+            vocab_size=shape["vocab"],
+            tie_word_embeddings=shape.get("tied", False),
+        )
+    )
     if getattr(template, "layer_types", None):
         config.layer_types = [template.layer_types[i % len(template.layer_types)] for i in range(shape["layers"])]
     if template is None:
@@ -99,22 +115,42 @@ def random_state_dict(config, dtype: torch.dtype, device: str, seed: int = 0) ->
     for i in range(config.num_hidden_layers):
         p = f"model.layers.{i}."
         if family.fused_weights:
-            sd.update({p + "self_attn.qkv_proj.weight": w((heads + 2 * kv) * hd, d), p + "mlp.gate_up_proj.weight": w(2 * f, d)})
+            sd.update(
+                {
+                    p + "self_attn.qkv_proj.weight": w((heads + 2 * kv) * hd, d),
+                    p + "mlp.gate_up_proj.weight": w(2 * f, d),
+                }
+            )
         else:
-            sd.update({p + "self_attn.q_proj.weight": w(heads * hd, d), p + "self_attn.k_proj.weight": w(kv * hd, d),
-                       p + "self_attn.v_proj.weight": w(kv * hd, d), p + "mlp.gate_proj.weight": w(f, d),
-                       p + "mlp.up_proj.weight": w(f, d)})
-        sd.update({p + "self_attn.o_proj.weight": w(d, heads * hd), p + "mlp.down_proj.weight": w(d, f),
-                   p + "input_layernorm.weight": norm(d), p + "post_attention_layernorm.weight": norm(d)})
+            sd.update(
+                {
+                    p + "self_attn.q_proj.weight": w(heads * hd, d),
+                    p + "self_attn.k_proj.weight": w(kv * hd, d),
+                    p + "self_attn.v_proj.weight": w(kv * hd, d),
+                    p + "mlp.gate_proj.weight": w(f, d),
+                    p + "mlp.up_proj.weight": w(f, d),
+                }
+            )
+        sd.update(
+            {
+                p + "self_attn.o_proj.weight": w(d, heads * hd),
+                p + "mlp.down_proj.weight": w(d, f),
+                p + "input_layernorm.weight": norm(d),
+                p + "post_attention_layernorm.weight": norm(d),
+            }
+        )
         if family.sandwich_norms:
-            sd.update({p + "pre_feedforward_layernorm.weight": norm(d), p + "post_feedforward_layernorm.weight": norm(d)})
+            sd.update(
+                {p + "pre_feedforward_layernorm.weight": norm(d), p + "post_feedforward_layernorm.weight": norm(d)}
+            )
         if family.qk_norm:
             sd.update({p + "self_attn.q_norm.weight": norm(hd), p + "self_attn.k_norm.weight": norm(hd)})
     return sd
 
 
-def random_lm(config, dtype: torch.dtype, device: str, seed: int = 0, compile: bool = False,
-              precision: str = "fp32") -> LeanLM:
+def random_lm(
+    config, dtype: torch.dtype, device: str, seed: int = 0, compile: bool = False, precision: str = "fp32"
+) -> LeanLM:
     """A LeanLM of `config`'s shape and family with the weights of `random_state_dict` (`precision` int8: its
     matrices quantized from them)."""
     return LeanLM(config, random_state_dict(config, dtype, device, seed), compile=compile, precision=precision)

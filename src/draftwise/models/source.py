@@ -109,7 +109,7 @@ def check_gguf(path: Path) -> None:
 
     def value(kind: int):
         if kind == gg.GGUFValueType.STRING:
-            return bytes(buf[skip(read("Q")): at])
+            return bytes(buf[skip(read("Q")) : at])
         if kind == gg.GGUFValueType.ARRAY:
             item, n = read("I"), read("Q")
             if item in _SCALARS:  # skipped whole: a vocabulary's token types are tens of thousands of items
@@ -136,8 +136,9 @@ def check_gguf(path: Path) -> None:
             block, type_size = gg.GGML_QUANT_SIZES[gg.GGMLQuantizationType(read("I"))]
             ends.append((read("Q") + math.prod(shape) // block * type_size, name.decode(errors="replace")))
     except EOFError:
-        raise DraftwiseError(f"{path} is truncated: its header runs past the file's {size} bytes (a partial "
-                             "download?)") from None
+        raise DraftwiseError(
+            f"{path} is truncated: its header runs past the file's {size} bytes (a partial download?)"
+        ) from None
     except (KeyError, ValueError):  # an unknown value or tensor type: not this check's to judge
         return
     finally:
@@ -145,8 +146,10 @@ def check_gguf(path: Path) -> None:
             buf.close()
     end, name = max(ends, default=(0, ""))
     if at + (-at) % alignment + end > size:  # tensor data starts at the header's end, aligned
-        raise DraftwiseError(f"{path} is truncated: tensor {name} needs bytes up to {at + (-at) % alignment + end} "
-                             f"but the file has {size} (a partial download?)")
+        raise DraftwiseError(
+            f"{path} is truncated: tensor {name} needs bytes up to {at + (-at) % alignment + end} "
+            f"but the file has {size} (a partial download?)"
+        )
 
 
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}  # GGUFValueType

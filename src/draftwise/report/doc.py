@@ -7,7 +7,6 @@ import html
 import re
 from pathlib import Path
 
-
 INLINE_CODE = re.compile(r"`([^`]+)`")
 
 
@@ -43,8 +42,12 @@ class Doc:
             elif b[0] == "p":
                 out.append(b[1])
             elif b[0] == "table":
-                out.append("\n".join(["| " + " | ".join(b[1]) + " |", "|" + " --- |" * len(b[1])]
-                                     + ["| " + " | ".join(r) + " |" for r in b[2]]))
+                out.append(
+                    "\n".join(
+                        ["| " + " | ".join(b[1]) + " |", "|" + " --- |" * len(b[1])]
+                        + ["| " + " | ".join(r) + " |" for r in b[2]]
+                    )
+                )
             elif b[0] == "img":
                 out.append(f"![{b[2]}]({b[1].relative_to(base)})\n\n*{b[2]}*")
             else:
@@ -52,10 +55,12 @@ class Doc:
         return "\n\n".join(out) + "\n"
 
     def html(self, title: str) -> str:
-        out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>"
-               "body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}table{border-collapse:collapse}"
-               "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}img{max-width:100%}pre{background:#f5f5f5;"
-               "padding:8px;overflow-x:auto}</style></head><body>"]
+        out = [
+            f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>"
+            "body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}table{border-collapse:collapse}"
+            "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}img{max-width:100%}pre{background:#f5f5f5;"
+            "padding:8px;overflow-x:auto}</style></head><body>"
+        ]
         for b in self.blocks:
             if b[0] == "h":
                 out.append(f"<h{b[1]}>{html.escape(b[2])}</h{b[1]}>")
@@ -67,8 +72,10 @@ class Doc:
                 out.append(f"<table><tr>{head}</tr>{body}</table>")
             elif b[0] == "img":
                 data = base64.b64encode(b[1].read_bytes()).decode()
-                out.append(f"<figure><img src='data:image/png;base64,{data}'><figcaption>{html.escape(b[2])}"
-                           "</figcaption></figure>")
+                out.append(
+                    f"<figure><img src='data:image/png;base64,{data}'><figcaption>{html.escape(b[2])}"
+                    "</figcaption></figure>"
+                )
             else:
                 out.append(f"<pre>{html.escape(b[1])}</pre>")
         return "\n".join(out + ["</body></html>"])

@@ -46,10 +46,18 @@ def plot_profile(summary: dict, folder: Path) -> list[Path]:
         fit = e.get("depth_fit")
         if fit:
             xs = [0, max(p[0] for p in pts)]
-            ax.plot(xs, [fit["fixed_ms"] + fit["per_layer_ms"] * x for x in xs], "-", color=line.get_color(), lw=1,
-                    label=f"fit {fit['fixed_ms']:.1f} + {fit['per_layer_ms']:.2f}·L ms")
+            ax.plot(
+                xs,
+                [fit["fixed_ms"] + fit["per_layer_ms"] * x for x in xs],
+                "-",
+                color=line.get_color(),
+                lw=1,
+                label=f"fit {fit['fixed_ms']:.1f} + {fit['per_layer_ms']:.2f}·L ms",
+            )
         if e.get("head_ms"):
-            ax.axhline(e["head_ms"], ls="--", color=line.get_color(), lw=1, label=f"LM head alone ({e['head_ms']:.1f} ms)")
+            ax.axhline(
+                e["head_ms"], ls="--", color=line.get_color(), lw=1, label=f"LM head alone ({e['head_ms']:.1f} ms)"
+            )
     ax.set(xlabel="layers (full width)", ylabel="ms per step", title="Step time vs depth")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
@@ -69,7 +77,9 @@ def _series(rows: list[dict], family: str, x: str):
 
 def plot_sweep(summary: dict, folder: Path) -> list[Path]:
     rows = summary["rows"]
-    footer = f"draftwise sweep (budget {summary['budget'] / 1e6:.0f}M non-embedding, context {summary['context']}); {folder}"
+    footer = (
+        f"draftwise sweep (budget {summary['budget'] / 1e6:.0f}M non-embedding, context {summary['context']}); {folder}"
+    )
     paths = []
 
     def latency_plot(family_styles, x: str, xlabel: str, title: str, name: str) -> Path:
@@ -77,25 +87,52 @@ def plot_sweep(summary: dict, folder: Path) -> list[Path]:
         for family, style, label in family_styles:
             for (b, v), pts in _series(rows, family, x).items():
                 shape = pts[0][1]["shape"]
-                ax.plot([p[0] for p in pts], [p[1]["step_ms"] for p in pts], style,
-                        label=label.format(layers=shape["layers"], hidden=shape["hidden"]) + f", V={v}, batch {b}")
+                ax.plot(
+                    [p[0] for p in pts],
+                    [p[1]["step_ms"] for p in pts],
+                    style,
+                    label=label.format(layers=shape["layers"], hidden=shape["hidden"]) + f", V={v}, batch {b}",
+                )
         ax.set(xlabel=xlabel, ylabel="ms per draft step", title=title)
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=6)
         return _save(fig, folder / name, footer)
 
-    paths.append(latency_plot([("equal_budget", "o-", "equal budget"), ("truncation", "s--", "target truncated (d={hidden})")],
-                              "layers", "layers", "Step time vs depth at equal non-embedding parameters", "latency_vs_layers.png"))
-    paths.append(latency_plot([("width", "o-", "{layers} layers")], "hidden", "hidden size", "Step time vs width at fixed depth",
-                              "latency_vs_width.png"))
+    paths.append(
+        latency_plot(
+            [("equal_budget", "o-", "equal budget"), ("truncation", "s--", "target truncated (d={hidden})")],
+            "layers",
+            "layers",
+            "Step time vs depth at equal non-embedding parameters",
+            "latency_vs_layers.png",
+        )
+    )
+    paths.append(
+        latency_plot(
+            [("width", "o-", "{layers} layers")],
+            "hidden",
+            "hidden size",
+            "Step time vs width at fixed depth",
+            "latency_vs_width.png",
+        )
+    )
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for family, marker in (("equal_budget", "o-"), ("truncation", "s--")):
         series = _series(rows, family, "layers")
         if series:
             pts = next(iter(series.values()))
-            ax.plot([p[0] for p in pts], [p[1]["kv_bytes_per_seq"] / 1e6 for p in pts], marker, label=family.replace("_", " "))
-    ax.set(xlabel="layers", ylabel=f"KV cache MB per sequence ({summary['context']} positions, {summary.get('dtype', 'fp32')})", title="KV footprint vs depth")
+            ax.plot(
+                [p[0] for p in pts],
+                [p[1]["kv_bytes_per_seq"] / 1e6 for p in pts],
+                marker,
+                label=family.replace("_", " "),
+            )
+    ax.set(
+        xlabel="layers",
+        ylabel=f"KV cache MB per sequence ({summary['context']} positions, {summary.get('dtype', 'fp32')})",
+        title="KV footprint vs depth",
+    )
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7)
     paths.append(_save(fig, folder / "kv_vs_layers.png", footer))
@@ -112,7 +149,13 @@ def plot_learning_curve(records: list[dict], folder: Path) -> Path:
         ax1.plot([r["tokens"] for r in train], [r["loss"] for r in train], color="0.6", lw=0.8, label="train loss")
     ax1.set(xlabel="trained tokens", ylabel="loss")
     ax2 = ax1.twinx()
-    ax2.plot([r["tokens"] for r in evals], [r["agreement"] for r in evals], "o-", color="C0", label="held-out top-1 agreement")
+    ax2.plot(
+        [r["tokens"] for r in evals],
+        [r["agreement"] for r in evals],
+        "o-",
+        color="C0",
+        label="held-out top-1 agreement",
+    )
     ax2.set_ylabel("agreement")
     ax2.set_ylim(0, 1)
     fig.legend(loc="upper center", fontsize=7, ncol=2)

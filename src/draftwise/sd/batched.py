@@ -22,9 +22,16 @@ class Continuation:
     topk_probs: list[list[float]] = field(default_factory=list)  # and their probabilities (temperature 1, full vocab)
 
 
-def generate_batch(lm, prompts: list[list[int]], params: SamplingParams, max_new_tokens: int,
-                   generator: torch.Generator, eos: frozenset[int] = frozenset(), topk: int = 0,
-                   pad_id: int = 0) -> list[Continuation]:
+def generate_batch(
+    lm,
+    prompts: list[list[int]],
+    params: SamplingParams,
+    max_new_tokens: int,
+    generator: torch.Generator,
+    eos: frozenset[int] = frozenset(),
+    topk: int = 0,
+    pad_id: int = 0,
+) -> list[Continuation]:
     """Continue every prompt; with `topk` > 0 also keep the model's top-k distribution at each new position."""
     B, L = len(prompts), max(len(p) for p in prompts)
     start = [L - len(p) for p in prompts]

@@ -22,10 +22,17 @@ from .rows import Rows
 from .sampling import SamplingParams
 
 
-def generate_batch_sd(target, prompts: list[list[int]], params: SamplingParams, max_new_tokens: int,
-                      generator: torch.Generator, drafter=None, gamma: int = 0,
-                      eos: frozenset[int] = frozenset(), synthetic_alpha: float | None = None
-                      ) -> tuple[list[Generation], float]:
+def generate_batch_sd(
+    target,
+    prompts: list[list[int]],
+    params: SamplingParams,
+    max_new_tokens: int,
+    generator: torch.Generator,
+    drafter=None,
+    gamma: int = 0,
+    eos: frozenset[int] = frozenset(),
+    synthetic_alpha: float | None = None,
+) -> tuple[list[Generation], float]:
     """Decode every prompt; returns one Generation per row and the wall seconds of the whole batch."""
     if not prompts or not all(prompts):
         raise DraftwiseError("every prompt needs at least one token")
@@ -48,13 +55,20 @@ def generate_batch_sd(target, prompts: list[list[int]], params: SamplingParams, 
         drafts = {b: drafts.get(b) or Draft() for b in active}
         sync(target.device)
         t_drafted = time.perf_counter()
-        blocks = [seqs[b][p_rows.length(b):] + drafts[b].tokens if b in drafts else [] for b in range(B)]
+        blocks = [seqs[b][p_rows.length(b) :] + drafts[b].tokens if b in drafts else [] for b in range(B)]
         logits = p_rows.feed(blocks)  # [B, T, V]: each active row's block is its pending token + its drafts
         settled = {}
         for b in active:
             n = len(drafts[b].tokens)
-            verdict, new = settle(drafts[b], logits[b, : n + 1], params, generator,
-                                  max_new_tokens - len(outs[b].tokens), eos, synthetic_alpha)
+            verdict, new = settle(
+                drafts[b],
+                logits[b, : n + 1],
+                params,
+                generator,
+                max_new_tokens - len(outs[b].tokens),
+                eos,
+                synthetic_alpha,
+            )
             seqs[b] += new
             outs[b].tokens += new
             p_rows.keep(b, min(p_rows.length(b), len(seqs[b]) - 1))  # the last token is fed next round
@@ -65,8 +79,11 @@ def generate_batch_sd(target, prompts: list[list[int]], params: SamplingParams, 
         t_end = time.perf_counter()
         for b, (n, accepted, emitted, source) in settled.items():  # every row of the batch waited for the whole round
             outs[b].rounds.append(Round(n, accepted, emitted, t_drafted - t_round, t_end - t_drafted, source))
-        active = [b for b in active
-                  if len(outs[b].tokens) < max_new_tokens and not (outs[b].tokens and outs[b].tokens[-1] in eos)]
+        active = [
+            b
+            for b in active
+            if len(outs[b].tokens) < max_new_tokens and not (outs[b].tokens and outs[b].tokens[-1] in eos)
+        ]
     seconds = time.perf_counter() - start
     for out in outs:
         out.seconds, out.prefill_s = seconds, prefill_s

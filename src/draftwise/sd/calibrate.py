@@ -30,13 +30,21 @@ from .sampling import SamplingParams, probs
 from .schedule import Calibration, feature
 
 FILE = "calibration.json"
-DEFINITIONS = ("counts[feature bin] = [proposed positions observed, sum of their acceptance probabilities]: at T = 0 "
-               "1[x = the target's greedy token], at T > 0 min(1, p_T(x)) after the target's greedy text; a lookup "
-               "replayed over that text, a position observed while the proposal agreed with the text before it")
+DEFINITIONS = (
+    "counts[feature bin] = [proposed positions observed, sum of their acceptance probabilities]: at T = 0 "
+    "1[x = the target's greedy token], at T > 0 min(1, p_T(x)) after the target's greedy text; a lookup "
+    "replayed over that text, a position observed while the proposal agreed with the text before it"
+)
 
 
-def observe_text(calibration: Calibration, lookup: Drafter, prompt: list[int], continuation: list[int], gamma: int,
-                 p_text: torch.Tensor | None = None) -> int:
+def observe_text(
+    calibration: Calibration,
+    lookup: Drafter,
+    prompt: list[int],
+    continuation: list[int],
+    gamma: int,
+    p_text: torch.Tensor | None = None,
+) -> int:
     """Replay `lookup` at lookahead γ over `continuation` (rounds advance as greedy SD's would) and observe each
     proposed position the text reaches; `p_text` [n, V]: the target's probabilities after each prefix of the text at
     the temperature calibrated (None: greedy). Returns the positions observed."""
@@ -68,7 +76,9 @@ def text_logits(lm, prompt: list[int], continuation: list[int]) -> torch.Tensor:
     return lm.forward(ids, 0, len(continuation) + 1)[0, :-1].float()  # [n, V]
 
 
-def calibrate(lm, texts: Sequence[dict], lookups: dict[str, tuple[Drafter, int]], temperatures: Sequence[float]) -> dict:
+def calibrate(
+    lm, texts: Sequence[dict], lookups: dict[str, tuple[Drafter, int]], temperatures: Sequence[float]
+) -> dict:
     """calibration.json's content: every lookup in `lookups` ({spec: (drafter, γ)}) replayed at its γ over every text
     ({prompt, continuation} token ids), the observations pooled per temperature (the features name the proposer's
     signal, so one table serves every lookup)."""
@@ -80,9 +90,12 @@ def calibrate(lm, texts: Sequence[dict], lookups: dict[str, tuple[Drafter, int]]
             p_text = probs(logits, SamplingParams(t)) if t > 0 else None  # [n, V]
             for lookup, gamma in lookups.values():
                 positions[t] += observe_text(tables[t], lookup, text["prompt"], text["continuation"], gamma, p_text)
-    return {"definitions": DEFINITIONS, "drafters": {spec: gamma for spec, (_, gamma) in lookups.items()},
-            "texts": len(texts),
-            "temperatures": {f"{t:g}": {"positions": positions[t], "counts": tables[t].counts} for t in temperatures}}
+    return {
+        "definitions": DEFINITIONS,
+        "drafters": {spec: gamma for spec, (_, gamma) in lookups.items()},
+        "texts": len(texts),
+        "temperatures": {f"{t:g}": {"positions": positions[t], "counts": tables[t].counts} for t in temperatures},
+    }
 
 
 def write(folder: str | Path, content: dict) -> Path:

@@ -115,7 +115,7 @@ class ModelDrafter:
     def __init__(self, lm: LM):
         self.lm = lm
 
-    def start(self, prompts: list[list[int]], slots: int, vocab_size: int, batched: bool = False) -> "ModelSession":
+    def start(self, prompts: list[list[int]], slots: int, vocab_size: int, batched: bool = False) -> ModelSession:
         """Prefill every prompt but its last token (fed with the first draft step)."""
         if batched:
             rows = Rows(self.lm, len(prompts), slots)
@@ -134,14 +134,20 @@ class ModelSession:
     def __init__(self, cache):
         self.cache = cache
 
-    def propose(self, seqs: dict[int, list[int]], gamma: int, params: SamplingParams, generator: torch.Generator,
-                stop_below: float = 0.0) -> dict[int, Draft]:
+    def propose(
+        self,
+        seqs: dict[int, list[int]],
+        gamma: int,
+        params: SamplingParams,
+        generator: torch.Generator,
+        stop_below: float = 0.0,
+    ) -> dict[int, Draft]:
         """γ serial steps for every row; the first feeds each row whatever its cache has not seen. With `stop_below`
         a row stops early once q(its own token) < stop_below (adaptive lookahead: the drafter's side only)."""
         drafts = {b: Draft([], None if params.greedy else [], "model", []) for b in seqs}
         if gamma < 1:
             return drafts
-        last = self.cache.last_logits({b: seq[self.cache.length(b):] for b, seq in seqs.items()})  # {row: [V]}
+        last = self.cache.last_logits({b: seq[self.cache.length(b) :] for b, seq in seqs.items()})  # {row: [V]}
         for i in range(gamma):
             for b in list(last):
                 d = drafts[b]
@@ -168,11 +174,14 @@ class HybridDrafter:
     def __init__(self, model: ModelDrafter, lookup: Drafter, model_gamma: int | None = None):
         self.model, self.lookup, self.model_gamma = model, lookup, model_gamma
 
-    def start(self, prompts: list[list[int]], slots: int, vocab_size: int, batched: bool = False) -> "HybridSession":
+    def start(self, prompts: list[list[int]], slots: int, vocab_size: int, batched: bool = False) -> HybridSession:
         if batched:  # a row drafting by lookup lags in the model's cache; shared batch slots would not bound the lag
             raise DraftwiseError("hybrid drafters run at batch size 1")
-        return HybridSession(self.model.start(prompts, slots, vocab_size), self.lookup.start(prompts, slots, vocab_size),
-                             self.model_gamma)
+        return HybridSession(
+            self.model.start(prompts, slots, vocab_size),
+            self.lookup.start(prompts, slots, vocab_size),
+            self.model_gamma,
+        )
 
 
 class HybridSession:

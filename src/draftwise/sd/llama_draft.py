@@ -34,7 +34,7 @@ class LookupDraftModel(_Base):
         self.session, self.seen = None, []
 
     @classmethod
-    def from_spec(cls, spec: str, num_pred_tokens: int) -> "LookupDraftModel":
+    def from_spec(cls, spec: str, num_pred_tokens: int) -> LookupDraftModel:
         """From a draftwise lookup spec (`ngram[:...]`, `suffix[:DIR][,...]`, any registered lookup family)."""
         return cls(families.lookup(spec), num_pred_tokens)
 

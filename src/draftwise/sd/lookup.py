@@ -37,7 +37,9 @@ class NgramDrafter:
     def index(self) -> NgramIndex:
         return NgramIndex(self.min_n, self.max_n)
 
-    def start(self, prompts: list[list[int]], slots: int = 0, vocab_size: int = 0, batched: bool = False) -> "LookupSession":
+    def start(
+        self, prompts: list[list[int]], slots: int = 0, vocab_size: int = 0, batched: bool = False
+    ) -> LookupSession:
         return LookupSession(self, prompts)
 
     def propose(self, index: NgramIndex, gamma: int) -> tuple[list[int], list[Signal]]:
@@ -57,8 +59,15 @@ class SuffixDrafter:
 
     kind = "lookup"
 
-    def __init__(self, trie: SuffixTrie | None = None, factor: float = 1.0, min_prob: float = 0.1, max_n: int = 8,
-                 learn: bool = False, depth: int = 32):
+    def __init__(
+        self,
+        trie: SuffixTrie | None = None,
+        factor: float = 1.0,
+        min_prob: float = 0.1,
+        max_n: int = 8,
+        learn: bool = False,
+        depth: int = 32,
+    ):
         self.trie = trie if trie is not None else SuffixTrie(depth)
         self.factor, self.min_prob, self.max_n, self.learn = factor, min_prob, max_n, learn
         self.learned: dict[str, int] = {}  # prompt id -> corpus id of its observed output (learn=1)
@@ -66,7 +75,9 @@ class SuffixDrafter:
     def index(self) -> NgramIndex:
         return NgramIndex(1, self.max_n)
 
-    def start(self, prompts: list[list[int]], slots: int = 0, vocab_size: int = 0, batched: bool = False) -> "LookupSession":
+    def start(
+        self, prompts: list[list[int]], slots: int = 0, vocab_size: int = 0, batched: bool = False
+    ) -> LookupSession:
         return LookupSession(self, prompts)
 
     def limit(self, matched: int, gamma: int) -> int:
@@ -100,9 +111,16 @@ class SuffixDrafter:
             self.trie.remove(self.learned.pop(prompt_id))
 
     def settings(self) -> dict:
-        return {"method": "suffix", "depth": self.trie.depth, "factor": self.factor, "min_prob": self.min_prob,
-                "max_n": self.max_n, "learn": self.learn, "corpus_sequences": self.trie.sequences,
-                "corpus_tokens": self.trie.tokens}
+        return {
+            "method": "suffix",
+            "depth": self.trie.depth,
+            "factor": self.factor,
+            "min_prob": self.min_prob,
+            "max_n": self.max_n,
+            "learn": self.learn,
+            "corpus_sequences": self.trie.sequences,
+            "corpus_tokens": self.trie.tokens,
+        }
 
 
 def own_signals(index: NgramIndex, n: int, tokens: list[int]) -> list[Signal]:
@@ -121,12 +139,13 @@ class LookupSession:
             index.extend(prompt)
             self.rows.append(index)
 
-    def propose(self, seqs: dict[int, list[int]], gamma: int, params=None, generator=None,
-                stop_below: float = 0.0) -> dict[int, Draft]:
+    def propose(
+        self, seqs: dict[int, list[int]], gamma: int, params=None, generator=None, stop_below: float = 0.0
+    ) -> dict[int, Draft]:
         out = {}
         for b, seq in seqs.items():
             index = self.rows[b]
-            index.extend(seq[len(index):])  # the tokens emitted since the last round
+            index.extend(seq[len(index) :])  # the tokens emitted since the last round
             tokens, signals = self.drafter.propose(index, gamma) if gamma > 0 else ([], [])
             out[b] = Draft(tokens, None, "lookup", signals)
         return out

@@ -57,8 +57,15 @@ def one_hot(tokens: list[int], size: int, device) -> torch.Tensor:
     return q
 
 
-def settle(draft: Draft, logits: torch.Tensor, params: SamplingParams, generator: torch.Generator,
-           room: int, eos: frozenset[int], synthetic_alpha: float | None = None) -> tuple[Verdict, list[int]]:
+def settle(
+    draft: Draft,
+    logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator,
+    room: int,
+    eos: frozenset[int],
+    synthetic_alpha: float | None = None,
+) -> tuple[Verdict, list[int]]:
     """A round's verdict from the target's logits [g+1, V] over the pending token and the drafts, and the tokens it
     emits: the accepted drafts and the recovered/bonus token, at most `room` of them, cut after an EOS.
     `synthetic_alpha` replaces the acceptance test by a coin of that bias (see `verify_synthetic`)."""
@@ -68,8 +75,13 @@ def settle(draft: Draft, logits: torch.Tensor, params: SamplingParams, generator
     elif params.greedy:
         verdict = verify_greedy(drafts, argmax(logits).tolist())
     else:
-        q = one_hot(drafts, logits.shape[-1], logits.device) if draft.qs is None else \
-            torch.stack(draft.qs) if draft.qs else logits[:0].float()  # [g, V]
+        q = (
+            one_hot(drafts, logits.shape[-1], logits.device)
+            if draft.qs is None
+            else torch.stack(draft.qs)
+            if draft.qs
+            else logits[:0].float()
+        )  # [g, V]
         drafted = torch.tensor(drafts, dtype=torch.long, device=logits.device)
         verdict = verify(drafted, q, probs(logits, params), generator)
     new = (drafts[: verdict.accepted] + [verdict.next_token])[:room]
@@ -135,7 +147,16 @@ def generate(
         if session is not None:
             session.keep(0, len(seq) - 1)
         sync(dev)
-        out.rounds.append(Round(g, verdict.accepted, len(new), t_drafted - t_round, time.perf_counter() - t_drafted,
-                                draft.source if g else "", decided))
+        out.rounds.append(
+            Round(
+                g,
+                verdict.accepted,
+                len(new),
+                t_drafted - t_round,
+                time.perf_counter() - t_drafted,
+                draft.source if g else "",
+                decided,
+            )
+        )
     out.seconds = time.perf_counter() - start
     return out

@@ -49,14 +49,21 @@ class LM(Protocol):
     def reset(self, batch_size: int, max_len: int) -> None:
         """An empty cache for `batch_size` rows of up to `max_len` positions."""
 
-    def forward(self, ids: torch.Tensor, pos: int, n_logits: int | None = None,
-                start: list[int] | None = None) -> torch.Tensor:
+    def forward(
+        self, ids: torch.Tensor, pos: int, n_logits: int | None = None, start: list[int] | None = None
+    ) -> torch.Tensor:
         """ids [B, T] written at cache slots pos..pos+T-1 -> logits [B, n, V] of the last n positions (None: all)."""
 
 
 class Session(Protocol):
-    def propose(self, seqs: dict[int, list[int]], gamma: int, params: SamplingParams, generator: torch.Generator,
-                stop_below: float = 0.0) -> dict[int, Draft]:
+    def propose(
+        self,
+        seqs: dict[int, list[int]],
+        gamma: int,
+        params: SamplingParams,
+        generator: torch.Generator,
+        stop_below: float = 0.0,
+    ) -> dict[int, Draft]:
         """Up to γ tokens for each row of `seqs` (row -> its sequence so far); an empty Draft: nothing to propose."""
 
     def keep(self, row: int, length: int) -> None:

@@ -37,8 +37,9 @@ class Rows:
             self.key_pos[b, self.pos : self.pos + len(block)] = torch.arange(n, n + len(block))
             self.slots[b] += range(self.pos, self.pos + len(block))
         dev = self.lm.device
-        out = self.lm.forward(ids.to(dev), self.pos, None if logits else 0, None, positions=positions.to(dev),
-                              key_positions=self.key_pos)
+        out = self.lm.forward(
+            ids.to(dev), self.pos, None if logits else 0, None, positions=positions.to(dev), key_positions=self.key_pos
+        )
         self.pos += T
         return out  # [B, T, V]
 

@@ -76,18 +76,22 @@ class VerifyCurve:
         return self(k) / self.ms[0]
 
     @classmethod
-    def from_profile(cls, folder: str | Path, upto: int, machine: dict | None = None, batch: int = 1) -> "VerifyCurve":
+    def from_profile(cls, folder: str | Path, upto: int, machine: dict | None = None, batch: int = 1) -> VerifyCurve:
         """The curve of a `profile` run folder, interpolated between its profiled γ up to `upto`; with `machine` (the
         stamp of the engine it is to price) the profile must come from the same engine at the same precision."""
         path = Path(folder) / "profile.json"
         if not path.is_file():
-            raise DraftwiseError(f"{folder}: not a finished profile run (no profile.json); run `draftwise profile` first")
+            raise DraftwiseError(
+                f"{folder}: not a finished profile run (no profile.json); run `draftwise profile` first"
+            )
         profile = json.loads(path.read_text())
         theirs = {k: profile["machine"].get(k) for k in ("engine", "dtype")}
         if machine is not None and theirs != {k: machine.get(k) for k in theirs}:
-            raise DraftwiseError(f"{folder}: profiled on {theirs['engine']} at {theirs['dtype']}, not on "
-                                 f"{machine.get('engine')} at {machine.get('dtype')}: one engine's verify curve does not "
-                                 "price another's rounds")
+            raise DraftwiseError(
+                f"{folder}: profiled on {theirs['engine']} at {theirs['dtype']}, not on "
+                f"{machine.get('engine')} at {machine.get('dtype')}: one engine's verify curve does not "
+                "price another's rounds"
+            )
         entry = profile["batches"].get(str(batch))
         if entry is None or not entry.get("verify_ms"):
             raise DraftwiseError(f"{folder}: no verify times at batch {batch}")
@@ -107,7 +111,7 @@ class Calibration:
 
     counts: dict[str, list[float]] = field(default_factory=dict)
 
-    def estimate(self, feature: str, local: "Calibration | None" = None) -> float:
+    def estimate(self, feature: str, local: Calibration | None = None) -> float:
         est = PRIOR
         for key in _levels(feature):
             n, s = self.counts.get(key, (0.0, 0.0))
@@ -160,7 +164,7 @@ class Scheduler:
         self.curve, self.window, self.pause = curve, window, pause
         self.calibration = calibration if calibration is not None else Calibration()
 
-    def start(self) -> "ScheduleSession":
+    def start(self) -> ScheduleSession:
         return ScheduleSession(self)
 
     def commit(self, rounds: list[dict]) -> None:
@@ -197,12 +201,22 @@ class ScheduleSession:
         for f, a in zip(plan.features, observed):
             self.local.observe(f, a)
         if plan.k:
-            self.tokens, self.cost, self.rounds = self.tokens + emitted, self.cost + self.s.curve.steps(plan.k), self.rounds + 1
+            self.tokens, self.cost, self.rounds = (
+                self.tokens + emitted,
+                self.cost + self.s.curve.steps(plan.k),
+                self.rounds + 1,
+            )
             if self.rounds == self.s.window:
                 if self.tokens < self.cost:  # speculating emitted fewer tokens than its passes cost in AR steps
                     self.paused_for, self.trips = self.s.pause * 2 ** min(self.trips, 3), self.trips + 1
                 else:
                     self.trips = 0
                 self.tokens, self.cost, self.rounds = 0, 0.0, 0
-        return {"proposed": len(plan.full.tokens), "k": plan.k, "a_hat": [round(a, 4) for a in plan.a_hat],
-                "features": plan.features[:reached], "observed": [round(a, 4) for a in observed], "paused": plan.paused}
+        return {
+            "proposed": len(plan.full.tokens),
+            "k": plan.k,
+            "a_hat": [round(a, 4) for a in plan.a_hat],
+            "features": plan.features[:reached],
+            "observed": [round(a, 4) for a in observed],
+            "paused": plan.paused,
+        }

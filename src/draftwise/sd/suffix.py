@@ -116,8 +116,9 @@ class SuffixTrie:
                 hi = m - 1
         return best
 
-    def continuation(self, node: Node, matched: int, k: int, min_prob: float,
-                     shares: list[float] | None = None) -> tuple[list[int], float]:
+    def continuation(
+        self, node: Node, matched: int, k: int, min_prob: float, shares: list[float] | None = None
+    ) -> tuple[list[int], float]:
         """Up to k tokens after a matched node (at depth `matched`) and the path probability of the last one;
         `shares` gets each step's count(child) / count(parent)."""
         out, prob = [], 1.0

@@ -77,8 +77,12 @@ def loglik(lm, context: list[int], continuation: list[int]) -> float:
 
 def score(lm, item: Item) -> dict:
     scores = [loglik(lm, item.context, c) for c in item.choices]
-    return {"item": item.id, "scores": scores, "answer": item.answer,
-            "correct": int(max(range(len(scores)), key=scores.__getitem__) == item.answer)}
+    return {
+        "item": item.id,
+        "scores": scores,
+        "answer": item.answer,
+        "correct": int(max(range(len(scores)), key=scores.__getitem__) == item.answer),
+    }
 
 
 def accuracy(records: list[dict]) -> float | None:

@@ -23,8 +23,14 @@ from ..models import ModelOptions, load
 from ..rundir import RunDir
 
 
-def replay_rounds(prompt: list[int], continuation: list, gamma: int, lookup=None, matches: list[bool] | None = None,
-                  model_gamma: int | None = None) -> list[dict]:
+def replay_rounds(
+    prompt: list[int],
+    continuation: list,
+    gamma: int,
+    lookup=None,
+    matches: list[bool] | None = None,
+    model_gamma: int | None = None,
+) -> list[dict]:
     """Greedy SD rounds replayed exactly over the target's greedy continuation (greedy SD emits exactly that text, so
     every round drafts from the same sequence as a real run would). Each round: the lookup's proposal, if it has one,
     keeps its longest prefix the continuation agrees with; else a model drafter (its teacher-forced top-1 `matches`)
@@ -45,8 +51,9 @@ def replay_rounds(prompt: list[int], continuation: list, gamma: int, lookup=None
             draft, source = [None] * min(g, model_gamma or g), "model"
             while accepted < len(draft) and matches[t + accepted]:
                 accepted += 1
-        rounds.append({"drafted": len(draft), "accepted": accepted, "emitted": accepted + 1, "source": source,
-                       "draft_s": draft_s})
+        rounds.append(
+            {"drafted": len(draft), "accepted": accepted, "emitted": accepted + 1, "source": source, "draft_s": draft_s}
+        )
         seq += continuation[t : t + accepted + 1]
         t += accepted + 1
         if session is not None:
@@ -83,14 +90,31 @@ def run(config: AgreeConfig, out: str | Path) -> Path:
         seqs = continuations.generate(target, chunk, config.max_new_tokens, batch_size=config.batch_size, desc="target")
         matches = continuations.top1_matches(drafter.model.lm, seqs, len(seqs)) if drafter.model else [None] * len(seqs)
         for (p, ids), seq, match in zip(chunk, seqs, matches):
-            rec = {"prompt_id": p.id, "suite": p.suite, "category": p.category, "prompt_tokens": seq.prompt_len,
-                   "prompt": ids, "continuation": seq.continuation}
+            rec = {
+                "prompt_id": p.id,
+                "suite": p.suite,
+                "category": p.category,
+                "prompt_tokens": seq.prompt_len,
+                "prompt": ids,
+                "continuation": seq.continuation,
+            }
             if match is not None:
                 rec["matches"] = [int(m) for m in match]
             if drafter.lookup is not None:  # a lookup proposes from the text itself: its rounds, replayed per γ
-                rec["rounds"] = {g: [[r["drafted"], r["accepted"]] for r in replay_rounds(
-                    ids, seq.continuation, g, drafter.lookup, match, getattr(drafter.loop_drafter, "model_gamma", None))]
-                    for g in config.gammas}
+                rec["rounds"] = {
+                    g: [
+                        [r["drafted"], r["accepted"]]
+                        for r in replay_rounds(
+                            ids,
+                            seq.continuation,
+                            g,
+                            drafter.lookup,
+                            match,
+                            getattr(drafter.loop_drafter, "model_gamma", None),
+                        )
+                    ]
+                    for g in config.gammas
+                }
             run_dir.append(rec)
         bar.update(len(chunk))
     bar.close()
@@ -111,17 +135,22 @@ def summarize(records: list[dict], config: AgreeConfig) -> dict:
         n = sum(len(m) for m in ms)
         return sum(map(sum, ms)) / n if n else None
 
-    out = {"definitions": "agreement: fraction of continuation positions where the drafter's argmax (teacher-forced on "
-                          "the target's greedy continuation) equals the target's token (model drafters). "
-                          "predicted_greedy_tar[γ]: tokens per round of greedy SD replayed over those match patterns, or, "
-                          "for a lookup or hybrid drafter, over its own proposals on the same text (counts the "
-                          "recovered/bonus token). alpha and proposed_fraction: of those replayed rounds.",
-           "prompts": len(records), "positions": sum(len(r["continuation"]) for r in records),
-           "agreement": agreement(matches) if matches else None,
-           "agreement_by_suite": {s: agreement(ms) for s, ms in sorted(by_suite.items())}}
+    out = {
+        "definitions": "agreement: fraction of continuation positions where the drafter's argmax (teacher-forced on "
+        "the target's greedy continuation) equals the target's token (model drafters). "
+        "predicted_greedy_tar[γ]: tokens per round of greedy SD replayed over those match patterns, or, "
+        "for a lookup or hybrid drafter, over its own proposals on the same text (counts the "
+        "recovered/bonus token). alpha and proposed_fraction: of those replayed rounds.",
+        "prompts": len(records),
+        "positions": sum(len(r["continuation"]) for r in records),
+        "agreement": agreement(matches) if matches else None,
+        "agreement_by_suite": {s: agreement(ms) for s, ms in sorted(by_suite.items())},
+    }
     if records and "rounds" in records[0]:
-        rounds = {g: [{"drafted": d, "accepted": a, "emitted": a + 1} for r in records for d, a in r["rounds"][str(g)]]
-                  for g in config.gammas}
+        rounds = {
+            g: [{"drafted": d, "accepted": a, "emitted": a + 1} for r in records for d, a in r["rounds"][str(g)]]
+            for g in config.gammas
+        }
         out["predicted_greedy_tar"] = {g: metrics.tar(rs) for g, rs in rounds.items()}
         out["alpha"] = {g: metrics.alpha(rs) for g, rs in rounds.items()}
         out["proposed_fraction"] = {g: metrics.proposals(rs)["proposed_fraction"] for g, rs in rounds.items()}
@@ -133,11 +162,17 @@ def summarize(records: list[dict], config: AgreeConfig) -> dict:
 def format_agree(summary: dict) -> str:
     lines = []
     if summary["agreement"] is not None:
-        lines.append(f"top-1 agreement {summary['agreement']:.3f} over {summary['positions']} positions of "
-                     f"{summary['prompts']} prompts")
-    lines.append("predicted greedy TAR: " + ", ".join(f"γ={g}: {t:.2f}" for g, t in summary["predicted_greedy_tar"].items() if t))
+        lines.append(
+            f"top-1 agreement {summary['agreement']:.3f} over {summary['positions']} positions of "
+            f"{summary['prompts']} prompts"
+        )
+    lines.append(
+        "predicted greedy TAR: " + ", ".join(f"γ={g}: {t:.2f}" for g, t in summary["predicted_greedy_tar"].items() if t)
+    )
     if "proposed_fraction" in summary:
-        lines.append("rounds with a lookup proposal: " + ", ".join(f"γ={g}: {100 * f:.0f} %"
-                                                                    for g, f in summary["proposed_fraction"].items() if f is not None))
+        lines.append(
+            "rounds with a lookup proposal: "
+            + ", ".join(f"γ={g}: {100 * f:.0f} %" for g, f in summary["proposed_fraction"].items() if f is not None)
+        )
     lines += [f"  {s:<12} {a:.3f}" for s, a in summary["agreement_by_suite"].items() if a is not None]
     return "\n".join(lines)

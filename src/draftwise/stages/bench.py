@@ -27,17 +27,16 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .. import data, metrics
+from .. import data, metrics, specs
 from ..config import BenchConfig
 from ..errors import DraftwiseError
 from ..executors import Executor, InProcess, exclusive
-from .. import specs
 from ..models import Model, ModelOptions, describe, load, stamp
 from ..rundir import RunDir, read_records
+from ..sd import calibrate
 from ..sd.batched_sd import generate_batch_sd
 from ..sd.loop import generate
 from ..sd.sampling import SamplingParams
-from ..sd import calibrate
 from ..sd.schedule import Scheduler, VerifyCurve
 from ..timing import sync
 from . import peers
@@ -50,18 +49,32 @@ def select_prompts(config: BenchConfig) -> list[data.Prompt]:
     return data.load_prompts(config.suite, config.split, config.limit)
 
 
-def engine_method(target: Model, drafter: specs.Drafter | None, config: BenchConfig, scheduler: Scheduler | None = None):
+def engine_method(
+    target: Model, drafter: specs.Drafter | None, config: BenchConfig, scheduler: Scheduler | None = None
+):
     params = SamplingParams(config.temperature, config.top_p)
 
     def run(ids: list[int], seed: int, max_new_tokens: int = config.max_new_tokens) -> dict:
         gen = generate(
-            target.lm, ids, params, max_new_tokens, torch.Generator(device=target.lm.device).manual_seed(seed),
-            drafter=drafter.loop_drafter if drafter else None, gamma=config.gamma, eos=target.eos_ids,
-            stop_below=config.draft_stop if drafter else 0.0, synthetic_alpha=config.synthetic_alpha if drafter else None,
+            target.lm,
+            ids,
+            params,
+            max_new_tokens,
+            torch.Generator(device=target.lm.device).manual_seed(seed),
+            drafter=drafter.loop_drafter if drafter else None,
+            gamma=config.gamma,
+            eos=target.eos_ids,
+            stop_below=config.draft_stop if drafter else 0.0,
+            synthetic_alpha=config.synthetic_alpha if drafter else None,
             scheduler=scheduler,
         )
-        return {"tokens": gen.tokens, "new_tokens": len(gen.tokens), "seconds": gen.seconds, "prefill_s": gen.prefill_s,
-                "rounds": [{k: v for k, v in r.__dict__.items() if v is not None} for r in gen.rounds]}
+        return {
+            "tokens": gen.tokens,
+            "new_tokens": len(gen.tokens),
+            "seconds": gen.seconds,
+            "prefill_s": gen.prefill_s,
+            "rounds": [{k: v for k, v in r.__dict__.items() if v is not None} for r in gen.rounds],
+        }
 
     run.scheduler = scheduler  # the Runner commits each finished request's observations to it
     return run
@@ -73,12 +86,23 @@ def batched_method(target: Model, drafter: specs.Drafter | None, config: BenchCo
 
     def run(batch: list[list[int]], seed: int, max_new_tokens: int = config.max_new_tokens) -> dict:
         gens, seconds = generate_batch_sd(
-            target.lm, batch, params, max_new_tokens, torch.Generator(device=target.lm.device).manual_seed(seed),
-            drafter=drafter.loop_drafter if drafter else None, gamma=config.gamma, eos=target.eos_ids,
+            target.lm,
+            batch,
+            params,
+            max_new_tokens,
+            torch.Generator(device=target.lm.device).manual_seed(seed),
+            drafter=drafter.loop_drafter if drafter else None,
+            gamma=config.gamma,
+            eos=target.eos_ids,
             synthetic_alpha=config.synthetic_alpha if drafter else None,
         )
-        return {"tokens": [g.tokens for g in gens], "new_tokens": sum(len(g.tokens) for g in gens), "seconds": seconds,
-                "prefill_s": gens[0].prefill_s, "rounds": [r.__dict__ for g in gens for r in g.rounds]}
+        return {
+            "tokens": [g.tokens for g in gens],
+            "new_tokens": sum(len(g.tokens) for g in gens),
+            "seconds": seconds,
+            "prefill_s": gens[0].prefill_s,
+            "rounds": [r.__dict__ for g in gens for r in g.rounds],
+        }
 
     return run
 
@@ -97,14 +121,19 @@ def hf_method(target: Model, assistant: Model | None, config: BenchConfig, promp
     if assistant is not None:
         assistant = assistant.hf_model()
         gc = assistant.generation_config
-        gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = config.gamma, "constant", 0.0
+        gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = (
+            config.gamma,
+            "constant",
+            0.0,
+        )
         extra = {"assistant_model": assistant}
     if prompt_lookup is not None:
         lookup = {"prompt_lookup_num_tokens": config.gamma, "max_matching_ngram_size": prompt_lookup}
 
     def run(ids: list[int], seed: int, max_new_tokens: int = config.max_new_tokens) -> dict:
-        gen_config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos[0], **sampling,
-                                      **lookup)
+        gen_config = GenerationConfig(
+            max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos[0], **sampling, **lookup
+        )
         inputs = torch.tensor([ids], device=model.device)
         torch.manual_seed(seed)  # transformers samples from the global generator; it takes no Generator argument
         sync(model.device)
@@ -113,7 +142,7 @@ def hf_method(target: Model, assistant: Model | None, config: BenchConfig, promp
             out = model.generate(inputs, attention_mask=torch.ones_like(inputs), generation_config=gen_config, **extra)
         sync(model.device)
         seconds = time.perf_counter() - start
-        tokens = out[0, len(ids):].tolist()
+        tokens = out[0, len(ids) :].tolist()
         return {"tokens": tokens, "new_tokens": len(tokens), "seconds": seconds}
 
     return run
@@ -126,12 +155,16 @@ SCHEDULED = "sd-scheduled"  # SD with the round scheduler (`sd.schedule`), besid
 
 
 def method_names(config: BenchConfig) -> list[str]:
-    return (["sd"] if config.drafter else []) + ([SCHEDULED] if config.drafter and config.schedule else []) + \
-        list(config.baselines)
+    return (
+        (["sd"] if config.drafter else [])
+        + ([SCHEDULED] if config.drafter and config.schedule else [])
+        + list(config.baselines)
+    )
 
 
-def methods(config: BenchConfig, target: Model, drafter: specs.Drafter | None, context: int = 0,
-            log_dir: Path | None = None) -> dict:
+def methods(
+    config: BenchConfig, target: Model, drafter: specs.Drafter | None, context: int = 0, log_dir: Path | None = None
+) -> dict:
     """Each method of `config` by name. `context`: the longest prompt (llama.cpp's baselines size their KV cache by
     it); `log_dir`: where llama-server writes its log (a temporary file when None)."""
     engine = engine_method if config.batch_size == 1 else batched_method
@@ -155,8 +188,14 @@ def methods(config: BenchConfig, target: Model, drafter: specs.Drafter | None, c
     }
     n_ctx = peers.context_size(context, config)
     lookup = drafter.lookup if drafter and drafter.kind == "lookup" else None
-    out.update({name: builders[name]() if name in builders else
-                peers.build(name, config, target, ngram, n_ctx, log_dir, lookup) for name in config.baselines})
+    out.update(
+        {
+            name: builders[name]()
+            if name in builders
+            else peers.build(name, config, target, ngram, n_ctx, log_dir, lookup)
+            for name in config.baselines
+        }
+    )
     return out
 
 
@@ -170,8 +209,11 @@ def calibration_rounds(config: BenchConfig) -> list[dict]:
     own = own.get("bench", own)  # a grid's records carry their point; a single bench's point is its config
     rounds = []
     for r in read_records(folder / "records.jsonl"):  # a run killed mid-write is read up to its last whole record
-        if r.get("method") == SCHEDULED and r.get("drafter", own.get("drafter")) == config.drafter and \
-                r.get("temperature", own.get("temperature")) == config.temperature:
+        if (
+            r.get("method") == SCHEDULED
+            and r.get("drafter", own.get("drafter")) == config.drafter
+            and r.get("temperature", own.get("temperature")) == config.temperature
+        ):
             rounds += r["rounds"]
     if not rounds:
         raise DraftwiseError(f"calibration {folder}: no scheduled rounds of {config.drafter} at T={config.temperature}")
@@ -197,8 +239,14 @@ def encode_prompts(config: BenchConfig, target: Model) -> tuple[list[data.Prompt
 class Runner:
     """Runs one (unit, method) of a bench config and returns its record; warms each method up before its first."""
 
-    def __init__(self, config: BenchConfig, target: Model, drafter: specs.Drafter | None, done: list[dict] = (),
-                 log_dir: str | Path | None = None):
+    def __init__(
+        self,
+        config: BenchConfig,
+        target: Model,
+        drafter: specs.Drafter | None,
+        done: list[dict] = (),
+        log_dir: str | Path | None = None,
+    ):
         self.config, self.target, self.drafter = config, target, drafter
         self.prompts, self.encoded = encode_prompts(config, target)
         longest = max(map(len, self.encoded), default=0)
@@ -217,7 +265,9 @@ class Runner:
             return
         lookup = self.drafter.lookup if self.drafter else None
         if getattr(lookup, "learn", False):
-            for prompt_id, tokens in zip(rec["prompt_id"].split("+"), rec["tokens"] if rec["batch"] > 1 else [rec["tokens"]]):
+            for prompt_id, tokens in zip(
+                rec["prompt_id"].split("+"), rec["tokens"] if rec["batch"] > 1 else [rec["tokens"]]
+            ):
                 lookup.observe(prompt_id, tokens)
 
     def input(self, unit: tuple[int, ...]):
@@ -234,9 +284,15 @@ class Runner:
         lookup = self.drafter.lookup if self.drafter and name == "sd" else None
         for i in unit if getattr(lookup, "learn", False) else ():
             lookup.forget(self.prompts[i].id)  # never decode a prompt with its own earlier output in the corpus
-        rec = {"method": name, "prompt_id": "+".join(self.prompts[i].id for i in unit), "suite": prompt.suite,
-               "category": prompt.category, "prompt_tokens": sum(len(self.encoded[i]) for i in unit), "batch": len(unit),
-               **fn(self.input(unit), c.seed + unit[0])}
+        rec = {
+            "method": name,
+            "prompt_id": "+".join(self.prompts[i].id for i in unit),
+            "suite": prompt.suite,
+            "category": prompt.category,
+            "prompt_tokens": sum(len(self.encoded[i]) for i in unit),
+            "batch": len(unit),
+            **fn(self.input(unit), c.seed + unit[0]),
+        }
         self.observe(rec)
         return rec
 
@@ -247,8 +303,14 @@ class Runner:
 
 
 def model_options(config: BenchConfig) -> ModelOptions:
-    return ModelOptions(config.dtype, config.device, config.backend, config.compile, gguf_quant=config.gguf_quant,
-                        llama_exact=config.llama_exact)
+    return ModelOptions(
+        config.dtype,
+        config.device,
+        config.backend,
+        config.compile,
+        gguf_quant=config.gguf_quant,
+        llama_exact=config.llama_exact,
+    )
 
 
 def load_models(config: BenchConfig, loaded: dict | None = None) -> tuple[Model, specs.Drafter | None]:
@@ -341,10 +403,16 @@ def summarize(records: list[dict], config: BenchConfig) -> dict:
         "verify_ms": verify,
         "verify_over_ar_step": verify / ar_step if verify and ar_step else None,
         "draft_step_ms": per.get("sd", {}).get("draft_step_ms"),
-        "baselines": {name: {"tokens_per_s": s["tokens_per_s"], "identical_to_ar": s["identical_to_ar"],
-                             **({k: s[k] for k in ("drafted", "accepted", "alpha")} if "drafted" in s else {}),
-                             **({"wall_tokens_per_s": s["wall_tokens_per_s"]} if "wall_tokens_per_s" in s else {})}
-                      for name, s in per.items() if name != "sd"},
+        "baselines": {
+            name: {
+                "tokens_per_s": s["tokens_per_s"],
+                "identical_to_ar": s["identical_to_ar"],
+                **({k: s[k] for k in ("drafted", "accepted", "alpha")} if "drafted" in s else {}),
+                **({"wall_tokens_per_s": s["wall_tokens_per_s"]} if "wall_tokens_per_s" in s else {}),
+            }
+            for name, s in per.items()
+            if name != "sd"
+        },
         "methods": per,
         "by_suite": metrics.per_suite(by_method.get("sd", []), by_method.get("ar", [])),
     }
@@ -354,10 +422,12 @@ def schedule_line(sched: dict, min_positions: int = 100) -> str:
     """The scheduler's k* distribution, share of proposed tokens verified, and its calibration in one line."""
     big = [c for c in sched["calibration"] if c["positions"] >= min_positions]
     worst = max(big, key=lambda c: abs(c["gap"])) if big else None
-    return (f"rounds by k* {sched['k']}, {100 * (sched['verified_fraction'] or 0):.0f} % of proposed tokens verified, "
-            f"{sched['paused_rounds']} paused; calibration (predicted − observed acceptance) in bins of ≥ "
-            f"{min_positions} positions: " + (f"worst {worst['gap']:+.3f} in {worst['bin']} ({len(big)} bins)" if worst
-                                              else "no bin that large"))
+    return (
+        f"rounds by k* {sched['k']}, {100 * (sched['verified_fraction'] or 0):.0f} % of proposed tokens verified, "
+        f"{sched['paused_rounds']} paused; calibration (predicted − observed acceptance) in bins of ≥ "
+        f"{min_positions} positions: "
+        + (f"worst {worst['gap']:+.3f} in {worst['bin']} ({len(big)} bins)" if worst else "no bin that large")
+    )
 
 
 def format_table(summary: dict) -> str:
@@ -368,9 +438,11 @@ def format_table(summary: dict) -> str:
     lines = [f"{'method':<{w}}{'tokens/s':>9}{'vs AR':>8}{'TAR':>7}{'alpha':>7}{'same as AR':>12}"]
     notes = []
     if summary.get("verify_over_ar_step"):
-        notes.append(f"verify pass over γ+1={summary['gamma'] + 1} tokens: {summary['verify_ms']:.1f} ms = "
-                     f"{summary['verify_over_ar_step']:.2f}x one AR step ({summary['ar_step_ms']:.1f} ms); "
-                     f"draft step {summary['draft_step_ms']:.1f} ms")
+        notes.append(
+            f"verify pass over γ+1={summary['gamma'] + 1} tokens: {summary['verify_ms']:.1f} ms = "
+            f"{summary['verify_over_ar_step']:.2f}x one AR step ({summary['ar_step_ms']:.1f} ms); "
+            f"draft step {summary['draft_step_ms']:.1f} ms"
+        )
     for name, s in summary["methods"].items():
         lines.append(
             f"{name:<{w}}{s['tokens_per_s']:>9.2f}{fmt(s['speedup_vs_ar'], '.2f', unit='x'):>8}{fmt(s.get('tar'), '.2f'):>7}"
@@ -378,17 +450,26 @@ def format_table(summary: dict) -> str:
         )
     for name, s in summary["methods"].items():
         if "drafted" in s and (s["drafted"] or name != "llama-server"):  # engines that report totals only
-            notes.append(f"{name}: drafted {s['drafted']}, accepted {s['accepted']}"
-                         + (f" ({s['alpha']:.1%})" if s["alpha"] is not None else ""))
+            notes.append(
+                f"{name}: drafted {s['drafted']}, accepted {s['accepted']}"
+                + (f" ({s['alpha']:.1%})" if s["alpha"] is not None else "")
+            )
     for name, s in summary["methods"].items():
         if s.get("schedule"):
             notes.append(f"{name}: " + schedule_line(s["schedule"]))
     for name, s in summary["methods"].items():
         if s.get("divergence"):
             d = s["divergence"]
-            notes.append(f"{name} differs from AR on {d['prompts_differing']} prompt(s), first after "
-                         f"{d['first_min']}–{d['first_max']} identical tokens (median {d['first_median']})")
+            notes.append(
+                f"{name} differs from AR on {d['prompts_differing']} prompt(s), first after "
+                f"{d['first_min']}–{d['first_max']} identical tokens (median {d['first_median']})"
+            )
     if len(summary.get("by_suite", {})) > 1:
-        notes.append("SD per suite (TAR, SD / AR): " + ", ".join(
-            f"{suite} {fmt(v['tar'], '.2f')} {fmt(v['speedup_vs_ar'], '.2f', unit='x')}" for suite, v in summary["by_suite"].items()))
+        notes.append(
+            "SD per suite (TAR, SD / AR): "
+            + ", ".join(
+                f"{suite} {fmt(v['tar'], '.2f')} {fmt(v['speedup_vs_ar'], '.2f', unit='x')}"
+                for suite, v in summary["by_suite"].items()
+            )
+        )
     return "\n".join(lines + notes)

@@ -27,8 +27,13 @@ AXES = ("drafter", "gamma", "temperature", "batch_size", "runtime")
 
 
 def point_of(config: BenchConfig, runtime: str | None = None) -> dict:
-    return {"drafter": config.drafter, "gamma": config.gamma if config.drafter else 0,
-            "temperature": config.temperature, "batch_size": config.batch_size, "runtime": runtime}
+    return {
+        "drafter": config.drafter,
+        "gamma": config.gamma if config.drafter else 0,
+        "temperature": config.temperature,
+        "batch_size": config.batch_size,
+        "runtime": runtime,
+    }
 
 
 def _same(record: dict, point: dict) -> bool:
@@ -93,11 +98,15 @@ def run(grid: BenchGridConfig, out: str | Path, executor: Executor | None = None
     todo = [item for _, item in sorted(items, key=lambda x: x[0])]
     bar = tqdm(total=len(todo), desc="bench grid", unit="gen", file=sys.stderr, dynamic_ncols=True, disable=not todo)
     try:
-        for _, rec in (executor or InProcess()).map(work, todo, exclusive(grid.bench.device, grid.bench.threads), runner):
+        for _, rec in (executor or InProcess()).map(
+            work, todo, exclusive(grid.bench.device, grid.bench.threads), runner
+        ):
             run_dir.append(rec)
             bar.update()
-            bar.set_postfix_str(f"{rec['method']} {label(rec['drafter'])} γ={rec['gamma']} B={rec['batch_size']}: "
-                                f"{rec['new_tokens'] / rec['seconds']:.1f} tok/s")
+            bar.set_postfix_str(
+                f"{rec['method']} {label(rec['drafter'])} γ={rec['gamma']} B={rec['batch_size']}: "
+                f"{rec['new_tokens'] / rec['seconds']:.1f} tok/s"
+            )
     finally:  # servers and llama.cpp models the baselines started are stopped, finished or not
         runner.close()
         bar.close()
@@ -133,11 +142,18 @@ def summarize(records: list[dict], points: list[BenchConfig], runtimes: list[str
             continue
         point = point_of(config, runtime)
         mine = [r for r in records if _same(r, point)]
-        baselines = [r for r in records if r["drafter"] is None and r["temperature"] == config.temperature
-                     and r["batch_size"] == config.batch_size and r.get("runtime") == runtime]
+        baselines = [
+            r
+            for r in records
+            if r["drafter"] is None
+            and r["temperature"] == config.temperature
+            and r["batch_size"] == config.batch_size
+            and r.get("runtime") == runtime
+        ]
         if mine:
-            rows.append({**point, "synthetic_alpha": config.synthetic_alpha,
-                         **bench.summarize(mine + baselines, config)})
+            rows.append(
+                {**point, "synthetic_alpha": config.synthetic_alpha, **bench.summarize(mine + baselines, config)}
+            )
     return {"definitions": rows[0]["definitions"] if rows else "", "points": rows}
 
 
@@ -147,8 +163,11 @@ def as_method(point: dict, method: str) -> dict:
     if method == "sd":
         return point
     m = point["methods"][method]
-    return {**point, **{k: m.get(k) for k in ("tokens_per_s", "tar", "alpha", "speedup_vs_ar", "by_suite")},
-            "methods": {**point["methods"], "sd": m}}
+    return {
+        **point,
+        **{k: m.get(k) for k in ("tokens_per_s", "tar", "alpha", "speedup_vs_ar", "by_suite")},
+        "methods": {**point["methods"], "sd": m},
+    }
 
 
 def format_grid(summary: dict) -> str:
@@ -159,15 +178,25 @@ def format_grid(summary: dict) -> str:
         if bench.SCHEDULED in r["methods"]:  # the same drafter and γ with the round scheduler
             rows.append(("  scheduled", r["methods"][bench.SCHEDULED]))
         for name, s in rows:
-            lines.append(f"{name:<40}{r['gamma']:>3}{r['temperature']:>5g}{r['batch_size']:>4}"
-                         f"{s['tokens_per_s']:>10.2f}{ar if ar is not None else float('nan'):>10.2f}"
-                         f"{s['speedup_vs_ar'] or float('nan'):>7.2f}{s.get('tar') or float('nan'):>6.2f}"
-                         f"{s.get('alpha') or float('nan'):>7.3f}")
+            lines.append(
+                f"{name:<40}{r['gamma']:>3}{r['temperature']:>5g}{r['batch_size']:>4}"
+                f"{s['tokens_per_s']:>10.2f}{ar if ar is not None else float('nan'):>10.2f}"
+                f"{s['speedup_vs_ar'] or float('nan'):>7.2f}{s.get('tar') or float('nan'):>6.2f}"
+                f"{s.get('alpha') or float('nan'):>7.3f}"
+            )
     suites = sorted({s for r in summary["points"] for s in r.get("by_suite", {})})
     if len(suites) > 1:  # per task: TAR / SD over AR on that suite's prompts
-        lines += ["", f"{'drafter (TAR / SD over AR per suite)':<40}{'γ':>3}{'T':>5}" + "".join(f"{s[:11]:>13}" for s in suites)]
+        lines += [
+            "",
+            f"{'drafter (TAR / SD over AR per suite)':<40}{'γ':>3}{'T':>5}" + "".join(f"{s[:11]:>13}" for s in suites),
+        ]
         for r in summary["points"]:
             cells = [r["by_suite"].get(s) for s in suites]
-            lines.append(f"{label(r['drafter'], 40):<40}{r['gamma']:>3}{r['temperature']:>5g}" + "".join(
-                f"{c['tar']:>6.2f}/{c['speedup_vs_ar']:.2f}x" if c and c["speedup_vs_ar"] else f"{'-':>13}" for c in cells))
+            lines.append(
+                f"{label(r['drafter'], 40):<40}{r['gamma']:>3}{r['temperature']:>5g}"
+                + "".join(
+                    f"{c['tar']:>6.2f}/{c['speedup_vs_ar']:.2f}x" if c and c["speedup_vs_ar"] else f"{'-':>13}"
+                    for c in cells
+                )
+            )
     return "\n".join(lines)

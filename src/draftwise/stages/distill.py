@@ -22,9 +22,8 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from .. import continuations
-from ..continuations import load_rows
 from ..config import DistillConfig
-from ..errors import DraftwiseError
+from ..continuations import load_rows
 from ..models import ModelOptions, load, load_drafter
 from ..models.hf import HFCausalLM
 from ..rundir import RunDir, write_atomic
@@ -68,7 +67,9 @@ def batch_loss(model, rows: list[dict], loss_name: str) -> tuple[torch.Tensor, i
 def on_policy_rows(model, target, prompts: list[list[int]], config: DistillConfig, gen: torch.Generator) -> list[dict]:
     """The drafter continues prompts (sampling, T=1); the target's top-k at those positions is the teacher."""
     model.eval()
-    conts = generate_batch(HFCausalLM(model), prompts, SamplingParams(1.0), config.on_policy_tokens, gen, target.eos_ids)
+    conts = generate_batch(
+        HFCausalLM(model), prompts, SamplingParams(1.0), config.on_policy_tokens, gen, target.eos_ids
+    )
     model.train()
     seqs = [continuations.Sequence("", p + c.tokens, len(p)) for p, c in zip(prompts, conts)]
     ((ids, start, scored, n),) = continuations.batches(seqs, len(seqs))
@@ -77,7 +78,14 @@ def on_policy_rows(model, target, prompts: list[list[int]], config: DistillConfi
     rows = []
     for b, s in enumerate(seqs):
         top = probs[b][scored[b]].topk(32, dim=-1)
-        rows.append({"tokens": torch.tensor(s.tokens), "prompt_len": s.prompt_len, "topk_ids": top.indices, "topk_probs": top.values})
+        rows.append(
+            {
+                "tokens": torch.tensor(s.tokens),
+                "prompt_len": s.prompt_len,
+                "topk_ids": top.indices,
+                "topk_probs": top.values,
+            }
+        )
     return rows
 
 
@@ -95,13 +103,23 @@ def _save_state(path: Path, model, opt, gen: torch.Generator, meta: dict) -> Non
     path.mkdir(exist_ok=True)
     tensors = {f"model.{k}": v.contiguous() for k, v in model.state_dict().items()}
     for i, state in opt.state_dict()["state"].items():
-        tensors.update({f"opt.{i}.{k}": (v if torch.is_tensor(v) else torch.tensor(v)).reshape(-1) if k == "step" else v
-                        for k, v in state.items()})
+        tensors.update(
+            {
+                f"opt.{i}.{k}": (v if torch.is_tensor(v) else torch.tensor(v)).reshape(-1) if k == "step" else v
+                for k, v in state.items()
+            }
+        )
     tensors["generator"] = gen.get_state()
-    tied = {k for k in tensors if k.startswith("model.") and k.endswith("lm_head.weight")} if model.config.tie_word_embeddings else set()
+    tied = (
+        {k for k in tensors if k.startswith("model.") and k.endswith("lm_head.weight")}
+        if model.config.tie_word_embeddings
+        else set()
+    )
     # the step counters travel inside the weights' file: one rename replaces both, so a kill never pairs new
     # weights with an old step count
-    save_file({k: v for k, v in tensors.items() if k not in tied}, path / "state.tmp", metadata={"meta": json.dumps(meta)})
+    save_file(
+        {k: v for k, v in tensors.items() if k not in tied}, path / "state.tmp", metadata={"meta": json.dumps(meta)}
+    )
     (path / "state.tmp").replace(path / "state.safetensors")
 
 
@@ -164,7 +182,10 @@ def run(config: DistillConfig, out: str | Path) -> Path:
     meta = {"step": 0, "tokens": 0, "seconds": 0.0}
     if (run_dir.path / "state" / "state.safetensors").exists():
         meta = _load_state(run_dir.path / "state", model, opt, gen)
-        print(f"resuming at step {meta['step']} ({meta['tokens']} tokens, {meta['seconds']:.0f} s trained)", file=sys.stderr)
+        print(
+            f"resuming at step {meta['step']} ({meta['tokens']} tokens, {meta['seconds']:.0f} s trained)",
+            file=sys.stderr,
+        )
     recorded = {(r["event"], r["step"]) for r in run_dir.records()}
 
     def record(rec: dict) -> None:
@@ -177,8 +198,14 @@ def run(config: DistillConfig, out: str | Path) -> Path:
     if not recorded:
         record({"event": "eval", "step": 0, "tokens": 0, **evaluate(model, eval_seqs)})
     budget_s = 60 * config.minutes if config.minutes else None
-    bar = tqdm(total=config.tokens or int(budget_s), initial=meta["tokens"] if config.tokens else int(meta["seconds"]),
-               desc="distill", unit="tok" if config.tokens else "s", file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(
+        total=config.tokens or int(budget_s),
+        initial=meta["tokens"] if config.tokens else int(meta["seconds"]),
+        desc="distill",
+        unit="tok" if config.tokens else "s",
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
     prompts = [r["tokens"][: r["prompt_len"]].tolist() for r in rows]
     while (config.tokens and meta["tokens"] < config.tokens) or (budget_s and meta["seconds"] < budget_s):
         start = time.perf_counter()
@@ -188,13 +215,23 @@ def run(config: DistillConfig, out: str | Path) -> Path:
             picks = order(len(rows), step, config.batch_size, config.seed + 1)
             micro = [on_policy_rows(model, target, [prompts[i] for i in picks], config, gen)]
         else:
-            micro = [[rows[i] for i in order(len(rows), step * config.grad_accum + a, config.batch_size, config.seed)]
-                     for a in range(config.grad_accum)]
+            micro = [
+                [rows[i] for i in order(len(rows), step * config.grad_accum + a, config.batch_size, config.seed)]
+                for a in range(config.grad_accum)
+            ]
         value, tokens = _step(model, opt, micro, config.loss)
         seconds = time.perf_counter() - start
         meta = {"step": step + 1, "tokens": meta["tokens"] + tokens, "seconds": meta["seconds"] + seconds}
-        record({"event": "train", "step": meta["step"], "loss": value, "tokens": meta["tokens"], "seconds": seconds,
-                "on_policy": on_policy})
+        record(
+            {
+                "event": "train",
+                "step": meta["step"],
+                "loss": value,
+                "tokens": meta["tokens"],
+                "seconds": seconds,
+                "on_policy": on_policy,
+            }
+        )
         bar.update(tokens if config.tokens else int(meta["seconds"]) - bar.n)
         bar.set_postfix_str(f"loss {value:.4f}, {tokens / seconds:.0f} tok/s")
         if meta["step"] % config.eval_every == 0 and ("eval", meta["step"]) not in recorded:  # not re-evaluated
@@ -211,6 +248,8 @@ def run(config: DistillConfig, out: str | Path) -> Path:
     from ..report.plots import plot_learning_curve
 
     plot_learning_curve(run_dir.records(), run_dir.path)
-    print(f"held-out agreement {final['agreement']:.3f}, predicted greedy TAR(γ=4) {final['tar_gamma4']:.2f} after "
-          f"{meta['step']} steps, {meta['tokens']} tokens, {meta['seconds'] / 60:.1f} min\ncheckpoint: {run_dir.path / 'checkpoint'}")
+    print(
+        f"held-out agreement {final['agreement']:.3f}, predicted greedy TAR(γ=4) {final['tar_gamma4']:.2f} after "
+        f"{meta['step']} steps, {meta['tokens']} tokens, {meta['seconds'] / 60:.1f} min\ncheckpoint: {run_dir.path / 'checkpoint'}"
+    )
     return run_dir.path

@@ -18,12 +18,13 @@ def write_reduced(drafter: str | Path, data_dir: str | Path, size: int, out: str
     """Write `out`: `drafter`'s checkpoint with its head cut to the `size` hottest tokens of gen-data `data_dir`."""
     from transformers import AutoConfig, AutoTokenizer
 
-
     source, out, data_dir = resolve(str(drafter)), Path(out), Path(data_dir)
     saved = data_dir / "config.json"
     if not saved.exists() or json.loads(saved.read_text()).get("stage") != "GenDataConfig":
-        raise DraftwiseError(f"{data_dir} is not a gen-data run folder: the draft vocabulary is counted on the "
-                             "target's continuations of train prompts only")
+        raise DraftwiseError(
+            f"{data_dir} is not a gen-data run folder: the draft vocabulary is counted on the "
+            "target's continuations of train prompts only"
+        )
     if vocab.read_map(source) is not None:
         raise DraftwiseError(f"{source} already has a reduced head: cut from its full-vocabulary checkpoint")
     config, tokenizer = AutoConfig.from_pretrained(source), AutoTokenizer.from_pretrained(source)

@@ -34,8 +34,10 @@ def units(config: GenDataConfig, target) -> list[tuple[data.Prompt, list[int], f
         user = data.read_prompt_file(config.prompts)
         kept = [p for p in user if data.split_of(p.text) == "train"]
         if len(kept) < len(user):
-            print(f"gen-data: dropped {len(user) - len(kept)} prompt(s) of {config.prompts} that fall in the eval split",
-                  file=sys.stderr)
+            print(
+                f"gen-data: dropped {len(user) - len(kept)} prompt(s) of {config.prompts} that fall in the eval split",
+                file=sys.stderr,
+            )
         prompts += kept
     encoded = [(p, target.encode(p.text)) for p in prompts]
     encoded = [(p, ids) for p, ids in encoded if 0 < len(ids) <= config.max_prompt_tokens][config.skip :]
@@ -55,8 +57,13 @@ def run(config: GenDataConfig, out: str | Path) -> Path:
     shards = [work[i : i + config.shard_size] for i in range(0, len(work), config.shard_size)]
     done = {r["shard"] for r in run_dir.records()}
     gen = torch.Generator(device=target.lm.device)
-    bar = tqdm(total=sum(len(s) for i, s in enumerate(shards) if i not in done), desc="gen-data", unit="seq",
-               file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(
+        total=sum(len(s) for i, s in enumerate(shards) if i not in done),
+        desc="gen-data",
+        unit="seq",
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
     for index, shard in enumerate(shards):
         if index in done:
             continue
@@ -67,21 +74,46 @@ def run(config: GenDataConfig, out: str | Path) -> Path:
             batch = shard[i : i + config.batch_size]
             for temp in dict.fromkeys(t for _, _, t in batch):
                 part = [(p, ids) for p, ids, t in batch if t == temp]
-                conts = generate_batch(target.lm, [ids for _, ids in part], SamplingParams(temp), config.max_new_tokens,
-                                       gen, target.eos_ids, topk=config.topk)
-                rows += [{"prompt_id": p.id, "temperature": temp, "tokens": ids + c.tokens, "prompt_len": len(ids),
-                          "topk_ids": c.topk_ids, "topk_probs": c.topk_probs} for (p, ids), c in zip(part, conts)]
+                conts = generate_batch(
+                    target.lm,
+                    [ids for _, ids in part],
+                    SamplingParams(temp),
+                    config.max_new_tokens,
+                    gen,
+                    target.eos_ids,
+                    topk=config.topk,
+                )
+                rows += [
+                    {
+                        "prompt_id": p.id,
+                        "temperature": temp,
+                        "tokens": ids + c.tokens,
+                        "prompt_len": len(ids),
+                        "topk_ids": c.topk_ids,
+                        "topk_probs": c.topk_probs,
+                    }
+                    for (p, ids), c in zip(part, conts)
+                ]
             bar.update(len(batch))
         write_shard(run_dir.path / "shards" / f"shard-{index:05d}.safetensors", rows, config.topk)
         new = sum(len(r["topk_ids"]) for r in rows)
         seconds = time.perf_counter() - start
-        run_dir.append({"shard": index, "file": f"shards/shard-{index:05d}.safetensors", "sequences": len(rows),
-                        "new_tokens": new, "seconds": seconds,
-                        "prompts": [[r["prompt_id"], r["temperature"]] for r in rows]})
+        run_dir.append(
+            {
+                "shard": index,
+                "file": f"shards/shard-{index:05d}.safetensors",
+                "sequences": len(rows),
+                "new_tokens": new,
+                "seconds": seconds,
+                "prompts": [[r["prompt_id"], r["temperature"]] for r in rows],
+            }
+        )
         bar.set_postfix_str(f"{new / seconds:.0f} tok/s")
     bar.close()
     records = run_dir.records()
     tokens, seconds = sum(r["new_tokens"] for r in records), sum(r["seconds"] for r in records)
-    print(f"{len(records)} shards, {sum(r['sequences'] for r in records)} sequences, {tokens} target tokens "
-          f"({tokens / max(seconds, 1e-9):.0f} tokens/s); data: {run_dir.path}")
+    print(
+        f"{len(records)} shards, {sum(r['sequences'] for r in records)} sequences, {tokens} target tokens "
+        f"({tokens / max(seconds, 1e-9):.0f} tokens/s); data: {run_dir.path}"
+    )
     return run_dir.path

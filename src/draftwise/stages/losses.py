@@ -19,7 +19,9 @@ from ..config import LOSSES
 EPS = 1e-8
 
 
-def binned(topk_ids: torch.Tensor, topk_probs: torch.Tensor, student_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def binned(
+    topk_ids: torch.Tensor, topk_probs: torch.Tensor, student_logits: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """p and q on k+1 bins: topk_ids/topk_probs [N, k], student_logits [N, V] -> ([N, k+1], [N, k+1])."""
     q_full = F.softmax(student_logits.float(), -1)
     q_k = q_full.gather(-1, topk_ids)
@@ -39,7 +41,9 @@ def divergence(name: str, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         return 0.5 * (p - q).abs().sum(-1)
     if name == "jsd":
         m = 0.5 * (p + q)
-        return 0.5 * (p * (torch.log(p + EPS) - torch.log(m + EPS))).sum(-1) + 0.5 * (q * (torch.log(q + EPS) - torch.log(m + EPS))).sum(-1)
+        return 0.5 * (p * (torch.log(p + EPS) - torch.log(m + EPS))).sum(-1) + 0.5 * (
+            q * (torch.log(q + EPS) - torch.log(m + EPS))
+        ).sum(-1)
     raise ValueError(f"unknown loss {name!r}: choose from {', '.join(LOSSES)}")
 
 

@@ -101,8 +101,16 @@ class LlamaCppMethod:
             threads = _threads(self.config)
             # flash attention on: what llama.cpp's default 'auto' (the draftwise engine's and llama-server's) resolves
             # to on the CPU; llama-cpp-python's own default turns it off, and at Q4 that alone changes greedy tokens
-            self.llm = Llama(model_path=str(self.gguf), n_ctx=self.n_ctx, n_threads=threads, n_threads_batch=threads,
-                             n_gpu_layers=0, flash_attn=True, draft_model=self.draft, verbose=False)
+            self.llm = Llama(
+                model_path=str(self.gguf),
+                n_ctx=self.n_ctx,
+                n_threads=threads,
+                n_threads_batch=threads,
+                n_gpu_layers=0,
+                flash_attn=True,
+                draft_model=self.draft,
+                verbose=False,
+            )
         return self.llm
 
     def __call__(self, ids: list[int], seed: int, max_new_tokens: int | None = None) -> dict:
@@ -115,8 +123,18 @@ class LlamaCppMethod:
         if draft:  # the first token comes from the prefill, before any draft
             draft.room, draft.fresh, draft.draft, draft.drafted = max_new_tokens - 1, False, [], 0
         start = time.perf_counter()
-        gen = llm.generate(ids, temp=c.temperature, top_p=c.top_p, top_k=0, min_p=0.0, typical_p=1.0,
-                           repeat_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, reset=True)
+        gen = llm.generate(
+            ids,
+            temp=c.temperature,
+            top_p=c.top_p,
+            top_k=0,
+            min_p=0.0,
+            typical_p=1.0,
+            repeat_penalty=1.0,
+            frequency_penalty=0.0,
+            presence_penalty=0.0,
+            reset=True,
+        )
         try:
             for tok in gen:
                 if draft:  # a token of the pass that verified the latest draft: accepted while it matches
@@ -146,30 +164,51 @@ class LlamaCppMethod:
 class ServerMethod:
     """One llama-server for a `llama-server[:ARGS]` baseline, asked for each completion."""
 
-    def __init__(self, name: str, gguf: Path, config: BenchConfig, eos: frozenset[int], n_ctx: int,
-                 log_dir: Path | None):
+    def __init__(
+        self, name: str, gguf: Path, config: BenchConfig, eos: frozenset[int], n_ctx: int, log_dir: Path | None
+    ):
         self.config, self.eos = config, eos
         log = None
         if log_dir is not None:
             log = Path(log_dir) / (re.sub(r"[^A-Za-z0-9._=-]+", "_", name).strip("_")[:80] + ".log")
         find_binary(config.llama_server)  # a missing binary is reported before anything is benchmarked
-        self.server = LlamaServer(gguf, threads=_threads(config), n_ctx=n_ctx, args=llama_server_args(name),
-                                  binary=config.llama_server, log=log)
+        self.server = LlamaServer(
+            gguf,
+            threads=_threads(config),
+            n_ctx=n_ctx,
+            args=llama_server_args(name),
+            binary=config.llama_server,
+            log=log,
+        )
 
     def __call__(self, ids: list[int], seed: int, max_new_tokens: int | None = None) -> dict:
         max_new_tokens = max_new_tokens or self.config.max_new_tokens
         c = self.server.complete(ids, max_new_tokens, self.config.temperature, self.config.top_p, seed)
         tokens = _cut(c.tokens, self.eos, max_new_tokens)
-        return {"tokens": tokens, "new_tokens": len(tokens), "seconds": c.seconds,
-                "prefill_s": c.timings["prompt_ms"] / 1e3, "wall_s": c.wall_s, "drafted": c.drafted,
-                "accepted": c.accepted, "timings": c.timings}
+        return {
+            "tokens": tokens,
+            "new_tokens": len(tokens),
+            "seconds": c.seconds,
+            "prefill_s": c.timings["prompt_ms"] / 1e3,
+            "wall_s": c.wall_s,
+            "drafted": c.drafted,
+            "accepted": c.accepted,
+            "timings": c.timings,
+        }
 
     def close(self) -> None:
         self.server.close()
 
 
-def build(name: str, config: BenchConfig, target: Model, lookup_ngram: int | None, n_ctx: int,
-          log_dir: Path | None = None, lookup=None):
+def build(
+    name: str,
+    config: BenchConfig,
+    target: Model,
+    lookup_ngram: int | None,
+    n_ctx: int,
+    log_dir: Path | None = None,
+    lookup=None,
+):
     """The method of baseline `name` (one of `PEERS` or llama-server[:ARGS]); `lookup_ngram` is the point's n-gram
     drafter's max n (None when the point's drafter is not one), `lookup` the point's lookup drafter."""
     gguf = target_gguf(target)
@@ -179,14 +218,23 @@ def build(name: str, config: BenchConfig, target: Model, lookup_ngram: int | Non
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
         n = lookup_ngram or LLAMA_CPP_LOOKUP_NGRAM
-        return LlamaCppMethod(gguf, config, target.eos_ids, n_ctx,
-                              lookup=lambda: LlamaPromptLookupDecoding(max_ngram_size=n, num_pred_tokens=config.gamma))
+        return LlamaCppMethod(
+            gguf,
+            config,
+            target.eos_ids,
+            n_ctx,
+            lookup=lambda: LlamaPromptLookupDecoding(max_ngram_size=n, num_pred_tokens=config.gamma),
+        )
     if name == "llama-cpp-lookup":
         from ..sd.llama_draft import LookupDraftModel
 
         if lookup is None:
-            raise DraftwiseError("baseline llama-cpp-lookup runs the point's lookup drafter: give an ngram or suffix drafter")
-        return LlamaCppMethod(gguf, config, target.eos_ids, n_ctx, lookup=lambda: LookupDraftModel(lookup, config.gamma))
+            raise DraftwiseError(
+                "baseline llama-cpp-lookup runs the point's lookup drafter: give an ngram or suffix drafter"
+            )
+        return LlamaCppMethod(
+            gguf, config, target.eos_ids, n_ctx, lookup=lambda: LookupDraftModel(lookup, config.gamma)
+        )
     if llama_server_args(name) is None:
         raise DraftwiseError(f"unknown llama.cpp baseline {name!r}")
     return ServerMethod(name, gguf, config, target.eos_ids, n_ctx, log_dir)

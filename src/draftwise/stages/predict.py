@@ -39,17 +39,35 @@ def bench_acceptance(bench_dir: Path) -> dict:
         raise DraftwiseError(f"bench run {bench_dir} has no SD records (was it run with --drafter?)")
     s = metrics.summarize_method(sd)
     scheduled = [r for r in records if r["method"] == SCHEDULED]
-    return {"drafter": config["drafter"], "gamma": config["gamma"], "alpha": s["alpha"],
-            "acceptance_per_position": s["acceptance_per_position"], "tokens_per_s": s["tokens_per_s"],
-            "decode_tokens_per_s": s.get("decode_tokens_per_s"), "kind": drafter_kind(config["drafter"]),
-            "rounds": [r for rec in sd for r in rec["rounds"]],
-            "scheduled": {"rounds": [r for rec in scheduled for r in rec["rounds"]],
-                          **{k: v for k, v in metrics.summarize_method(scheduled).items()
-                             if k in ("tokens_per_s", "decode_tokens_per_s")}} if scheduled else None}
+    return {
+        "drafter": config["drafter"],
+        "gamma": config["gamma"],
+        "alpha": s["alpha"],
+        "acceptance_per_position": s["acceptance_per_position"],
+        "tokens_per_s": s["tokens_per_s"],
+        "decode_tokens_per_s": s.get("decode_tokens_per_s"),
+        "kind": drafter_kind(config["drafter"]),
+        "rounds": [r for rec in sd for r in rec["rounds"]],
+        "scheduled": {
+            "rounds": [r for rec in scheduled for r in rec["rounds"]],
+            **{
+                k: v
+                for k, v in metrics.summarize_method(scheduled).items()
+                if k in ("tokens_per_s", "decode_tokens_per_s")
+            },
+        }
+        if scheduled
+        else None,
+    }
 
 
-def predict(profile: dict, batch: int = 1, gammas: list[int] | None = None, alpha: float | None = None,
-            bench: dict | None = None) -> dict:
+def predict(
+    profile: dict,
+    batch: int = 1,
+    gammas: list[int] | None = None,
+    alpha: float | None = None,
+    bench: dict | None = None,
+) -> dict:
     entry = profile["batches"].get(str(batch))
     if entry is None:
         raise DraftwiseError(f"the profile has no batch {batch} (it has {', '.join(profile['batches'])})")
@@ -66,9 +84,17 @@ def predict(profile: dict, batch: int = 1, gammas: list[int] | None = None, alph
         for g in gammas:
             en = cost.expected_tokens(cost.acceptance_for(g, alpha, per_position))
             tps = 1e3 * cost.throughput(en, g, d["step_ms"], t_verify(g))
-            rows.append({"drafter": spec, "gamma": g, "expected_tokens": en, "tokens_per_s": tps, "speedup_vs_ar": tps * ar / 1e3,
-                         "free_drafter_tokens_per_s": 1e3 * cost.free_drafter_limit(en, t_verify(g)),
-                         "acceptance": "measured" if per_position else f"alpha={alpha}"})
+            rows.append(
+                {
+                    "drafter": spec,
+                    "gamma": g,
+                    "expected_tokens": en,
+                    "tokens_per_s": tps,
+                    "speedup_vs_ar": tps * ar / 1e3,
+                    "free_drafter_tokens_per_s": 1e3 * cost.free_drafter_limit(en, t_verify(g)),
+                    "acceptance": "measured" if per_position else f"alpha={alpha}",
+                }
+            )
     if bench and bench.get("kind", "model") != "model":
         rows += variable_rows(bench, entry, t_verify, gammas, ar)
     scheduled = scheduled_row(bench, entry, t_verify, ar) if bench and bench.get("scheduled") else None
@@ -82,9 +108,15 @@ def predict(profile: dict, batch: int = 1, gammas: list[int] | None = None, alph
     if bench:
         row = next((r for r in rows if r["drafter"] == bench["drafter"] and r["gamma"] == bench["gamma"]), None)
         if row is None and bench["drafter"] in entry["drafters"]:
-            en = cost.expected_tokens(cost.acceptance_for(bench["gamma"], per_position=bench["acceptance_per_position"]))
-            row = {"tokens_per_s": 1e3 * cost.throughput(en, bench["gamma"], entry["drafters"][bench["drafter"]]["step_ms"],
-                                                         t_verify(bench["gamma"]))}
+            en = cost.expected_tokens(
+                cost.acceptance_for(bench["gamma"], per_position=bench["acceptance_per_position"])
+            )
+            row = {
+                "tokens_per_s": 1e3
+                * cost.throughput(
+                    en, bench["gamma"], entry["drafters"][bench["drafter"]]["step_ms"], t_verify(bench["gamma"])
+                )
+            }
         if scheduled:
             out["check_scheduled"] = check(bench, bench["scheduled"], scheduled["tokens_per_s"])
         if row:
@@ -96,9 +128,14 @@ def check(bench: dict, measured: dict, predicted: float) -> dict:
     """A prediction beside a bench method's measured tokens/s (`measured`: its figures; decode tokens/s, prefill
     excluded like the model, when the method reports it)."""
     against = measured.get("decode_tokens_per_s") or measured["tokens_per_s"]
-    return {"drafter": bench["drafter"], "gamma": bench["gamma"], "predicted_tokens_per_s": predicted,
-            "measured_decode_tokens_per_s": measured.get("decode_tokens_per_s"),
-            "measured_tokens_per_s": measured["tokens_per_s"], "error": predicted / against - 1}
+    return {
+        "drafter": bench["drafter"],
+        "gamma": bench["gamma"],
+        "predicted_tokens_per_s": predicted,
+        "measured_decode_tokens_per_s": measured.get("decode_tokens_per_s"),
+        "measured_tokens_per_s": measured["tokens_per_s"],
+        "error": predicted / against - 1,
+    }
 
 
 def model_step_s(bench: dict, entry: dict) -> float | None:
@@ -114,9 +151,15 @@ def scheduled_row(bench: dict, entry: dict, t_verify, ar_ms: float) -> dict:
     its acceptance, k = 0 rounds a plain step (a model drafter's unverified draft steps are not in the rounds: its
     draft time is priced per verified token)."""
     tps = cost.predict_rounds(bench["scheduled"]["rounds"], lambda k: t_verify(k) / 1e3, model_step_s(bench, entry))
-    return {"drafter": bench["drafter"] + " (scheduled)", "gamma": bench["gamma"], "expected_tokens": None,
-            "tokens_per_s": tps, "speedup_vs_ar": tps * ar_ms / 1e3, "free_drafter_tokens_per_s": None,
-            "acceptance": "measured scheduled rounds"}
+    return {
+        "drafter": bench["drafter"] + " (scheduled)",
+        "gamma": bench["gamma"],
+        "expected_tokens": None,
+        "tokens_per_s": tps,
+        "speedup_vs_ar": tps * ar_ms / 1e3,
+        "free_drafter_tokens_per_s": None,
+        "acceptance": "measured scheduled rounds",
+    }
 
 
 def variable_rows(bench: dict, entry: dict, t_verify, gammas: list[int], ar_ms: float) -> list[dict]:
@@ -125,14 +168,28 @@ def variable_rows(bench: dict, entry: dict, t_verify, gammas: list[int], ar_ms: 
     rows = []
     for g in sorted({x for x in gammas if x <= bench["gamma"]} | {bench["gamma"]}):
         tps = cost.predict_rounds(bench["rounds"], lambda k: t_verify(k) / 1e3, step, cap=g)
-        rows.append({"drafter": bench["drafter"], "gamma": g, "expected_tokens": None, "tokens_per_s": tps,
-                     "speedup_vs_ar": tps * ar_ms / 1e3, "free_drafter_tokens_per_s": None,
-                     "acceptance": "measured proposals"})
+        rows.append(
+            {
+                "drafter": bench["drafter"],
+                "gamma": g,
+                "expected_tokens": None,
+                "tokens_per_s": tps,
+                "speedup_vs_ar": tps * ar_ms / 1e3,
+                "free_drafter_tokens_per_s": None,
+                "acceptance": "measured proposals",
+            }
+        )
     return rows
 
 
-def run(profile_dir: str | Path, bench_dir: str | Path | None = None, alpha: float | None = None, batch: int = 1,
-        gammas: list[int] | None = None, out: str | Path | None = None) -> dict:
+def run(
+    profile_dir: str | Path,
+    bench_dir: str | Path | None = None,
+    alpha: float | None = None,
+    batch: int = 1,
+    gammas: list[int] | None = None,
+    out: str | Path | None = None,
+) -> dict:
     if alpha is not None and not 0 <= alpha <= 1:
         raise DraftwiseError(f"alpha must be in [0, 1], got {alpha}")
     profile = _read_json(Path(profile_dir) / "profile.json", "profile")
@@ -148,25 +205,35 @@ def run(profile_dir: str | Path, bench_dir: str | Path | None = None, alpha: flo
 
 def format_predictions(result: dict, top: int = 15) -> str:
     b = result["batch"]
-    lines = [f"AR: {result['ar_tokens_per_s']:.2f} tokens/s per sequence (batch {b}: {b * result['ar_tokens_per_s']:.1f} "
-             "in total); tokens/s below are per sequence",
-             f"{'drafter':<42}{'γ':>3}{'E[N]':>7}{'tokens/s':>10}{'vs AR':>8}  acceptance"]
+    lines = [
+        f"AR: {result['ar_tokens_per_s']:.2f} tokens/s per sequence (batch {b}: {b * result['ar_tokens_per_s']:.1f} "
+        "in total); tokens/s below are per sequence",
+        f"{'drafter':<42}{'γ':>3}{'E[N]':>7}{'tokens/s':>10}{'vs AR':>8}  acceptance",
+    ]
     for r in result["rows"][:top]:
         en = "-" if r["expected_tokens"] is None else f"{r['expected_tokens']:.2f}"
-        lines.append(f"{r['drafter'][:42]:<42}{r['gamma']:>3}{en:>7}{r['tokens_per_s']:>10.2f}"
-                     f"{r['speedup_vs_ar']:>7.2f}x  {r['acceptance']}")
+        lines.append(
+            f"{r['drafter'][:42]:<42}{r['gamma']:>3}{en:>7}{r['tokens_per_s']:>10.2f}"
+            f"{r['speedup_vs_ar']:>7.2f}x  {r['acceptance']}"
+        )
     for spec, r in result["best_gamma"].items():
-        lines.append(f"γ* for {spec[:42]}: {r['gamma']} ({r['tokens_per_s']:.2f} tokens/s, {b * r['tokens_per_s']:.1f} in total)")
+        lines.append(
+            f"γ* for {spec[:42]}: {r['gamma']} ({r['tokens_per_s']:.2f} tokens/s, {b * r['tokens_per_s']:.1f} in total)"
+        )
     if result["skipped"]:
         lines.append(f"no acceptance known (give --alpha) for: {', '.join(s[:30] for s in result['skipped'])}")
     sched = result.get("check_scheduled")
     if sched:
-        lines.append(f"check against the bench run's scheduled rounds: predicted {sched['predicted_tokens_per_s']:.2f}, "
-                     f"measured {sched['measured_decode_tokens_per_s'] or sched['measured_tokens_per_s']:.2f} decode "
-                     f"tokens/s ({100 * sched['error']:+.1f} %)")
+        lines.append(
+            f"check against the bench run's scheduled rounds: predicted {sched['predicted_tokens_per_s']:.2f}, "
+            f"measured {sched['measured_decode_tokens_per_s'] or sched['measured_tokens_per_s']:.2f} decode "
+            f"tokens/s ({100 * sched['error']:+.1f} %)"
+        )
     check = result.get("check")
     if check:
-        lines.append(f"check against the bench run ({check['drafter']}, γ={check['gamma']}): predicted "
-                     f"{check['predicted_tokens_per_s']:.2f}, measured {check['measured_decode_tokens_per_s'] or check['measured_tokens_per_s']:.2f} "
-                     f"decode tokens/s ({100 * check['error']:+.1f} %); with prefill {check['measured_tokens_per_s']:.2f}")
+        lines.append(
+            f"check against the bench run ({check['drafter']}, γ={check['gamma']}): predicted "
+            f"{check['predicted_tokens_per_s']:.2f}, measured {check['measured_decode_tokens_per_s'] or check['measured_tokens_per_s']:.2f} "
+            f"decode tokens/s ({100 * check['error']:+.1f} %); with prefill {check['measured_tokens_per_s']:.2f}"
+        )
     return "\n".join(lines)

@@ -55,10 +55,15 @@ def points(config: ProfileConfig, n_layers: int) -> list[dict]:
         out.append({"kind": "step", "model": "target", "batch": b, "tokens": 1})
         out += [{"kind": "verify", "model": "target", "batch": b, "tokens": g + 1, "gamma": g} for g in config.gammas]
         out += [{"kind": "head", "model": "target", "batch": b, "tokens": 1}] if heads else []
-        out += [{"kind": "propose" if drafter_kind(d) == "lookup" else "step", "model": d, "batch": b, "tokens": 1}
-                for d in drafters]
-        out += [{"kind": "head", "model": d, "batch": b, "tokens": 1} for d in config.drafters
-                if drafter_kind(d) == "model" and heads]
+        out += [
+            {"kind": "propose" if drafter_kind(d) == "lookup" else "step", "model": d, "batch": b, "tokens": 1}
+            for d in drafters
+        ]
+        out += [
+            {"kind": "head", "model": d, "batch": b, "tokens": 1}
+            for d in config.drafters
+            if drafter_kind(d) == "model" and heads
+        ]
     return out
 
 
@@ -72,7 +77,7 @@ class ProfileWork:
 
     config: ProfileConfig
 
-    def __call__(self) -> "Timer":
+    def __call__(self) -> Timer:
         c = self.config
         if c.threads:
             torch.set_num_threads(c.threads)
@@ -88,7 +93,9 @@ def load_models(config: ProfileConfig) -> dict[str, Model]:
     options = _options(config)
     target = load(config.target, options)
     models = {"target": target}
-    for spec in dict.fromkeys(p["model"] for p in points(config, target.config.num_hidden_layers) if p["model"] != "target"):
+    for spec in dict.fromkeys(
+        p["model"] for p in points(config, target.config.num_hidden_layers) if p["model"] != "target"
+    ):
         if drafter_kind(spec) == "model":
             models[spec] = load_drafter(spec, target, options)
         elif drafter_kind(spec) == "lookup":
@@ -144,7 +151,6 @@ class Timer:
         ids = torch.randint(0, lm.vocab_size, (b, t), generator=self.gen).to(dev)
         return lambda: lm.forward(ids, ctx, t)  # a lean cache is preallocated: garbage in it costs what real keys do
 
-
     def propose(self, lookup, gamma: int):
         """One round of a lookup drafter at `context` tokens: the newest token indexed, a proposal, the token rolled back
         (so every repeat sees the same index)."""
@@ -175,9 +181,13 @@ def run(config: ProfileConfig, out: str | Path, executor: Executor | None = None
         records.append({**point, "median_ms": median(times["ms"]), **times})
         run_dir.append(records[-1])
         bar.update()
-        bar.set_postfix_str(f"{point['kind']} {point['model'][:24]} b={point['batch']} t={point['tokens']}: {median(times['ms']):.2f} ms")
+        bar.set_postfix_str(
+            f"{point['kind']} {point['model'][:24]} b={point['batch']} t={point['tokens']}: {median(times['ms']):.2f} ms"
+        )
     bar.close()
-    summary = summarize(run_dir.records(), {spec: m.config for spec, m in models.items() if hasattr(m, "config")}, config)
+    summary = summarize(
+        run_dir.records(), {spec: m.config for spec, m in models.items() if hasattr(m, "config")}, config
+    )
     run_dir.write_json("profile.json", summary)
     from ..report.plots import plot_profile
 
@@ -190,35 +200,61 @@ def run(config: ProfileConfig, out: str | Path, executor: Executor | None = None
 def summarize(records: list[dict], configs: dict, config: ProfileConfig) -> dict:
     """profile.json from the raw records (medians, ratios, shares and the depth fit are all derived here)."""
     target_shape = cost.Shape.of(configs["target"])
-    out = {"definitions": DEFINITIONS, "context": config.context,
-           "machine": next((r["machine"] for r in records if r.get("machine")), None), "target": {
-        "spec": config.target, "shape": target_shape.__dict__, "params": target_shape.params()}, "batches": {}}
+    out = {
+        "definitions": DEFINITIONS,
+        "context": config.context,
+        "machine": next((r["machine"] for r in records if r.get("machine")), None),
+        "target": {"spec": config.target, "shape": target_shape.__dict__, "params": target_shape.params()},
+        "batches": {},
+    }
     for b in config.batches:
         recs = [r for r in records if r["batch"] == b]
         get = {(r["kind"], r["model"], r["tokens"]): r["median_ms"] for r in recs}
-        rel = {(r["kind"], r["model"], r["tokens"]): r["median_ms"] / median(r["ref_ms"]) for r in recs if "ref_ms" in r}
+        rel = {
+            (r["kind"], r["model"], r["tokens"]): r["median_ms"] / median(r["ref_ms"]) for r in recs if "ref_ms" in r
+        }
         ar = get.get(("step", "target", 1))
         if ar is None:
             continue
         verify = {r["gamma"]: r["median_ms"] for r in recs if r["kind"] == "verify"}
         ratio = {r["gamma"]: rel[("verify", "target", r["tokens"])] for r in recs if r["kind"] == "verify"}
-        entry = {"ar_step_ms": ar, "verify_ms": verify, "verify_over_ar_step": ratio,
-                 "head_ms": get.get(("head", "target", 1)), "drafters": {}}
+        entry = {
+            "ar_step_ms": ar,
+            "verify_ms": verify,
+            "verify_over_ar_step": ratio,
+            "head_ms": get.get(("head", "target", 1)),
+            "drafters": {},
+        }
         for spec in dict.fromkeys(r["model"] for r in recs if r["kind"] == "propose"):
             step = get[("propose", spec, 1)]
-            entry["drafters"][spec] = {"kind": "lookup", "layers": None, "shape": None, "params": None, "step_ms": step,
-                                       "head_ms": None, "head_share": None, "c": rel[("propose", spec, 1)],
-                                       "cycle": None}
+            entry["drafters"][spec] = {
+                "kind": "lookup",
+                "layers": None,
+                "shape": None,
+                "params": None,
+                "step_ms": step,
+                "head_ms": None,
+                "head_share": None,
+                "c": rel[("propose", spec, 1)],
+                "cycle": None,
+            }
         for spec in dict.fromkeys(r["model"] for r in recs if r["kind"] == "step" and r["model"] != "target"):
             step = get[("step", spec, 1)]
             head = get.get(("head", spec, 1)) or (entry["head_ms"] if spec.startswith("layers:") else None)
             shape = cost.Shape.of(configs[spec]) if spec in configs else None
             entry["drafters"][spec] = {
-                "kind": "model", "layers": shape.layers if shape else None, "shape": shape.__dict__ if shape else None,
-                "params": shape.params() if shape else None, "step_ms": step, "head_ms": head,
-                "head_share": head / step if head else None, "c": rel[("step", spec, 1)],
-                "cycle": {g: {"draft_share": g * step / (g * step + v), "target_share": v / (g * step + v)}
-                          for g, v in verify.items()},
+                "kind": "model",
+                "layers": shape.layers if shape else None,
+                "shape": shape.__dict__ if shape else None,
+                "params": shape.params() if shape else None,
+                "step_ms": step,
+                "head_ms": head,
+                "head_share": head / step if head else None,
+                "c": rel[("step", spec, 1)],
+                "cycle": {
+                    g: {"draft_share": g * step / (g * step + v), "target_share": v / (g * step + v)}
+                    for g, v in verify.items()
+                },
             }
         entry["depth_fit"] = _depth_fit(entry, target_shape.layers)
         out["batches"][str(b)] = entry
@@ -235,8 +271,13 @@ def _depth_fit(entry: dict, target_layers: int) -> dict | None:
     slope, fixed = np.polyfit(x, y, 1)
     pred = fixed + slope * x
     r2 = 1 - ((y - pred) ** 2).sum() / max(((y - y.mean()) ** 2).sum(), 1e-12)
-    return {"fixed_ms": float(fixed), "per_layer_ms": float(slope), "r2": float(r2), "points": pts,
-            "fixed_without_head_ms": float(fixed - entry["head_ms"]) if entry.get("head_ms") else None}
+    return {
+        "fixed_ms": float(fixed),
+        "per_layer_ms": float(slope),
+        "r2": float(r2),
+        "points": pts,
+        "fixed_without_head_ms": float(fixed - entry["head_ms"]) if entry.get("head_ms") else None,
+    }
 
 
 def format_profile(summary: dict) -> str:
@@ -244,13 +285,19 @@ def format_profile(summary: dict) -> str:
     for b, e in summary["batches"].items():
         head = f", LM head {e['head_ms']:.2f} ms" if e.get("head_ms") else ""
         lines.append(f"batch {b}: AR step {e['ar_step_ms']:.2f} ms{head}")
-        lines.append("  verify/AR-step by γ: " + ", ".join(f"{g}: {r:.2f}" for g, r in e["verify_over_ar_step"].items()))
+        lines.append(
+            "  verify/AR-step by γ: " + ", ".join(f"{g}: {r:.2f}" for g, r in e["verify_over_ar_step"].items())
+        )
         fit = e.get("depth_fit")
         if fit:
-            lines.append(f"  depth fit: {fit['fixed_ms']:.2f} ms + {fit['per_layer_ms']:.3f} ms/layer (R² {fit['r2']:.3f})")
+            lines.append(
+                f"  depth fit: {fit['fixed_ms']:.2f} ms + {fit['per_layer_ms']:.3f} ms/layer (R² {fit['r2']:.3f})"
+            )
         for spec, d in e["drafters"].items():
             if d.get("kind") == "lookup":
-                lines.append(f"  {spec[:40]:<40} {d['step_ms']:7.3f} ms per proposal ({100 * d['c']:.2f} % of an AR step)")
+                lines.append(
+                    f"  {spec[:40]:<40} {d['step_ms']:7.3f} ms per proposal ({100 * d['c']:.2f} % of an AR step)"
+                )
                 continue
             share = f", head {100 * d['head_share']:.0f} %" if d.get("head_share") else ""
             lines.append(f"  {spec[:40]:<40} {d['step_ms']:7.2f} ms (c = {d['c']:.3f}{share})")

@@ -21,7 +21,6 @@ from tqdm import tqdm
 
 from .. import continuations
 from ..config import QualityConfig, check_runtime
-from ..errors import DraftwiseError
 from ..models import ModelOptions, load
 from ..models.llamacpp_load import LLAMA_CPP, gguf_file, written
 from ..rundir import RunDir
@@ -58,8 +57,12 @@ def _next_logp(logits: torch.Tensor, ids: list[int]) -> torch.Tensor:
 def _score(model, ids: list[int], ref: dict) -> dict:
     """One prompt's record figures under `model`, against the reference's argmax and log-probs (`ref`)."""
     logits = _logits(model, ids, min(ref["vocab"], model.vocab_size))
-    return {"positions": len(ids) - 1, "agree": int((logits.argmax(-1) == ref["argmax"]).sum()),
-            "nll_sum": float(-_next_logp(logits, ids).sum()), "ref_nll_sum": float(-ref["logp"].sum())}
+    return {
+        "positions": len(ids) - 1,
+        "agree": int((logits.argmax(-1) == ref["argmax"]).sum()),
+        "nll_sum": float(-_next_logp(logits, ids).sum()),
+        "ref_nll_sum": float(-ref["logp"].sum()),
+    }
 
 
 def run(config: QualityConfig, out: str | Path) -> Path:
@@ -72,8 +75,14 @@ def run(config: QualityConfig, out: str | Path) -> Path:
     prompts = [(p, ids) for p, ids in prompts if len(ids) > 1]  # a one-token prompt has no next token to score
     todo = {rt: [(p, ids) for p, ids in prompts if (rt, p.id) not in done] for rt in config.runtimes}
     needed = {p.id for pairs in todo.values() for p, _ in pairs}
-    bar = tqdm(total=len(needed) + sum(map(len, todo.values())), desc=f"quality {REFERENCE} (reference)",
-               unit="prompt", file=sys.stderr, dynamic_ncols=True, disable=not needed)
+    bar = tqdm(
+        total=len(needed) + sum(map(len, todo.values())),
+        desc=f"quality {REFERENCE} (reference)",
+        unit="prompt",
+        file=sys.stderr,
+        dynamic_ncols=True,
+        disable=not needed,
+    )
     refs = {}  # prompt id -> the reference's argmax and next-token log-probs (not its logits)
     for p, ids in prompts:
         if p.id in needed:
@@ -101,18 +110,23 @@ def run(config: QualityConfig, out: str | Path) -> Path:
 
 
 def summarize(records: list[dict], config: QualityConfig) -> dict:
-    out = {"definitions": "agreement: fraction of scored positions (each prompt position t, predicting token t+1, "
-                          "teacher-forced on eval prompt texts) where the runtime's argmax equals the fp32 lean "
-                          "reference's. nll: mean negative log-likelihood (nats/token) of the text's actual next tokens "
-                          "under the runtime; nll_delta: runtime minus fp32 on the same positions.",
-           "target": config.target}
+    out = {
+        "definitions": "agreement: fraction of scored positions (each prompt position t, predicting token t+1, "
+        "teacher-forced on eval prompt texts) where the runtime's argmax equals the fp32 lean "
+        "reference's. nll: mean negative log-likelihood (nats/token) of the text's actual next tokens "
+        "under the runtime; nll_delta: runtime minus fp32 on the same positions.",
+        "target": config.target,
+    }
     for rt in config.runtimes:
         rs = [r for r in records if r["runtime"] == rt]
         n = sum(r["positions"] for r in rs)
-        out[rt] = {"agreement": sum(r["agree"] for r in rs) / n if n else None,
-                   "nll": sum(r["nll_sum"] for r in rs) / n if n else None,
-                   "nll_delta": sum(r["nll_sum"] - r["ref_nll_sum"] for r in rs) / n if n else None,
-                   "positions": n, "prompts": len(rs)}
+        out[rt] = {
+            "agreement": sum(r["agree"] for r in rs) / n if n else None,
+            "nll": sum(r["nll_sum"] for r in rs) / n if n else None,
+            "nll_delta": sum(r["nll_sum"] - r["ref_nll_sum"] for r in rs) / n if n else None,
+            "positions": n,
+            "prompts": len(rs),
+        }
     ref = {r["prompt_id"]: r for r in records}  # one record per prompt: the reference's sums are every runtime's
     n = sum(r["positions"] for r in ref.values())
     nll = sum(r["ref_nll_sum"] for r in ref.values()) / n if n else None
@@ -126,8 +140,10 @@ def sentence(summary: dict, runtime: str) -> str:
     s = summary.get(runtime)
     if not s or s["agreement"] is None:
         return f"no quality figures for {runtime}"
-    return (f"top-1 agreement with fp32 {s['agreement']:.3f}, NLL {s['nll']:.2f} ({_signed(s['nll_delta'])} over fp32) "
-            f"on {s['prompts']} eval prompts")
+    return (
+        f"top-1 agreement with fp32 {s['agreement']:.3f}, NLL {s['nll']:.2f} ({_signed(s['nll_delta'])} over fp32) "
+        f"on {s['prompts']} eval prompts"
+    )
 
 
 def _signed(x: float) -> str:
@@ -136,9 +152,12 @@ def _signed(x: float) -> str:
 
 def format_quality(summary: dict) -> str:
     ref = summary["reference"]
-    lines = [f"{'runtime':<16} {'agreement':>9} {'NLL':>7} {'ΔNLL':>7}",
-             f"{'fp32 (reference)':<16} {'1.000':>9} {ref['nll']:>7.3f} {'':>7}" if ref["nll"] is not None else
-             f"{'fp32 (reference)':<16} (no positions scored)"]
+    lines = [
+        f"{'runtime':<16} {'agreement':>9} {'NLL':>7} {'ΔNLL':>7}",
+        f"{'fp32 (reference)':<16} {'1.000':>9} {ref['nll']:>7.3f} {'':>7}"
+        if ref["nll"] is not None
+        else f"{'fp32 (reference)':<16} (no positions scored)",
+    ]
     for rt, s in summary.items():
         if isinstance(s, dict) and "agreement" in s and s["agreement"] is not None:
             lines.append(f"{rt:<16} {s['agreement']:>9.3f} {s['nll']:>7.3f} {_signed(s['nll_delta']):>7}")

@@ -26,9 +26,9 @@ from ..config import SweepConfig
 from ..errors import DraftwiseError
 from ..executors import Executor, InProcess, exclusive
 from ..models import ModelOptions, fill_cache, layer_subset, load, load_drafter, stamp
-from ..models.llamacpp_load import LLAMA_CPP
 from ..models.hf import bytes_per_value, torch_dtype
 from ..models.lean import LeanLM
+from ..models.llamacpp_load import LLAMA_CPP
 from ..models.random import llama_config, random_lm
 from ..rundir import RunDir
 from ..timing import check_machine, measure_interleaved, median
@@ -54,8 +54,19 @@ def points(config: SweepConfig, target: cost.Shape) -> list[dict]:
             raise DraftwiseError(f"width {w} is not a multiple of head_dim × (heads / kv_heads) = {unit}")
         kv = w // unit
         ffn = int(round(target.ffn / target.hidden * w / 8)) * 8
-        shapes.append(("width", replace(target, layers=config.width_depth, hidden=w, heads=kv * unit // target.head_dim,
-                                        kv_heads=kv, ffn=ffn)))
+        shapes.append(
+            (
+                "width",
+                replace(
+                    target,
+                    layers=config.width_depth,
+                    hidden=w,
+                    heads=kv * unit // target.head_dim,
+                    kv_heads=kv,
+                    ffn=ffn,
+                ),
+            )
+        )
     for k in config.truncations:
         if k > target.layers:
             raise DraftwiseError(f"truncation to {k} layers: the target has only {target.layers}")
@@ -77,8 +88,9 @@ def key(point: dict) -> tuple:
     return tuple(sorted((k, v) for k, v in point.items() if k not in ("ms", "ref_ms", "machine")))
 
 
-def random_model(template_config, shape: cost.Shape, dtype: torch.dtype, device: str, seed: int,
-                 precision: str = "fp32") -> LeanLM:
+def random_model(
+    template_config, shape: cost.Shape, dtype: torch.dtype, device: str, seed: int, precision: str = "fp32"
+) -> LeanLM:
     """A random-weight drafter of `shape` at the sweep's precision (int8: its matrices quantized, as a drafter's are)."""
     return random_lm(llama_config(shape.__dict__, template_config), dtype, device, seed, precision=precision)
 
@@ -99,7 +111,7 @@ class SweepWork:
 
     config: SweepConfig
 
-    def __call__(self) -> "Timer":
+    def __call__(self) -> Timer:
         if self.config.threads:
             torch.set_num_threads(self.config.threads)
         options = options_of(self.config)
@@ -122,8 +134,9 @@ class Timer:
             return load_drafter(spec, self.target, options_of(self.config)).lm
         if truncation:
             return self.target.lm.subset(ids, layer_subset(self.target.config, {}, ids)[0])
-        return random_model(self.target.config, shape, self.target.lm.dtype, self.config.device, self.config.seed,
-                            self.config.dtype)
+        return random_model(
+            self.target.config, shape, self.target.lm.dtype, self.config.device, self.config.seed, self.config.dtype
+        )
 
     def __call__(self, point: dict) -> dict:
         shape, b, ctx = shape_of(point), point["batch"], self.config.context
@@ -133,8 +146,12 @@ class Timer:
             fill_cache(m, b, ctx, 1, gen)
         ids = torch.randint(0, shape.vocab, (b, 1), generator=gen).to(self.config.device)
         ref_ids = ids.clamp_max(self.target_shape.vocab - 1)
-        ms, ref_ms = measure_interleaved([lambda: lm.forward(ids, ctx, 1), lambda: self.target.lm.forward(ref_ids, ctx, 1)],
-                                         self.config.device, self.config.warmup, self.config.repeats)
+        ms, ref_ms = measure_interleaved(
+            [lambda: lm.forward(ids, ctx, 1), lambda: self.target.lm.forward(ref_ids, ctx, 1)],
+            self.config.device,
+            self.config.warmup,
+            self.config.repeats,
+        )
         return {"ms": ms, "ref_ms": ref_ms, "machine": self.machine}
 
 
@@ -156,7 +173,9 @@ def run(config: SweepConfig, out: str | Path, executor: Executor | None = None) 
         records.append({**point, **times})
         run_dir.append(records[-1])
         bar.update()
-        bar.set_postfix_str(f"{point['family']} {shape_of(point).describe()} b={point['batch']}: {median(times['ms']):.2f} ms")
+        bar.set_postfix_str(
+            f"{point['family']} {shape_of(point).describe()} b={point['batch']}: {median(times['ms']):.2f} ms"
+        )
     bar.close()
     summary = summarize(run_dir.records(), cost.Shape.of(target.config), config)
     run_dir.write_json("sweep.json", summary)
@@ -174,22 +193,44 @@ def summarize(records: list[dict], target: cost.Shape, config: SweepConfig) -> d
     rows = []
     for r in records:
         shape = shape_of(r)
-        rows.append({"family": r["family"], "batch": r["batch"], "shape": shape.__dict__, "label": shape.describe(),
-                     "params": shape.params(), "step_ms": median(r["ms"]), "c": median(r["ms"]) / median(r["ref_ms"]),
-                     "kv_bytes_per_seq": shape.kv_bytes(config.context, 1, bpv),
-                     "max_batch": cost.max_batch(memory, target, shape, config.context, bpv)})
+        rows.append(
+            {
+                "family": r["family"],
+                "batch": r["batch"],
+                "shape": shape.__dict__,
+                "label": shape.describe(),
+                "params": shape.params(),
+                "step_ms": median(r["ms"]),
+                "c": median(r["ms"]) / median(r["ref_ms"]),
+                "kv_bytes_per_seq": shape.kv_bytes(config.context, 1, bpv),
+                "max_batch": cost.max_batch(memory, target, shape, config.context, bpv),
+            }
+        )
     fits = {}
     for b in config.batches:
         pts = [(cost.Shape(**row["shape"]), row["step_ms"]) for row in rows if row["batch"] == b]
         if len(pts) >= 4:
             model = cost.StepModel.fit(pts, bpv)
             errs = [abs(model.predict_ms(s) - ms) / ms for s, ms in pts]
-            fits[str(b)] = {**model.as_dict(), "median_abs_error": float(np.median(errs)), "max_abs_error": float(max(errs))}
-    return {"definitions": DEFINITIONS, "target": target.__dict__, "context": config.context, "memory": memory,
-            "dtype": config.dtype, "bytes_per_value": bpv,
-            "machine": next((r["machine"] for r in records if r.get("machine")), None),
-            "budget": cost.parse_count(config.budget), "rows": rows, "fits": fits,
-            "depth_lines": _depth_lines(rows), "findings": _findings(rows, fits, target)}
+            fits[str(b)] = {
+                **model.as_dict(),
+                "median_abs_error": float(np.median(errs)),
+                "max_abs_error": float(max(errs)),
+            }
+    return {
+        "definitions": DEFINITIONS,
+        "target": target.__dict__,
+        "context": config.context,
+        "memory": memory,
+        "dtype": config.dtype,
+        "bytes_per_value": bpv,
+        "machine": next((r["machine"] for r in records if r.get("machine")), None),
+        "budget": cost.parse_count(config.budget),
+        "rows": rows,
+        "fits": fits,
+        "depth_lines": _depth_lines(rows),
+        "findings": _findings(rows, fits, target),
+    }
 
 
 def _depth_lines(rows: list[dict]) -> dict:
@@ -213,22 +254,41 @@ def _findings(rows: list[dict], fits: dict, target: cost.Shape) -> list[str]:
     """Plain statements the batch-1 measurements support, each with its numbers."""
     out = []
     b1 = [r for r in rows if r["batch"] == min(r["batch"] for r in rows)] if rows else []
-    trunc = sorted((r["shape"]["layers"], r["step_ms"]) for r in b1 if r["family"] == "truncation" and r["shape"]["vocab"] == target.vocab)
+    trunc = sorted(
+        (r["shape"]["layers"], r["step_ms"])
+        for r in b1
+        if r["family"] == "truncation" and r["shape"]["vocab"] == target.vocab
+    )
     if len(trunc) >= 3:
         x, y = np.array(trunc, float).T
         slope, icpt = np.polyfit(x, y, 1)
         r2 = 1 - ((y - (icpt + slope * x)) ** 2).sum() / max(((y - y.mean()) ** 2).sum(), 1e-12)
-        out.append(f"Full-width depth: step ≈ {icpt:.2f} + {slope:.2f}·layers ms (R² {r2:.3f}): "
-                   f"{'linear' if r2 > 0.97 else 'not linear'} in depth.")
-    width = sorted((r["shape"]["hidden"], r["step_ms"]) for r in b1 if r["family"] == "width" and r["shape"]["vocab"] == target.vocab)
+        out.append(
+            f"Full-width depth: step ≈ {icpt:.2f} + {slope:.2f}·layers ms (R² {r2:.3f}): "
+            f"{'linear' if r2 > 0.97 else 'not linear'} in depth."
+        )
+    width = sorted(
+        (r["shape"]["hidden"], r["step_ms"])
+        for r in b1
+        if r["family"] == "width" and r["shape"]["vocab"] == target.vocab
+    )
     if len(width) >= 2:
         (w0, t0), (w1, t1) = width[0], width[-1]
-        out.append(f"Width at fixed depth: {w0}→{w1} changes the step {t0:.2f}→{t1:.2f} ms (×{t1 / t0:.2f} for ×{w1 / w0:.1f} width).")
-    eq = sorted((r["shape"]["layers"], r["step_ms"]) for r in b1 if r["family"] == "equal_budget" and r["shape"]["vocab"] == target.vocab)
+        out.append(
+            f"Width at fixed depth: {w0}→{w1} changes the step {t0:.2f}→{t1:.2f} ms (×{t1 / t0:.2f} for ×{w1 / w0:.1f} width)."
+        )
+    eq = sorted(
+        (r["shape"]["layers"], r["step_ms"])
+        for r in b1
+        if r["family"] == "equal_budget" and r["shape"]["vocab"] == target.vocab
+    )
     if eq:
         best = min(eq, key=lambda p: p[1])
-        out.append(f"Equal budget: fastest at {best[0]} layer(s) ({best[1]:.2f} ms); "
-                   + ", ".join(f"{k}L {ms:.2f}" for k, ms in eq) + " ms.")
+        out.append(
+            f"Equal budget: fastest at {best[0]} layer(s) ({best[1]:.2f} ms); "
+            + ", ".join(f"{k}L {ms:.2f}" for k, ms in eq)
+            + " ms."
+        )
     fit = fits.get(str(min((r["batch"] for r in rows), default=1)))
     if fit:
         model = cost.StepModel.from_dict(fit)
@@ -244,10 +304,14 @@ def _findings(rows: list[dict], fits: dict, target: cost.Shape) -> list[str]:
 def format_sweep(summary: dict) -> str:
     lines = [f"{'family':<13}{'b':>3} {'shape':<34}{'non-emb':>10}{'ms':>8}{'c':>7}{'KV/seq MB':>11}{'max batch':>10}"]
     for r in summary["rows"]:
-        lines.append(f"{r['family']:<13}{r['batch']:>3} {r['label']:<34}{r['params']['non_embedding'] / 1e6:>9.1f}M"
-                     f"{r['step_ms']:>8.2f}{r['c']:>7.3f}{r['kv_bytes_per_seq'] / 1e6:>11.1f}{r['max_batch']:>10}")
+        lines.append(
+            f"{r['family']:<13}{r['batch']:>3} {r['label']:<34}{r['params']['non_embedding'] / 1e6:>9.1f}M"
+            f"{r['step_ms']:>8.2f}{r['c']:>7.3f}{r['kv_bytes_per_seq'] / 1e6:>11.1f}{r['max_batch']:>10}"
+        )
     for b, f in summary["fits"].items():
-        lines.append(f"fit (batch {b}): {f['fixed_ms']:.2f} ms + layers·({f['layer_overhead_ms']:.3f} ms + "
-                     f"{f['ms_per_layer_mb']:.4f} ms/MB) + {f['ms_per_head_mb']:.4f} ms/MB of head; median error "
-                     f"{100 * f['median_abs_error']:.1f} %")
+        lines.append(
+            f"fit (batch {b}): {f['fixed_ms']:.2f} ms + layers·({f['layer_overhead_ms']:.3f} ms + "
+            f"{f['ms_per_layer_mb']:.4f} ms/MB) + {f['ms_per_head_mb']:.4f} ms/MB of head; median error "
+            f"{100 * f['median_abs_error']:.1f} %"
+        )
     return "\n".join(lines + summary["findings"])

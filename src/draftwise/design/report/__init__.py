@@ -9,21 +9,23 @@ import shlex
 from pathlib import Path
 
 from ... import metrics
-from . import budget, charts, lookup, models, per_row, schedule
-from ..build import read_candidates
 from ...errors import DraftwiseError
-from ..pipeline import CANDIDATES, DesignFolder
-from .costs import accuracy_section, time_section
-from .models import LEFT_OUT, decision_text, read_json, stage_records
-from ..measure import SCHEDULED as SCHEDULED_NAME
-from ..measure import limit_of
 from ...report.doc import Doc
 from ...report.fmt import interval as _interval
 from ...report.fmt import num as _f
+from ..build import read_candidates
+from ..measure import SCHEDULED as SCHEDULED_NAME
+from ..measure import limit_of
+from ..pipeline import CANDIDATES, DesignFolder
+from . import budget, charts, lookup, models, per_row, schedule
+from .costs import accuracy_section, time_section
+from .models import LEFT_OUT, decision_text, read_json, stage_records
 
-DEFINITIONS = ("Definitions: TAR = tokens emitted per SD round (accepted + the recovered or bonus token; AR = 1); "
-               "α = accepted / drafted; agreement = teacher-forced top-1 match rate with the target's greedy continuation; "
-               "tokens/s counts new tokens over wall time including prefill unless it says decode.")
+DEFINITIONS = (
+    "Definitions: TAR = tokens emitted per SD round (accepted + the recovered or bonus token; AR = 1); "
+    "α = accepted / drafted; agreement = teacher-forced top-1 match rate with the target's greedy continuation; "
+    "tokens/s counts new tokens over wall time including prefill unless it says decode."
+)
 
 
 def _tar_by_suite(records: list[dict], method: str = "sd") -> dict[str, float]:
@@ -72,25 +74,44 @@ def _chosen_section(doc: Doc, p, tasks: dict, points: dict, chosen: str, plots: 
     method = p.done["verdict"].get("method", "sd")
     tar = {0.0: {s: v["tar"] for s, v in tasks.get(chosen, {}).items()}}
     sd0, ar0 = points[chosen]["methods"]["sd"], points[chosen]["methods"]["ar"]
-    speed_rows = [["0", p.done["bench-select"]["gammas"][chosen], _f(sd0["tokens_per_s"]), _f(ar0["tokens_per_s"]),
-                   _f(sd0["tokens_per_s"] / ar0["tokens_per_s"], ".2f", "x"), _f(sd0.get("tar")), _f(sd0.get("alpha"), ".3f")]]
+    speed_rows = [
+        [
+            "0",
+            p.done["bench-select"]["gammas"][chosen],
+            _f(sd0["tokens_per_s"]),
+            _f(ar0["tokens_per_s"]),
+            _f(sd0["tokens_per_s"] / ar0["tokens_per_s"], ".2f", "x"),
+            _f(sd0.get("tar")),
+            _f(sd0.get("alpha"), ".3f"),
+        ]
+    ]
     if "bench-temps" in p.done:
         temps = stage_records(p.folder("bench-temps"))
         for r in read_json(p.folder("bench-temps") / "grid.json")["points"]:
             t = r["temperature"]
             tar[t] = _tar_by_suite([x for x in temps if x["temperature"] == t], method)
             sd, ar = r["methods"][method], r["methods"]["ar"]
-            speed_rows.append([f"{t:g}", r["gamma"], _f(sd["tokens_per_s"]), _f(ar["tokens_per_s"]),
-                               _f(sd["tokens_per_s"] / ar["tokens_per_s"], ".2f", "x"), _f(sd.get("tar")),
-                               _f(sd.get("alpha"), ".3f")])
+            speed_rows.append(
+                [
+                    f"{t:g}",
+                    r["gamma"],
+                    _f(sd["tokens_per_s"]),
+                    _f(ar["tokens_per_s"]),
+                    _f(sd["tokens_per_s"] / ar["tokens_per_s"], ".2f", "x"),
+                    _f(sd.get("tar")),
+                    _f(sd.get("alpha"), ".3f"),
+                ]
+            )
     doc.h("The chosen drafter per task and temperature")
     suites = sorted({s for per in tar.values() for s in per})
     doc.table(["task"] + [f"TAR at T={t:g}" for t in tar], [[s] + [_f(tar[t].get(s)) for t in tar] for s in suites])
     doc.table(["T", "γ", "SD tokens/s", "AR tokens/s", "SD / AR", "TAR", "α"], speed_rows)
     schedule.section(doc, p, plots, footer)
     refine = limit_of(p, "bench-temps") if "bench-temps" in p.done else None
-    doc.p(f"T=0: the selection grid ({limit_of(p, 'bench-select')} prompts); T>0: {_f(refine, 'd')} prompts, sampled SD (lossless: each "
-          "emitted token follows the target's distribution), the same seeds for SD and AR.")
+    doc.p(
+        f"T=0: the selection grid ({limit_of(p, 'bench-select')} prompts); T>0: {_f(refine, 'd')} prompts, sampled SD (lossless: each "
+        "emitted token follows the target's distribution), the same seeds for SD and AR."
+    )
     doc.img(charts.tar_per_task(tar, plots, footer), "TAR per task and temperature")
 
 
@@ -98,8 +119,10 @@ def render(out: str | Path) -> Path:
     """Re-render a finished design folder's report (nothing is rerun)."""
     folder = Path(out)
     if not (folder / CANDIDATES).exists() or not (folder / "config.json").exists():
-        raise DraftwiseError(f"{folder} is not a finished design run folder (no {CANDIDATES}): run or resume "
-                             f"`draftwise design ... --out {folder}` first")
+        raise DraftwiseError(
+            f"{folder} is not a finished design run folder (no {CANDIDATES}): run or resume "
+            f"`draftwise design ... --out {folder}` first"
+        )
     return write(DesignFolder(folder))
 
 
@@ -109,10 +132,16 @@ def _export_section(doc: Doc, p) -> None:
     doc.h("Export")
     v = p.done["verdict"]
     where = out / "export" if v["recommend"] else next((out / "export").glob("not-recommended-*"))
-    doc.p(("`export/` holds the recommendation: " if v["recommend"] else
-           f"SD is not recommended here, so `export/README.md` says so and `export/{where.name}/` keeps, for reference "
-           "only, ") + "how to run the chosen drafter elsewhere (transformers, vLLM, draftwise; every path relative to "
-          "its folder)" + (", with the model drafter's transformers checkpoint." if (where / "drafter").exists() else "."))
+    doc.p(
+        (
+            "`export/` holds the recommendation: "
+            if v["recommend"]
+            else f"SD is not recommended here, so `export/README.md` says so and `export/{where.name}/` keeps, for reference "
+            "only, "
+        )
+        + "how to run the chosen drafter elsewhere (transformers, vLLM, draftwise; every path relative to "
+        "its folder)" + (", with the model drafter's transformers checkpoint." if (where / "drafter").exists() else ".")
+    )
     doc.code((where / "vllm_speculative_config.json").read_text().strip())
 
 
@@ -127,15 +156,26 @@ def _headline(doc: Doc, p, chosen: str, gamma: int, specs: dict[str, str]) -> No
     decision, g = p.done["select-drafter"], p.done["select-gamma"]
     doc.p(f"Chosen drafter: {chosen} ({specs[chosen]}), γ = {gamma}. {decision_text(decision)} γ: {decision_text(g)}")
     rows = []
-    for name, label in (("sd", f"SD, {chosen.removesuffix(SCHEDULED_NAME)}, γ={gamma}"),
-                        ("sd-scheduled", f"SD with the round scheduler, {chosen}, γ={gamma}"), ("ar", "AR, draftwise engine"),
-                        ("hf-generate", "AR, transformers generate()"), ("hf-assisted", f"transformers assisted, {chosen}"),
-                        ("hf-prompt-lookup", f"transformers prompt lookup, γ={gamma}")):
+    for name, label in (
+        ("sd", f"SD, {chosen.removesuffix(SCHEDULED_NAME)}, γ={gamma}"),
+        ("sd-scheduled", f"SD with the round scheduler, {chosen}, γ={gamma}"),
+        ("ar", "AR, draftwise engine"),
+        ("hf-generate", "AR, transformers generate()"),
+        ("hf-assisted", f"transformers assisted, {chosen}"),
+        ("hf-prompt-lookup", f"transformers prompt lookup, γ={gamma}"),
+    ):
         s = headline.get(name)
         if s:
-            rows.append([label, _f(s["tokens_per_s"]), _f(s["tokens_per_s"] / ar, ".2f", "x"),
-                         _f(s["tokens_per_s"] / hf if hf else None, ".2f", "x"), _f(s.get("tar")),
-                         _f(s["identical_to_ar"] * 100 if s.get("identical_to_ar") is not None else None, ".0f", "%")])
+            rows.append(
+                [
+                    label,
+                    _f(s["tokens_per_s"]),
+                    _f(s["tokens_per_s"] / ar, ".2f", "x"),
+                    _f(s["tokens_per_s"] / hf if hf else None, ".2f", "x"),
+                    _f(s.get("tar")),
+                    _f(s["identical_to_ar"] * 100 if s.get("identical_to_ar") is not None else None, ".0f", "%"),
+                ]
+            )
     doc.table(["method", "tokens/s", "vs draftwise AR", "vs transformers AR", "TAR", "same tokens as AR"], rows)
 
 
@@ -147,22 +187,44 @@ def _head_and_lookahead(doc: Doc, p) -> None:
     rows = []
     for size, spec in sorted(p.done["bench-vocab"]["drafters"].items(), key=lambda kv: -int(kv[0]) or float("-inf")):
         r = points[spec]
-        rows.append(["full" if size == "0" else size, _f(r["draft_step_ms"]), _f(r["tar"]), _f(r["tokens_per_s"]),
-                     _interval(d["speedup"].get(int(size), d["speedup"].get(size)))])
+        rows.append(
+            [
+                "full" if size == "0" else size,
+                _f(r["draft_step_ms"]),
+                _f(r["tar"]),
+                _f(r["tokens_per_s"]),
+                _interval(d["speedup"].get(int(size), d["speedup"].get(size))),
+            ]
+        )
     doc.table(["draft vocabulary", "draft step ms", "TAR", "SD tokens/s", "SD / AR [95 %]"], rows)
-    doc.p(f"Chosen draft vocabulary: {'full' if d['chosen'] == 0 else d['chosen']}. {decision_text(d)} The target "
-          "verifies over its full vocabulary, so output is unchanged.")
+    doc.p(
+        f"Chosen draft vocabulary: {'full' if d['chosen'] == 0 else d['chosen']}. {decision_text(d)} The target "
+        "verifies over its full vocabulary, so output is unchanged."
+    )
     if "bench-adaptive" in p.done:
         a = read_json(p.folder("bench-adaptive") / "summary.json")
         cfg = read_json(p.folder("bench-adaptive") / "config.json")
         sd = a["methods"]["sd"]
-        rounds = [rd for rec in stage_records(p.folder("bench-adaptive")) if rec["method"] == "sd" for rd in rec["rounds"]]
+        rounds = [
+            rd for rec in stage_records(p.folder("bench-adaptive")) if rec["method"] == "sd" for rd in rec["rounds"]
+        ]
         drafted = sum(rd["drafted"] for rd in rounds) / max(1, len(rounds))
-        doc.table(["lookahead", "TAR", "drafted per round", "SD tokens/s", "SD / AR"],
-                  [[f"adaptive: γ ≤ {cfg['gamma']}, stop when q(token) < τ = {cfg['draft_stop']:g}", _f(sd.get("tar")),
-                    _f(drafted), _f(sd["tokens_per_s"]), _f(sd["speedup_vs_ar"], ".2f", "x")]])
-        doc.p("τ = c (the drafter's step over the target's, measured): one more draft step costs c target steps and "
-              "pays off in expectation only when the drafter's own probability of its token exceeds that.")
+        doc.table(
+            ["lookahead", "TAR", "drafted per round", "SD tokens/s", "SD / AR"],
+            [
+                [
+                    f"adaptive: γ ≤ {cfg['gamma']}, stop when q(token) < τ = {cfg['draft_stop']:g}",
+                    _f(sd.get("tar")),
+                    _f(drafted),
+                    _f(sd["tokens_per_s"]),
+                    _f(sd["speedup_vs_ar"], ".2f", "x"),
+                ]
+            ],
+        )
+        doc.p(
+            "τ = c (the drafter's step over the target's, measured): one more draft step costs c target steps and "
+            "pays off in expectation only when the drafter's own probability of its token exceeds that."
+        )
 
 
 def _verdict(doc: Doc, p) -> None:
@@ -177,32 +239,75 @@ def _verdict(doc: Doc, p) -> None:
         quality = rows.quality_of(p)
         reference = {fastest.lean_name(p.config): "the reference"} if p.config.dtype == "fp32" else {}
         cost = quality.get(f["runtime"])
-        doc.p(fastest.sentence(f, fastest.row_verdicts(p)) + (f" Its quality against fp32 (a lossy runtime): {cost}."
-                                                              if cost else ""))
-        doc.table(["option (one interleaved grid, the selection prompts)", "tokens/s", "over the fastest plain [95 %]",
-                   "quality vs fp32"],
-                  [[fastest.describe(n) + (" (plain)" if o["plain"] else ""), _f(o["tokens_per_s"], ".1f"),
-                    _interval(o["speedup"]), quality.get(n.split("/")[0], reference.get(n.split("/")[0], "-"))]
-                   for n, o in sorted(f["options"].items(), key=lambda kv: -kv[1]["tokens_per_s"])])
-        doc.p("The rule: " + f["rule"] + ". Each runtime's own verdict, below and under *Per runtime*, compares a method "
-              "with that engine's AR. " + per_row.quality_note(p))
+        doc.p(
+            fastest.sentence(f, fastest.row_verdicts(p))
+            + (f" Its quality against fp32 (a lossy runtime): {cost}." if cost else "")
+        )
+        doc.table(
+            [
+                "option (one interleaved grid, the selection prompts)",
+                "tokens/s",
+                "over the fastest plain [95 %]",
+                "quality vs fp32",
+            ],
+            [
+                [
+                    fastest.describe(n) + (" (plain)" if o["plain"] else ""),
+                    _f(o["tokens_per_s"], ".1f"),
+                    _interval(o["speedup"]),
+                    quality.get(n.split("/")[0], reference.get(n.split("/")[0], "-")),
+                ]
+                for n, o in sorted(f["options"].items(), key=lambda kv: -kv[1]["tokens_per_s"])
+            ],
+        )
+        doc.p(
+            "The rule: " + f["rule"] + ". Each runtime's own verdict, below and under *Per runtime*, compares a method "
+            "with that engine's AR. " + per_row.quality_note(p)
+        )
         doc.h(f"The draftwise lean engine at {p.config.dtype}", 3)
     method = v.get("method", "sd") if v["recommend"] else "ar"
     doc.p(sentence(v) + fastest.versus(f, fastest.lean_name(p.config), method))
     rows = []
     for name, x in v["candidates"].items():
         lookup = x["kind"] != "model"
-        rows.append([name, x["kind"], x["gamma"], _interval(x["speedup"]), _f(x["tar"]), _f(x["alpha"], ".2f"),
-                     _f(x["c"], ".4f" if lookup else ".3f") + (" per round" if lookup else " per token"),
-                     _f(100 * x["proposed_fraction"], ".0f", " %") if lookup and x["proposed_fraction"] is not None else "-",
-                     _f(x["mean_proposal"], ".1f"), _f(x.get("tar_needed")),
-                     _f(x["alpha_needed"], ".2f") if x["alpha_needed"] is not None else "none",
-                     _f(x["c_affordable"], ".3f") if x["c_affordable"] is not None else "none"])
-    doc.table(["candidate", "kind", "γ", "SD / AR [95 %]", "TAR", "α", "c (draft cost, AR steps)", "rounds proposing",
-               "mean proposal", "TAR needed at its c", "α needed at its c (i.i.d.)", "c affordable at its TAR"], rows)
-    doc.p("Break-even from the cost model (batch 1, AR-step units, the profile's verify pass per γ): a round must emit "
-          "as many tokens as the AR steps it costs (draft + verify). TAR needed: at the candidate's measured draft cost "
-          "and proposal lengths; α needed: the same as an i.i.d. per-token acceptance (acceptances that come in runs, as "
-          "a lookup's long matches do, earn more than i.i.d. α suggests); c affordable: the draft cost per token (model) "
-          "or per drafting round (lookup, hybrid) at which its measured TAR only breaks even ('none': its verify passes "
-          "alone cost more than it emits). The rule: " + v["rule"] + ".")
+        rows.append(
+            [
+                name,
+                x["kind"],
+                x["gamma"],
+                _interval(x["speedup"]),
+                _f(x["tar"]),
+                _f(x["alpha"], ".2f"),
+                _f(x["c"], ".4f" if lookup else ".3f") + (" per round" if lookup else " per token"),
+                _f(100 * x["proposed_fraction"], ".0f", " %") if lookup and x["proposed_fraction"] is not None else "-",
+                _f(x["mean_proposal"], ".1f"),
+                _f(x.get("tar_needed")),
+                _f(x["alpha_needed"], ".2f") if x["alpha_needed"] is not None else "none",
+                _f(x["c_affordable"], ".3f") if x["c_affordable"] is not None else "none",
+            ]
+        )
+    doc.table(
+        [
+            "candidate",
+            "kind",
+            "γ",
+            "SD / AR [95 %]",
+            "TAR",
+            "α",
+            "c (draft cost, AR steps)",
+            "rounds proposing",
+            "mean proposal",
+            "TAR needed at its c",
+            "α needed at its c (i.i.d.)",
+            "c affordable at its TAR",
+        ],
+        rows,
+    )
+    doc.p(
+        "Break-even from the cost model (batch 1, AR-step units, the profile's verify pass per γ): a round must emit "
+        "as many tokens as the AR steps it costs (draft + verify). TAR needed: at the candidate's measured draft cost "
+        "and proposal lengths; α needed: the same as an i.i.d. per-token acceptance (acceptances that come in runs, as "
+        "a lookup's long matches do, earn more than i.i.d. α suggests); c affordable: the draft cost per token (model) "
+        "or per drafting round (lookup, hybrid) at which its measured TAR only breaks even ('none': its verify passes "
+        "alone cost more than it emits). The rule: " + v["rule"] + "."
+    )

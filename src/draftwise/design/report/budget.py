@@ -5,19 +5,35 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..plan import DECIDED, FLOORS
 from ...report.fmt import num as _f
 from ...report.plots import _save, plt
+from ..plan import DECIDED, FLOORS
 
-DROPPED = {"repeats": "re-measuring passes of tied options", "accuracy": "the accuracy sanity check",
-           "batch": "the batch dividend", "gen-data-more": "more gen-data for the suffix corpus",
-           "headline": "the headline against transformers", "temperatures": "the temperatures above 0",
-           "extra-rows": "the llama.cpp rows beyond the target's own file", "reduced-heads": "reduced draft heads and "
-           "adaptive lookahead", "llama.cpp": "every llama.cpp row", "scheduler": "the scheduled lookup candidates",
-           "control": "the deep-narrow control (only the predicted-fastest shape was trained)",
-           "training": "every trained candidate (sweep, pruning, distillation): untrained and lookup drafters only"}
-SHOWN = ("gen_prompts", "distill_minutes", "elimination_tokens", "agree_limit", "tune_prompts", "bench_limit", "refine_limit",
-         "headline_limit", "accuracy_items")
+DROPPED = {
+    "repeats": "re-measuring passes of tied options",
+    "accuracy": "the accuracy sanity check",
+    "batch": "the batch dividend",
+    "gen-data-more": "more gen-data for the suffix corpus",
+    "headline": "the headline against transformers",
+    "temperatures": "the temperatures above 0",
+    "extra-rows": "the llama.cpp rows beyond the target's own file",
+    "reduced-heads": "reduced draft heads and adaptive lookahead",
+    "llama.cpp": "every llama.cpp row",
+    "scheduler": "the scheduled lookup candidates",
+    "control": "the deep-narrow control (only the predicted-fastest shape was trained)",
+    "training": "every trained candidate (sweep, pruning, distillation): untrained and lookup drafters only",
+}
+SHOWN = (
+    "gen_prompts",
+    "distill_minutes",
+    "elimination_tokens",
+    "agree_limit",
+    "tune_prompts",
+    "bench_limit",
+    "refine_limit",
+    "headline_limit",
+    "accuracy_items",
+)
 
 
 def section(doc, p, plots: Path, footer: str) -> None:
@@ -29,27 +45,63 @@ def section(doc, p, plots: Path, footer: str) -> None:
         return
     budget, used = 60 * p.base.minutes, p.elapsed()
     dropped = left_out(plans)
-    doc.p(f"`--minutes {p.base.minutes:g}`: the stages took {used / 60:.1f} minutes up to this report "
-          f"({used / budget:.0%} of the budget; export and report writing come after). Before each phase the plan "
-          f"sized every stage still to come to the time left, from a probe AR step of {_f(1e3 * planner.step_s)} ms and "
-          "the measured ÷ predicted time of the stages already finished (per family of stages).")
+    doc.p(
+        f"`--minutes {p.base.minutes:g}`: the stages took {used / 60:.1f} minutes up to this report "
+        f"({used / budget:.0%} of the budget; export and report writing come after). Before each phase the plan "
+        f"sized every stage still to come to the time left, from a probe AR step of {_f(1e3 * planner.step_s)} ms and "
+        "the measured ÷ predicted time of the stages already finished (per family of stages)."
+    )
     doc.p("Left out by the budget: " + ("; ".join(DROPPED.get(d, d) for d in dropped) + "." if dropped else "nothing."))
     rows = []
     for r in plans:
         s = r["sizes"]
-        rows.append([r["phase"], _f(r["elapsed_s"] / 60, ".1f"), _f(r["left_s"] / 60, ".1f"),
-                     _f(r["predicted_s"] / 60, ".1f"), _f(s["sigma"], ".2f")] + [_f(s[k], "g") for k in SHOWN])
-    doc.table(["phase", "min used", "min left", "min planned", "σ", "gen prompts", "distill min", "eliminated positions",
-               "agree prompts",
-               "tune prompts", "bench prompts", "refine prompts", "headline prompts", "accuracy items"], rows)
-    doc.p("σ scales every count from its full size (the config's) down to its floor ("
-          + ", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in FLOORS.items()) + "); above 1 only data and "
-          "distillation grow. A phase's sizes hold for its stages (a resumed run reuses its plan).")
-    fam = {k: (int(s["stages"]), s["seconds"], s["predicted"] + s["exact"]) for k, s in planner.families().items()
-           if k != "*"}
-    doc.table(["family", "stages", "measured min", "predicted min (before corrections)", "measured ÷ predicted"],
-              [[k, n, _f(a / 60, ".2f"), _f(b / 60, ".2f"), _f(a / b if b else None, ".2f")]
-               for k, (n, a, b) in sorted(fam.items(), key=lambda kv: -kv[1][1])])
+        rows.append(
+            [
+                r["phase"],
+                _f(r["elapsed_s"] / 60, ".1f"),
+                _f(r["left_s"] / 60, ".1f"),
+                _f(r["predicted_s"] / 60, ".1f"),
+                _f(s["sigma"], ".2f"),
+            ]
+            + [_f(s[k], "g") for k in SHOWN]
+        )
+    doc.table(
+        [
+            "phase",
+            "min used",
+            "min left",
+            "min planned",
+            "σ",
+            "gen prompts",
+            "distill min",
+            "eliminated positions",
+            "agree prompts",
+            "tune prompts",
+            "bench prompts",
+            "refine prompts",
+            "headline prompts",
+            "accuracy items",
+        ],
+        rows,
+    )
+    doc.p(
+        "σ scales every count from its full size (the config's) down to its floor ("
+        + ", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in FLOORS.items())
+        + "); above 1 only data and "
+        "distillation grow. A phase's sizes hold for its stages (a resumed run reuses its plan)."
+    )
+    fam = {
+        k: (int(s["stages"]), s["seconds"], s["predicted"] + s["exact"])
+        for k, s in planner.families().items()
+        if k != "*"
+    }
+    doc.table(
+        ["family", "stages", "measured min", "predicted min (before corrections)", "measured ÷ predicted"],
+        [
+            [k, n, _f(a / 60, ".2f"), _f(b / 60, ".2f"), _f(a / b if b else None, ".2f")]
+            for k, (n, a, b) in sorted(fam.items(), key=lambda kv: -kv[1][1])
+        ],
+    )
     doc.img(timeline(p, plans, budget, plots, footer), "Elapsed time per finished stage against the budget")
 
 
@@ -77,7 +129,11 @@ def timeline(p, plans: list[dict], budget: float, folder: Path, footer: str) -> 
         xs.append(at + 0.5)
         ys.append((r["elapsed_s"] + r["predicted_s"]) / 60)
     ax.scatter(xs, ys, marker="x", color="C3", label="a phase's planned finish")
-    ax.set(xlabel="finished stages", ylabel="minutes", ylim=(0, max([budget / 60 * 1.2] + ys + [t / 60 for t, _ in done]) * 1.05),
-           title=f"Time budget: {budget / 60:g} minutes")
+    ax.set(
+        xlabel="finished stages",
+        ylabel="minutes",
+        ylim=(0, max([budget / 60 * 1.2] + ys + [t / 60 for t, _ in done]) * 1.05),
+        title=f"Time budget: {budget / 60:g} minutes",
+    )
     ax.legend(fontsize=7, loc="upper left")
     return _save(fig, folder / "time_budget.png", footer)

@@ -32,7 +32,9 @@ def speedup_per_task(speedup: dict[str, dict[str, float]], folder: Path, footer:
         ax.bar(np.arange(len(suites)) + i * width, [per.get(s, 0) for s in suites], width, label=name)
     ax.set_xticks(np.arange(len(suites)) + width * (len(speedup) - 1) / 2, suites, rotation=20, fontsize=8)
     ax.axhline(1.0, color="0.3", lw=1, ls="--")
-    ax.set(ylabel="SD tokens/s ÷ AR tokens/s", title="Speedup per task (T=0, same prompts; below 1: plain decoding wins)")
+    ax.set(
+        ylabel="SD tokens/s ÷ AR tokens/s", title="Speedup per task (T=0, same prompts; below 1: plain decoding wins)"
+    )
     ax.legend(fontsize=7, ncol=3)
     return _save(fig, folder / "speedup_per_task.png", footer)
 
@@ -58,8 +60,13 @@ def predicted_vs_measured(rows: list[dict], folder: Path, footer: str) -> Path:
         ax.annotate(f"{r['drafter']} γ={r['gamma']}", (r["predicted"], r["measured"]), fontsize=6)
     top = 1.1 * max(xs + ys + [1.0])
     ax.plot([0, top], [0, top], color="0.6", lw=1)
-    ax.set(xlim=(0, top), ylim=(0, top), xlabel="predicted decode tokens/s (cost model)",
-           ylabel="measured decode tokens/s", title="Cost model vs measurement")
+    ax.set(
+        xlim=(0, top),
+        ylim=(0, top),
+        xlabel="predicted decode tokens/s (cost model)",
+        ylabel="measured decode tokens/s",
+        title="Cost model vs measurement",
+    )
     return _save(fig, folder / "predicted_vs_measured.png", footer)
 
 
@@ -86,7 +93,9 @@ def accuracy_vs_tar(points: list[dict], folder: Path, footer: str) -> tuple[Path
         for task in ("mmlu", "hellaswag"):
             if p.get(task) is not None and p.get("tar") is not None:
                 ax.annotate(p["drafter"], (p[task], p["tar"]), fontsize=6)
-    ax.set(xlabel="task accuracy (log-likelihood)", ylabel="greedy TAR at γ=4 (from agree)", title="Task accuracy vs TAR")
+    ax.set(
+        xlabel="task accuracy (log-likelihood)", ylabel="greedy TAR at γ=4 (from agree)", title="Task accuracy vs TAR"
+    )
     if corr:
         ax.legend(fontsize=7)
     return _save(fig, folder / "accuracy_vs_tar.png", footer), corr

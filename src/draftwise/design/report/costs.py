@@ -17,11 +17,16 @@ def time_section(doc: Doc, p, prof: dict, kv: dict[str, float], plots: Path, foo
     b1 = prof["batches"]["1"]
     doc.h("Where the time goes (profile and sweep)")
     fit = b1.get("depth_fit") or {}
-    doc.p(f"Step time ≈ {_f(fit.get('fixed_ms'))} + {_f(fit.get('per_layer_ms'))} ms per full-width layer; LM head alone "
-          f"{_f(b1.get('head_ms'))} ms. Verify pass over γ+1 tokens relative to one AR step: "
-          + ", ".join(f"γ={g}: {v:.2f}" for g, v in b1["verify_over_ar_step"].items()) + ".")
+    doc.p(
+        f"Step time ≈ {_f(fit.get('fixed_ms'))} + {_f(fit.get('per_layer_ms'))} ms per full-width layer; LM head alone "
+        f"{_f(b1.get('head_ms'))} ms. Verify pass over γ+1 tokens relative to one AR step: "
+        + ", ".join(f"γ={g}: {v:.2f}" for g, v in b1["verify_over_ar_step"].items())
+        + "."
+    )
     for path in plot_profile(prof, plots):
-        doc.img(path, {"verify_vs_gamma.png": "Verify pass vs γ", "step_vs_layers.png": "Step time vs layers"}[path.name])
+        doc.img(
+            path, {"verify_vs_gamma.png": "Verify pass vs γ", "step_vs_layers.png": "Step time vs layers"}[path.name]
+        )
     sweep_path = p.folder("sweep") / "sweep.json"
     if sweep_path.exists():
         sw = read_json(sweep_path)
@@ -39,7 +44,10 @@ def accuracy_section(doc: Doc, p, acc_points: list[dict], plots: Path, footer: s
         doc.p(LEFT_OUT)
         return
     path, corr = charts.accuracy_vs_tar(acc_points, plots, footer)
-    doc.p("Pearson correlation of drafter accuracy with greedy TAR(γ=4): "
-          + ", ".join(f"{t}: {_f(r)}" for t, r in corr.items()) + f" (over {len(acc_points)} drafters). "
-          "Accuracy is a sanity check only; drafters are chosen by measured agreement and throughput.")
+    doc.p(
+        "Pearson correlation of drafter accuracy with greedy TAR(γ=4): "
+        + ", ".join(f"{t}: {_f(r)}" for t, r in corr.items())
+        + f" (over {len(acc_points)} drafters). "
+        "Accuracy is a sanity check only; drafters are chosen by measured agreement and throughput."
+    )
     doc.img(path, "Task accuracy vs TAR")

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 from ... import metrics
+from ...report.fmt import num as _f
 from ...stages.bench_grid import as_method
 from ..measure import limit_of, method_of
 from . import charts
-from ...report.fmt import num as _f
 
 
 def _records(folder: Path) -> list[dict]:
@@ -32,17 +32,34 @@ def tasks_section(doc, p, plots: Path, footer: str) -> dict[str, dict[str, dict]
     c, specs = p.config, p.done["bench-select"]["drafters"]
     records = [r for r in _records(p.folder("bench-select")) if r["temperature"] == 0]
     ar = [r for r in records if r["method"] == "ar"]
-    tasks = {name: metrics.per_suite([r for r in records if r["method"] == method_of(p, name) and r["drafter"] == spec],
-                                     ar) for name, spec in specs.items()}
+    tasks = {
+        name: metrics.per_suite([r for r in records if r["method"] == method_of(p, name) and r["drafter"] == spec], ar)
+        for name, spec in specs.items()
+    }
     suites = sorted({s for t in tasks.values() for s in t})
     doc.h("TAR and speedup per task (T=0)")
-    doc.p(f"Every benchmarked candidate beside AR on the same {limit_of(p, 'bench-select')} eval prompts ({c.bench_suites}), interleaved "
-          f"prompt by prompt, {c.max_new_tokens} new tokens at most, prefill included; per task: the candidate's tokens/s "
-          "over AR's on that task's prompts, and its TAR. Cells: TAR / speedup.")
-    doc.table(["task"] + list(tasks), [[s] + [f"{_f(t[s]['tar'])} / {_f(t[s]['speedup_vs_ar'], '.2f', 'x')}" if s in t else "-"
-                                              for t in tasks.values()] for s in suites])
-    doc.img(charts.speedup_per_task({n: {s: v["speedup_vs_ar"] for s, v in t.items()} for n, t in tasks.items()},
-                                          plots, footer), "Speedup over draftwise AR per task and candidate (T=0)")
+    doc.p(
+        f"Every benchmarked candidate beside AR on the same {limit_of(p, 'bench-select')} eval prompts ({c.bench_suites}), interleaved "
+        f"prompt by prompt, {c.max_new_tokens} new tokens at most, prefill included; per task: the candidate's tokens/s "
+        "over AR's on that task's prompts, and its TAR. Cells: TAR / speedup."
+    )
+    doc.table(
+        ["task"] + list(tasks),
+        [
+            [s]
+            + [
+                f"{_f(t[s]['tar'])} / {_f(t[s]['speedup_vs_ar'], '.2f', 'x')}" if s in t else "-"
+                for t in tasks.values()
+            ]
+            for s in suites
+        ],
+    )
+    doc.img(
+        charts.speedup_per_task(
+            {n: {s: v["speedup_vs_ar"] for s, v in t.items()} for n, t in tasks.items()}, plots, footer
+        ),
+        "Speedup over draftwise AR per task and candidate (T=0)",
+    )
     return tasks
 
 
@@ -54,31 +71,66 @@ def lookup_section(doc, p) -> list[dict]:
     tune = json.loads((p.folder("tune-lookup") / "tune.json").read_text())["rows"]
     points, chosen = select_points(p), p.done["tune-lookup"]
     doc.h("Lookup drafters")
-    doc.p("No weights: n-gram (prompt lookup over the request) and suffix (the request's n-grams plus a suffix index over "
-          "the target's own continuations of train prompts) propose a run of up to γ tokens where their index matches, "
-          "q one-hot on each proposed token (the acceptance rule stays exact). Settings were chosen before any benchmark: "
-          "each was replayed exactly over the target's greedy text of "
-          f"{limit_of(p, 'agree-lookup')} eval prompts (greedy SD emits exactly that text) and priced with the profile's verify "
-          "times. Best settings per method (predicted), then measured in the selection grid:")
+    doc.p(
+        "No weights: n-gram (prompt lookup over the request) and suffix (the request's n-grams plus a suffix index over "
+        "the target's own continuations of train prompts) propose a run of up to γ tokens where their index matches, "
+        "q one-hot on each proposed token (the acceptance rule stays exact). Settings were chosen before any benchmark: "
+        "each was replayed exactly over the target's greedy text of "
+        f"{limit_of(p, 'agree-lookup')} eval prompts (greedy SD emits exactly that text) and priced with the profile's verify "
+        "times. Best settings per method (predicted), then measured in the selection grid:"
+    )
     rows, pred_rows = [], []
     for method in dict.fromkeys(r["method"] for r in tune):  # each family tuned, in the order it was tuned
         ranked = sorted((r for r in tune if r["method"] == method), key=lambda r: -r["predicted_tokens_per_s"])[:3]
         for r in ranked:
             picked = chosen.get(method, {}).get("spec") == r["spec"] and chosen[method]["gamma"] == r["gamma"]
             m = points.get(method) if picked else None
-            rows.append([method, r["spec"].split(":", 1)[0] + short(r["spec"]), r["gamma"], _f(r["tar"]),
-                         _f(r["alpha"], ".2f"), _f(100 * (r["proposed_fraction"] or 0), ".0f", " %"),
-                         _f(r["predicted_speedup"], ".2f", "x"), "yes" if picked else "",
-                         _f(m and m["speedup_vs_ar"], ".2f", "x"), _f(m and m["tar"]),
-                         _f(m and 100 * (m["methods"]["sd"].get("proposed_fraction") or 0), ".0f", " %"),
-                         _f(m and m["methods"]["sd"].get("propose_ms"), ".3f")])
+            rows.append(
+                [
+                    method,
+                    r["spec"].split(":", 1)[0] + short(r["spec"]),
+                    r["gamma"],
+                    _f(r["tar"]),
+                    _f(r["alpha"], ".2f"),
+                    _f(100 * (r["proposed_fraction"] or 0), ".0f", " %"),
+                    _f(r["predicted_speedup"], ".2f", "x"),
+                    "yes" if picked else "",
+                    _f(m and m["speedup_vs_ar"], ".2f", "x"),
+                    _f(m and m["tar"]),
+                    _f(m and 100 * (m["methods"]["sd"].get("proposed_fraction") or 0), ".0f", " %"),
+                    _f(m and m["methods"]["sd"].get("propose_ms"), ".3f"),
+                ]
+            )
             if m and m["methods"]["sd"].get("decode_tokens_per_s"):
-                pred_rows.append({"drafter": method, "gamma": r["gamma"], "predicted": r["predicted_tokens_per_s"],
-                                  "measured": m["methods"]["sd"]["decode_tokens_per_s"]})
-    doc.table(["method", "settings", "γ", "TAR (replay)", "α", "rounds proposing", "predicted SD / AR", "benchmarked",
-               "measured SD / AR", "measured TAR", "measured rounds proposing", "proposal ms"], rows)
-    doc.p("Predicted SD / AR excludes prefill (decode only); measured includes it. A round without a proposal is a plain "
-          "AR step. Proposal ms: median time of one round's whole proposal in the engine.")
+                pred_rows.append(
+                    {
+                        "drafter": method,
+                        "gamma": r["gamma"],
+                        "predicted": r["predicted_tokens_per_s"],
+                        "measured": m["methods"]["sd"]["decode_tokens_per_s"],
+                    }
+                )
+    doc.table(
+        [
+            "method",
+            "settings",
+            "γ",
+            "TAR (replay)",
+            "α",
+            "rounds proposing",
+            "predicted SD / AR",
+            "benchmarked",
+            "measured SD / AR",
+            "measured TAR",
+            "measured rounds proposing",
+            "proposal ms",
+        ],
+        rows,
+    )
+    doc.p(
+        "Predicted SD / AR excludes prefill (decode only); measured includes it. A round without a proposal is a plain "
+        "AR step. Proposal ms: median time of one round's whole proposal in the engine."
+    )
     _corpus_section(doc, p)
     return pred_rows
 
@@ -99,10 +151,17 @@ def _corpus_section(doc, p) -> None:
     if not gain or not index:
         return
     doc.h("The suffix corpus: how much the target's own outputs are worth", 3)
-    curve = ", ".join(f"{t:,} tokens → {v:.1f} tokens/s" for t, v in zip(gain["corpus_tokens"], gain["predicted_tokens_per_s"]))
-    verdict = ("so gen-data was extended once with as many new train prompts (gen-data-more)" if gain["more"] else
-               "below the threshold, so gen-data was not extended")
-    doc.p(f"Predicted suffix-drafter tokens/s (γ=4, default settings) with a quarter, half and all of gen-data's "
-          f"continuations as its corpus: {curve}. The last doubling gained {100 * gain['gain_last_doubling']:+.1f} % "
-          f"(threshold {100 * gain['threshold']:.1f} %), {verdict}; gen-data took {gain['gen_data_seconds']:.0f} s. "
-          f"Final index: {index['sequences']} sequences, {index['tokens']:,} tokens, built in {index['build_seconds']:.2f} s.")
+    curve = ", ".join(
+        f"{t:,} tokens → {v:.1f} tokens/s" for t, v in zip(gain["corpus_tokens"], gain["predicted_tokens_per_s"])
+    )
+    verdict = (
+        "so gen-data was extended once with as many new train prompts (gen-data-more)"
+        if gain["more"]
+        else "below the threshold, so gen-data was not extended"
+    )
+    doc.p(
+        f"Predicted suffix-drafter tokens/s (γ=4, default settings) with a quarter, half and all of gen-data's "
+        f"continuations as its corpus: {curve}. The last doubling gained {100 * gain['gain_last_doubling']:+.1f} % "
+        f"(threshold {100 * gain['threshold']:.1f} %), {verdict}; gen-data took {gain['gen_data_seconds']:.0f} s. "
+        f"Final index: {index['sequences']} sequences, {index['tokens']:,} tokens, built in {index['build_seconds']:.2f} s."
+    )

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ...stages.bench_grid import label
-from .. import fastest, rows
 from ...report.fmt import interval as _interval
 from ...report.fmt import num as _f
 from ...report.plots import _save, plt
+from ...stages.bench_grid import label
+from .. import fastest, rows
 
 
 def verify_curves(curves: dict[str, dict[int, float]], folder: Path, footer: str) -> Path:
@@ -20,8 +20,11 @@ def verify_curves(curves: dict[str, dict[int, float]], folder: Path, footer: str
         gammas = sorted(curve)
         ax.plot(gammas, [curve[g] for g in gammas], "o-", label=name)
     ax.axhline(1.0, color="0.6", lw=1)
-    ax.set(xlabel="γ (verify pass over γ+1 tokens)", ylabel="verify pass ÷ one AR step",
-           title="Verify cost per runtime (batch 1, same machine)")
+    ax.set(
+        xlabel="γ (verify pass over γ+1 tokens)",
+        ylabel="verify pass ÷ one AR step",
+        title="Verify cost per runtime (batch 1, same machine)",
+    )
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7)
     return _save(fig, folder / "verify_per_engine.png", footer)
@@ -41,10 +44,13 @@ def quality_note(p) -> str:
     if "quality" not in p.done:
         return ""
     ref = json.loads((p.folder("quality") / "quality.json").read_text())["reference"]
-    return (f"Quality (a lossy runtime's cost, `draftwise quality`): teacher-forced top-1 agreement with the lean engine "
-            f"at fp32 and the change in mean NLL of the text's next tokens (nats; fp32: {ref['nll']:.3f}) over "
-            f"{ref['positions']} positions of {ref['prompts']} eval prompts. For a GGUF target, fp32 is that file "
-            "dequantised: the file's own rounding is not counted, llama.cpp's activation and KV rounding is.")
+    return (
+        f"Quality (a lossy runtime's cost, `draftwise quality`): teacher-forced top-1 agreement with the lean engine "
+        f"at fp32 and the change in mean NLL of the text's next tokens (nats; fp32: {ref['nll']:.3f}) over "
+        f"{ref['positions']} positions of {ref['prompts']} eval prompts. For a GGUF target, fp32 is that file "
+        "dequantised: the file's own rounding is not counted, llama.cpp's activation and KV rounding is."
+    )
+
 
 def section(doc, p, plots: Path, footer: str) -> None:
     """The engines table and chart (nothing when the design ran on the lean engine alone)."""
@@ -55,50 +61,125 @@ def section(doc, p, plots: Path, footer: str) -> None:
     lean_pt = next(iter(json.loads((p.folder("bench-select") / "grid.json").read_text())["points"]))
     doc.h("Per runtime: where the verdict is deployed")
     quality = rows.quality_of(p)
-    table = [[f"draftwise lean ({p.config.dtype})", _f(lean_pt["methods"]["ar"]["tokens_per_s"], ".1f"),
-              _what(lean), _interval(lean["speedup"]), "reference" if p.config.dtype == "fp32" else "-",
-              "-", "-", "-", "-", "-"]]
+    table = [
+        [
+            f"draftwise lean ({p.config.dtype})",
+            _f(lean_pt["methods"]["ar"]["tokens_per_s"], ".1f"),
+            _what(lean),
+            _interval(lean["speedup"]),
+            "reference" if p.config.dtype == "fp32" else "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+        ]
+    ]
     for v in verdicts:
         b = v["builtins"].get(v["best_builtin"]) if v["best_builtin"] else None
         plain = v["builtins"].get("llama-server")
-        table.append([v["engine"] + _written(v),
-                      _f(v["ar_tokens_per_s"], ".1f"), _what(v), _interval(v["speedup"]), quality.get(v["engine"], "-"),
-                      f"`{rows.short_args(v['best_builtin'])}`" if b else "-",
-                      _f(b and b["tokens_per_s"], ".1f"), _interval(b and b["speedup"]),
-                      _interval(v["verdict_over_best_builtin"]), _f(plain and plain["tokens_per_s"], ".1f")])
-    doc.table(["engine", "plain decoding tok/s (draftwise AR)", "verdict", "speedup over plain [95 %]",
-               "quality vs fp32", "best llama-server built-in", "its tok/s", "its speedup over draftwise AR [95 %]",
-               "verdict ÷ best built-in [95 %]", "llama-server plain tok/s"], table)
+        table.append(
+            [
+                v["engine"] + _written(v),
+                _f(v["ar_tokens_per_s"], ".1f"),
+                _what(v),
+                _interval(v["speedup"]),
+                quality.get(v["engine"], "-"),
+                f"`{rows.short_args(v['best_builtin'])}`" if b else "-",
+                _f(b and b["tokens_per_s"], ".1f"),
+                _interval(b and b["speedup"]),
+                _interval(v["verdict_over_best_builtin"]),
+                _f(plain and plain["tokens_per_s"], ".1f"),
+            ]
+        )
+    doc.table(
+        [
+            "engine",
+            "plain decoding tok/s (draftwise AR)",
+            "verdict",
+            "speedup over plain [95 %]",
+            "quality vs fp32",
+            "best llama-server built-in",
+            "its tok/s",
+            "its speedup over draftwise AR [95 %]",
+            "verdict ÷ best built-in [95 %]",
+            "llama-server plain tok/s",
+        ],
+        table,
+    )
     if quality:
         doc.p(quality_note(p))
-    doc.p("Each row: one interleaved grid on that engine, the same eval prompts and token ids for every method, T = 0, "
-          "prefill included; intervals are paired bootstraps over prompts. llama-server built-ins run with their own "
-          "defaults and, for each draftwise candidate, its nearest built-in with its settings; their tokens/s come from "
-          "the server's own timings (prompt + generation).")
+    doc.p(
+        "Each row: one interleaved grid on that engine, the same eval prompts and token ids for every method, T = 0, "
+        "prefill included; intervals are paired bootstraps over prompts. llama-server built-ins run with their own "
+        "defaults and, for each draftwise candidate, its nearest built-in with its settings; their tokens/s come from "
+        "the server's own timings (prompt + generation)."
+    )
     for v in verdicts:
-        doc.p(rows.sentence(v) + fastest.versus(p.done.get("fastest"), v["engine"],
-                                                   v.get("method", "sd") if v["recommend"] else "ar"))
+        doc.p(
+            rows.sentence(v)
+            + fastest.versus(p.done.get("fastest"), v["engine"], v.get("method", "sd") if v["recommend"] else "ar")
+        )
         doc.p(_fidelity(v))
         tuned = p.done.get(f"tune-lookup@{v['engine']}", {})
-        decode = {r["drafter"]: r["methods"]["sd"].get("decode_tokens_per_s")
-                  for r in json.loads((p.folder(f"bench-select@{v['engine']}") / "grid.json").read_text())["points"]}
-        doc.table(["method", "SD / AR [95 %]", "TAR", "α", "predicted decode tok/s (replayed, this engine's verify curve)",
-                   "measured decode tok/s"],
-                  [[f"{n} ({label(c['spec'], 48)}, γ={c['gamma']})", _interval(c["speedup"]), _f(c["tar"]),
-                    _f(c["alpha"], ".3f"), _f((tuned.get(n) or {}).get("predicted_tokens_per_s"), ".1f"),
-                    _f(decode.get(c["spec"]), ".1f")] for n, c in v["candidates"].items()])
+        decode = {
+            r["drafter"]: r["methods"]["sd"].get("decode_tokens_per_s")
+            for r in json.loads((p.folder(f"bench-select@{v['engine']}") / "grid.json").read_text())["points"]
+        }
+        doc.table(
+            [
+                "method",
+                "SD / AR [95 %]",
+                "TAR",
+                "α",
+                "predicted decode tok/s (replayed, this engine's verify curve)",
+                "measured decode tok/s",
+            ],
+            [
+                [
+                    f"{n} ({label(c['spec'], 48)}, γ={c['gamma']})",
+                    _interval(c["speedup"]),
+                    _f(c["tar"]),
+                    _f(c["alpha"], ".3f"),
+                    _f((tuned.get(n) or {}).get("predicted_tokens_per_s"), ".1f"),
+                    _f(decode.get(c["spec"]), ".1f"),
+                ]
+                for n, c in v["candidates"].items()
+            ],
+        )
         if not v["builtins"]:
             continue
-        doc.table(["llama-server built-in", "tok/s", "over draftwise AR [95 %]", "over llama-server plain [95 %]",
-                   "drafted", "accepted"],
-                  [[f"`{rows.short_args(m)}`", _f(b["tokens_per_s"], ".1f"), _interval(b["speedup"]),
-                    _interval(b.get("over_server_plain")), _f(b.get("drafted"), "d"), _f(b.get("accepted"), "d")]
-                   for m, b in v["builtins"].items()])
+        doc.table(
+            [
+                "llama-server built-in",
+                "tok/s",
+                "over draftwise AR [95 %]",
+                "over llama-server plain [95 %]",
+                "drafted",
+                "accepted",
+            ],
+            [
+                [
+                    f"`{rows.short_args(m)}`",
+                    _f(b["tokens_per_s"], ".1f"),
+                    _interval(b["speedup"]),
+                    _interval(b.get("over_server_plain")),
+                    _f(b.get("drafted"), "d"),
+                    _f(b.get("accepted"), "d"),
+                ]
+                for m, b in v["builtins"].items()
+            ],
+        )
     curves = {f"draftwise lean ({p.config.dtype})": _curve(p.folder("profile") / "profile.json")}
     curves.update({v["engine"]: _curve(p.folder(f"profile@{v['engine']}") / "profile.json") for v in verdicts})
     doc.img(verify_curves(curves, plots, footer), "Verify pass over γ+1 tokens in AR steps, per runtime")
-    doc.p("Verify cost per runtime (γ: AR steps): " + "; ".join(
-        f"{name}: " + ", ".join(f"{g} {r:.2f}" for g, r in sorted(c.items()) if g) for name, c in curves.items()) + ".")
+    doc.p(
+        "Verify cost per runtime (γ: AR steps): "
+        + "; ".join(
+            f"{name}: " + ", ".join(f"{g} {r:.2f}" for g, r in sorted(c.items()) if g) for name, c in curves.items()
+        )
+        + "."
+    )
 
 
 def _written(v: dict) -> str:
@@ -121,14 +202,22 @@ def _fidelity(v: dict) -> str:
         return ""
     text = f"Greedy SD gave AR's tokens on {100 * same:.0f} % of prompts with {v['drafter']} on {v['engine']}"
     if same < 1 and div.get("first"):
-        text += (f"; where they differ, the first difference came after {div['first_min']}–{div['first_max']} "
-                 f"identical tokens (median {div['first_median']})")
+        text += (
+            f"; where they differ, the first difference came after {div['first_min']}–{div['first_max']} "
+            f"identical tokens (median {div['first_median']})"
+        )
     if v.get("backend", "llama.cpp") != "llama.cpp":
-        return text + (". On the lean engine each row of a verify pass has its one-token step's bits (per-token int8 "
-                       "scales, exact integer sums), so greedy SD must reproduce AR: anything below 100 % is a bug.")
+        return text + (
+            ". On the lean engine each row of a verify pass has its one-token step's bits (per-token int8 "
+            "scales, exact integer sums), so greedy SD must reproduce AR: anything below 100 % is a bug."
+        )
     if v["quant"] in ("F32",):
-        return text + ". At F32 the two should agree: a difference means llama.cpp's multi-token pass rounds " \
-                      "differently from its one-token step here."
-    return text + (". At quantized precision llama.cpp's multi-token pass may round differently from its one-token "
-                   "step, so a near-tie between two tokens can go the other way: each output is still the target's "
-                   "greedy text under one of the two roundings, not a sample from another model.")
+        return (
+            text + ". At F32 the two should agree: a difference means llama.cpp's multi-token pass rounds "
+            "differently from its one-token step here."
+        )
+    return text + (
+        ". At quantized precision llama.cpp's multi-token pass may round differently from its one-token "
+        "step, so a near-tie between two tokens can go the other way: each output is still the target's "
+        "greedy text under one of the two roundings, not a sample from another model."
+    )

@@ -35,8 +35,23 @@ from .base import (
 for _family in (ngram.FAMILY, suffix.FAMILY, hybrid.FAMILY, model.FAMILY):
     register(_family)
 
-__all__ = ["MODEL", "REGISTRY", "Builtin", "Family", "Loaded", "LookupFamily", "Setting", "drafter_kind", "family_of",
-           "load", "lookup", "lookup_families", "lookup_family", "lookup_names", "register"]
+__all__ = [
+    "MODEL",
+    "REGISTRY",
+    "Builtin",
+    "Family",
+    "Loaded",
+    "LookupFamily",
+    "Setting",
+    "drafter_kind",
+    "family_of",
+    "load",
+    "lookup",
+    "lookup_families",
+    "lookup_family",
+    "lookup_names",
+    "register",
+]
 
 
 def load(spec: str, target: Model | None, options: ModelOptions = ModelOptions()) -> Loaded:

@@ -107,8 +107,11 @@ def lookup_names() -> list[str]:
 
 def usages() -> str:
     """Every spec form, for an error message."""
-    forms = ["a checkpoint folder", "a .gguf file"] + [REGISTRY[MODEL].usage] + \
-        [f.usage for n, f in REGISTRY.items() if n != MODEL]
+    forms = (
+        ["a checkpoint folder", "a .gguf file"]
+        + [REGISTRY[MODEL].usage]
+        + [f.usage for n, f in REGISTRY.items() if n != MODEL]
+    )
     return ", ".join(forms[:-1]) + " or " + forms[-1]
 
 
@@ -118,7 +121,7 @@ def head(spec: str) -> str:
 
 def body(spec: str, name: str) -> str:
     """What follows the name: `ngram:min=2` and `ngram,min=2` both give `min=2`."""
-    rest = spec[len(name):]
+    rest = spec[len(name) :]
     return rest[1:] if rest[:1] in (":", ",") else rest
 
 
@@ -132,8 +135,9 @@ def options(text: str, allowed: dict[str, type], spec: str) -> dict:
         try:
             out[key] = allowed[key](value) if allowed[key] is not bool else value.lower() in ("1", "true", "yes")
         except ValueError:
-            raise DraftwiseError(f"bad drafter spec {spec!r}: {key} takes a {allowed[key].__name__}, "
-                                 f"got {value!r}") from None
+            raise DraftwiseError(
+                f"bad drafter spec {spec!r}: {key} takes a {allowed[key].__name__}, got {value!r}"
+            ) from None
     return out
 
 
@@ -168,8 +172,12 @@ class LookupFamily:
         return [Setting(self.name, {}, self.lookup(self.name, target))]
 
     def vllm(self, spec: str, gamma: int) -> dict:
-        return {"method": "ngram", "num_speculative_tokens": gamma, "prompt_lookup_min": NGRAM_MIN,
-                "prompt_lookup_max": NGRAM_MAX}
+        return {
+            "method": "ngram",
+            "num_speculative_tokens": gamma,
+            "prompt_lookup_min": NGRAM_MIN,
+            "prompt_lookup_max": NGRAM_MAX,
+        }
 
     def vllm_note(self, spec: str) -> str:
         """What the export's README adds under the vLLM snippet ('' for nothing)."""

@@ -39,8 +39,12 @@ class Ngram(LookupFamily):
 
     def vllm(self, spec: str, gamma: int) -> dict:
         ngram = parse(spec)
-        return {"method": "ngram", "num_speculative_tokens": gamma, "prompt_lookup_min": ngram.min_n,
-                "prompt_lookup_max": ngram.max_n}
+        return {
+            "method": "ngram",
+            "num_speculative_tokens": gamma,
+            "prompt_lookup_min": ngram.min_n,
+            "prompt_lookup_max": ngram.max_n,
+        }
 
     def transformers(self, spec: str, gamma: int) -> str:
         return f"prompt_lookup_num_tokens={gamma}, max_matching_ngram_size={parse(spec).max_n}"

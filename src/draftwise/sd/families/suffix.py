@@ -67,13 +67,24 @@ class Suffix(LookupFamily):
         """One trie over the corpus, shared by every setting."""
         trie = parse(f"suffix:{data}" if data else "suffix", target).trie
         head = f"suffix:{data}," if data else "suffix,"
-        return [Setting(f"{head}factor={factor:g},min_prob={min_prob:g}", {"factor": factor, "min_prob": min_prob},
-                        SuffixDrafter(trie, factor, min_prob)) for factor, min_prob in GRID]
+        return [
+            Setting(
+                f"{head}factor={factor:g},min_prob={min_prob:g}",
+                {"factor": factor, "min_prob": min_prob},
+                SuffixDrafter(trie, factor, min_prob),
+            )
+            for factor, min_prob in GRID
+        ]
 
     def vllm(self, spec: str, gamma: int) -> dict:
         s = split(spec)[1]
-        return {"method": "suffix", "num_speculative_tokens": gamma, "suffix_decoding_max_tree_depth": s["depth"],
-                "suffix_decoding_max_spec_factor": s["factor"], "suffix_decoding_min_token_prob": s["min_prob"]}
+        return {
+            "method": "suffix",
+            "num_speculative_tokens": gamma,
+            "suffix_decoding_max_tree_depth": s["depth"],
+            "suffix_decoding_max_spec_factor": s["factor"],
+            "suffix_decoding_min_token_prob": s["min_prob"],
+        }
 
     def vllm_note(self, spec: str) -> str:
         return VLLM_NOTE if split(spec)[0] else ""
@@ -112,12 +123,16 @@ def read_corpus(folder: Path, target: Model | None) -> list[list[int]]:
 def _check_tokenizer(folder: Path, target: Model) -> None:
     path = folder / FINGERPRINT_FILE
     if not path.exists():
-        raise DraftwiseError(f"suffix corpus {folder}: not a gen-data run folder of this draftwise "
-                             f"(no {FINGERPRINT_FILE}); run `draftwise gen-data` to make one")
+        raise DraftwiseError(
+            f"suffix corpus {folder}: not a gen-data run folder of this draftwise "
+            f"(no {FINGERPRINT_FILE}); run `draftwise gen-data` to make one"
+        )
     saved = json.loads(path.read_text())["fingerprint"]
     if saved != fingerprint(target.tokenizer):
-        raise DraftwiseError(f"suffix corpus {folder} was written with another tokenizer than the target's "
-                             f"({target.name}): its token ids mean other text")
+        raise DraftwiseError(
+            f"suffix corpus {folder} was written with another tokenizer than the target's "
+            f"({target.name}): its token ids mean other text"
+        )
 
 
 def gen_data_corpus(folder: Path) -> list[list[int]]:
@@ -125,8 +140,9 @@ def gen_data_corpus(folder: Path) -> list[list[int]]:
     records_path, config_path = folder / "records.jsonl", folder / "config.json"
     stage = json.loads(config_path.read_text()).get("stage") if config_path.exists() else None
     if not records_path.exists() or stage != "GenDataConfig":
-        raise DraftwiseError(f"suffix corpus {folder}: not a gen-data run folder "
-                             "(no GenDataConfig config.json and records)")
+        raise DraftwiseError(
+            f"suffix corpus {folder}: not a gen-data run folder (no GenDataConfig config.json and records)"
+        )
     records = [json.loads(line) for line in records_path.read_text().splitlines() if line.strip()]
     packaged = {p.id: p for p in data.load_prompts("all", "all")}
     out = []
@@ -135,7 +151,7 @@ def gen_data_corpus(folder: Path) -> list[list[int]]:
             p = packaged.get(prompt_id)
             if p is not None and data.split_of(p.text) != "train":
                 raise DraftwiseError(f"suffix corpus {folder}: holds the output of eval prompt {prompt_id}")
-        out += [row["tokens"][row["prompt_len"]:].tolist() for row in read_shard(folder / rec["file"])]
+        out += [row["tokens"][row["prompt_len"] :].tolist() for row in read_shard(folder / rec["file"])]
     if not out:
         raise DraftwiseError(f"suffix corpus {folder}: the gen-data run has no finished shard yet")
     return out

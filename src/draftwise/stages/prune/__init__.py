@@ -31,8 +31,15 @@ def calibration(run_dir: RunDir, target, config: PruneConfig) -> list[continuati
     if path.exists():
         return [continuations.Sequence(**json.loads(line)) for line in path.read_text().splitlines()]
     prompts = continuations.prompts_for(target, "train", config.calib_suites, config.max_prompt_tokens)
-    seqs = continuations.generate(target, prompts, config.max_new_tokens, config.calib_tokens,
-                                  batch_size=config.batch_size, seed=config.seed, desc="calibration")
+    seqs = continuations.generate(
+        target,
+        prompts,
+        config.max_new_tokens,
+        config.calib_tokens,
+        batch_size=config.batch_size,
+        seed=config.seed,
+        desc="calibration",
+    )
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(s.__dict__) + "\n" for s in seqs))
     tmp.replace(path)
@@ -76,23 +83,35 @@ def run(config: PruneConfig, out: str | Path) -> Path:
     info: dict = {"method": config.method, "shape": shape.__dict__}
     if config.method == "importance":
         info["block_influence"] = scores.block_influence(target.lm, calib)
-        layers = scores.eliminate_layers(target.lm, shape.layers, _subset(calib, config.elimination_tokens),
-                                         run_dir.append, kept=_resume_layers(run_dir.records()),
-                                         criterion=config.layer_criterion)
+        layers = scores.eliminate_layers(
+            target.lm,
+            shape.layers,
+            _subset(calib, config.elimination_tokens),
+            run_dir.append,
+            kept=_resume_layers(run_dir.records()),
+            criterion=config.layer_criterion,
+        )
         units = scores.taylor_scores(target.config, weights, layers, calib)
         kept = select(shape, target.config, layers, units.head, units.intermediate, units.hidden)
         info["unit_scores"] = scores.describe_scores(units)
     else:
         log_alpha = l0.train(target.config, weights, shape, calib, config.l0_steps, run_dir.append, config.seed)
-        kept = select(shape, target.config, log_alpha["layer"], log_alpha["head"], log_alpha["intermediate"], log_alpha["hidden"])
+        kept = select(
+            shape, target.config, log_alpha["layer"], log_alpha["head"], log_alpha["intermediate"], log_alpha["hidden"]
+        )
         info["log_alpha"] = {k: v.tolist() for k, v in log_alpha.items()}
     new_config, new_weights = slice_checkpoint(target.config, weights, kept)
     save_checkpoint(run_dir.path / "checkpoint", new_config, new_weights, target.tokenizer)
-    info.update(kept=kept.as_dict(), params=cost.Shape.of(new_config).params(),
-                calibration={"split": "train", "sequences": len(seqs), "new_tokens": sum(len(s.continuation) for s in seqs)})
+    info.update(
+        kept=kept.as_dict(),
+        params=cost.Shape.of(new_config).params(),
+        calibration={"split": "train", "sequences": len(seqs), "new_tokens": sum(len(s.continuation) for s in seqs)},
+    )
     run_dir.write_json("prune.json", info)
     p = info["params"]
-    print(f"pruned to {shape.__dict__}: layers {kept.layers}; {p['non_embedding'] / 1e6:.1f}M non-embedding, "
-          f"{p['total'] / 1e6:.1f}M total parameters\ncheckpoint: {run_dir.path / 'checkpoint'}")
+    print(
+        f"pruned to {shape.__dict__}: layers {kept.layers}; {p['non_embedding'] / 1e6:.1f}M non-embedding, "
+        f"{p['total'] / 1e6:.1f}M total parameters\ncheckpoint: {run_dir.path / 'checkpoint'}"
+    )
     ensure_reduced(run_dir.path, config.draft_vocab, config.vocab_data)
     return run_dir.path

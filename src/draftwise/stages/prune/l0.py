@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 from tqdm import tqdm
 
-from .masks import Masks, MaskedLM
+from .masks import MaskedLM, Masks
 from .scores import kl
 from .slicing import PruneShape
 
@@ -41,12 +41,25 @@ class HardConcrete(torch.nn.Module):
 
 
 def expected_sizes(gates: dict[str, HardConcrete]) -> dict[str, torch.Tensor]:
-    return {"layer": gates["layer"].p_open().sum(), "head": gates["head"].p_open().sum(-1).mean(),
-            "intermediate": gates["intermediate"].p_open().sum(-1).mean(), "hidden": gates["hidden"].p_open().sum()}
+    return {
+        "layer": gates["layer"].p_open().sum(),
+        "head": gates["head"].p_open().sum(-1).mean(),
+        "intermediate": gates["intermediate"].p_open().sum(-1).mean(),
+        "hidden": gates["hidden"].p_open().sum(),
+    }
 
 
-def train(config, state_dict, shape: PruneShape, calib, steps: int, log: Callable[[dict], None], seed: int = 0,
-          lr: float = 0.2, lambda_lr: float = 2.0) -> dict[str, torch.Tensor]:
+def train(
+    config,
+    state_dict,
+    shape: PruneShape,
+    calib,
+    steps: int,
+    log: Callable[[dict], None],
+    seed: int = 0,
+    lr: float = 0.2,
+    lambda_lr: float = 2.0,
+) -> dict[str, torch.Tensor]:
     """Trains the gates on the calibration batches (one row per step, cycling); returns log α per dimension.
 
     Gates start open with P(z > 0) ≈ 0.9 (log α = 1) and move at most `lr` per step (Adam), so a gate can close in
@@ -68,7 +81,7 @@ def train(config, state_dict, shape: PruneShape, calib, steps: int, log: Callabl
         positions = [T - n + j - start[r] for j in range(n) if scored[r, j]]
         sel = slice(int(scored[:r].sum()), int(scored[: r + 1].sum()))
         masks = Masks(**{name: g.sample(gen) for name, g in gates.items()})
-        distill = kl(log_p[sel], model(ids[r : r + 1, start[r]:], masks)[0, positions])
+        distill = kl(log_p[sel], model(ids[r : r + 1, start[r] :], masks)[0, positions])
         sizes = expected_sizes(gates)
         gaps = torch.stack([(sizes[k] - targets[k]) / scale[k] for k in targets])  # relative: every dimension alike
         lagrangian = (lambdas[:, 0] * gaps + lambdas[:, 1] * gaps**2).sum()
@@ -77,6 +90,13 @@ def train(config, state_dict, shape: PruneShape, calib, steps: int, log: Callabl
         (distill + lagrangian).backward()
         opt.step()
         opt_lambda.step()
-        log({"event": "l0", "step": step, "kl": float(distill), "lagrangian": float(lagrangian),
-             **{f"expected_{k}": round(float(v), 2) for k, v in sizes.items()}})
+        log(
+            {
+                "event": "l0",
+                "step": step,
+                "kl": float(distill),
+                "lagrangian": float(lagrangian),
+                **{f"expected_{k}": round(float(v), 2) for k, v in sizes.items()},
+            }
+        )
     return {name: g.log_alpha.detach().clone() for name, g in gates.items()}

@@ -23,6 +23,7 @@ from torch import nn
 from ...models.family import FAMILIES, Shape, layer_tensors, rope_keys, rope_table, windows
 from ...models.lean import attend, rotate
 
+
 @dataclass
 class Masks:
     layer: torch.Tensor  # [L]
@@ -31,10 +32,14 @@ class Masks:
     hidden: torch.Tensor  # [D]
 
     @classmethod
-    def ones(cls, config, requires_grad: bool = False) -> "Masks":
+    def ones(cls, config, requires_grad: bool = False) -> Masks:
         s = Shape.of(config)
-        sizes = {"layer": (s.num_layers,), "head": (s.num_layers, s.num_heads),
-                 "intermediate": (s.num_layers, config.intermediate_size), "hidden": (s.hidden_size,)}
+        sizes = {
+            "layer": (s.num_layers,),
+            "head": (s.num_layers, s.num_heads),
+            "intermediate": (s.num_layers, config.intermediate_size),
+            "hidden": (s.hidden_size,),
+        }
         return cls(**{k: torch.ones(v, requires_grad=requires_grad) for k, v in sizes.items()})
 
     def items(self):
@@ -54,7 +59,9 @@ class MaskedLM(nn.Module):
         super().__init__()
         self.config, self.shape, self.family = config, Shape.of(config), FAMILIES[config.model_type]
         sd = {k: v.detach() for k, v in state_dict.items()}
-        self.layers = [layer_tensors(sd, f"model.layers.{i}.", self.family, self.shape) for i in range(self.shape.num_layers)]
+        self.layers = [
+            layer_tensors(sd, f"model.layers.{i}.", self.family, self.shape) for i in range(self.shape.num_layers)
+        ]
         self.windows, self.rope_keys = windows(config), rope_keys(config)
         self.embed = sd["model.embed_tokens.weight"]
         self.norm = self.family.norm_scale(sd["model.norm.weight"])

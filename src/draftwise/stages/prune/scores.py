@@ -1,14 +1,14 @@
 """Importance scores on calibration data, all measured against the target's own distribution p.
 
-  teacher      log p at every scored position of the calibration batches (positions that predict a target token)
-  layers       greedy elimination: drop, step by step, the layers whose removal raises the divergence of q (the
-               remaining stack's output) from p the least — TVD by default (1 − TVD is sampled SD's acceptance rate,
-               and being bounded, a few hopeless positions cannot dominate it as they can KL), or KL. Scoring end to
-               end minds what a per-layer similarity (1 − cos of a block's input and output) misses: the last layer
-               feeds the final norm and head, so an early layer plus the last one can be a poor pair. The cosine
-               block influence is recorded beside it.
-  units        first-order Taylor scores |∂KL/∂z| of every head, FFN channel and hidden dimension mask at z = 1, on the
-               model of the kept layers: the loss change expected from removing each unit.
+teacher      log p at every scored position of the calibration batches (positions that predict a target token)
+layers       greedy elimination: drop, step by step, the layers whose removal raises the divergence of q (the
+             remaining stack's output) from p the least — TVD by default (1 − TVD is sampled SD's acceptance rate,
+             and being bounded, a few hopeless positions cannot dominate it as they can KL), or KL. Scoring end to
+             end minds what a per-layer similarity (1 − cos of a block's input and output) misses: the last layer
+             feeds the final norm and head, so an early layer plus the last one can be a poor pair. The cosine
+             block influence is recorded beside it.
+units        first-order Taylor scores |∂KL/∂z| of every head, FFN channel and hidden dimension mask at z = 1, on the
+             model of the kept layers: the loss change expected from removing each unit.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from ...continuations import Sequence, batches
 from ...models import layer_subset
-from .masks import Masks, MaskedLM
+from .masks import MaskedLM, Masks
 
 Batch = tuple[torch.Tensor, list[int], torch.Tensor, int]
 
@@ -54,7 +54,9 @@ CRITERIA = {"kl": kl, "tvd": tvd}
 def _mask(T: int, start: list[int]) -> torch.Tensor:
     """[B, 1, T, T]: causal, each row's keys from its first real token (a padding query sees itself)."""
     keys = torch.arange(T)
-    return (keys <= keys[:, None])[None, None] & ((keys >= torch.tensor(start)[:, None, None, None]) | (keys == keys[:, None]))
+    return (keys <= keys[:, None])[None, None] & (
+        (keys >= torch.tensor(start)[:, None, None, None]) | (keys == keys[:, None])
+    )
 
 
 def _layer(lean, index: int, x: torch.Tensor, mask: torch.Tensor, start: list[int]) -> torch.Tensor:
@@ -88,14 +90,19 @@ def _stack_loss(lean, layers: list[int], calib, criterion, skip: int | None = No
     return total / count
 
 
-def eliminate_layers(lean, n_keep: int, calib, log: Callable[[dict], None], kept: list[int] | None = None,
-                     criterion: str = "tvd") -> list[int]:
+def eliminate_layers(
+    lean, n_keep: int, calib, log: Callable[[dict], None], kept: list[int] | None = None, criterion: str = "tvd"
+) -> list[int]:
     """Greedy backward elimination to `n_keep` layers; removes ~1/4 of the surplus per step (at least one)."""
     loss = CRITERIA[criterion]
     kept = list(kept or range(lean.shape.num_layers))
     steps = 0
-    with torch.inference_mode(), tqdm(total=len(kept) - n_keep, desc="layer elimination", unit="layer",
-                                      file=sys.stderr, dynamic_ncols=True) as bar:
+    with (
+        torch.inference_mode(),
+        tqdm(
+            total=len(kept) - n_keep, desc="layer elimination", unit="layer", file=sys.stderr, dynamic_ncols=True
+        ) as bar,
+    ):
         while len(kept) > n_keep:
             cache = [dict() for _ in calib]
             base = _stack_loss(lean, kept, calib, loss, cache=cache)
@@ -103,8 +110,17 @@ def eliminate_layers(lean, n_keep: int, calib, log: Callable[[dict], None], kept
             drop = max(1, (len(kept) - n_keep) // 4)
             order = sorted(range(len(kept)), key=lambda i: (values[i], i))[:drop]
             removed = [kept[i] for i in order]
-            log({"event": "eliminate", "step": steps, "criterion": criterion, "kept_before": kept, "before": base,
-                 "without": dict(zip(kept, values)), "removed": removed})
+            log(
+                {
+                    "event": "eliminate",
+                    "step": steps,
+                    "criterion": criterion,
+                    "kept_before": kept,
+                    "before": base,
+                    "without": dict(zip(kept, values)),
+                    "removed": removed,
+                }
+            )
             kept = [l for l in kept if l not in removed]
             steps += 1
             bar.update(len(removed))
@@ -134,13 +150,15 @@ def taylor_scores(config, state_dict: dict[str, torch.Tensor], layers: list[int]
     model = MaskedLM(sub_config, sub_sd)
     masks = Masks.ones(sub_config, requires_grad=True)
     grads = {name: torch.zeros_like(t) for name, t in masks.items()}
-    for (ids, start, scored, n), log_p in tqdm(calib, desc="taylor scores", unit="batch", file=sys.stderr, dynamic_ncols=True):
+    for (ids, start, scored, n), log_p in tqdm(
+        calib, desc="taylor scores", unit="batch", file=sys.stderr, dynamic_ncols=True
+    ):
         # MaskedLM is causal without a padding mask, so each row runs unpadded; logit j of the batch's last n
         # sits at row position T - n + j - start[b]
         T = ids.shape[1]
         for b in range(ids.shape[0]):
             positions = [T - n + j - start[b] for j in range(n) if scored[b, j]]
-            logits = model(ids[b : b + 1, start[b]:], masks)[0, positions]
+            logits = model(ids[b : b + 1, start[b] :], masks)[0, positions]
             rows = slice(int(scored[:b].sum()), int(scored[: b + 1].sum()))
             loss = kl(log_p[rows], logits)
             loss.backward()
@@ -158,7 +176,10 @@ def taylor_scores(config, state_dict: dict[str, torch.Tensor], layers: list[int]
 
 
 def describe_scores(masks: Masks) -> dict:
-    return {name: [round(float(v), 6) for v in t.flatten()] if t.dim() == 1 else [[round(float(v), 6) for v in row] for row in t]
-            for name, t in masks.items() if name != "layer"}
-
-
+    return {
+        name: [round(float(v), 6) for v in t.flatten()]
+        if t.dim() == 1
+        else [[round(float(v), 6) for v in row] for row in t]
+        for name, t in masks.items()
+        if name != "layer"
+    }

@@ -27,11 +27,16 @@ class PruneShape:
     ffn: int
 
     @classmethod
-    def parse(cls, text: str, config) -> "PruneShape":
+    def parse(cls, text: str, config) -> PruneShape:
         """'layers=3,hidden=576,...' (dimensions left out keep the target's), checked against the target."""
         s = Shape.of(config)
-        values = {"layers": s.num_layers, "hidden": s.hidden_size, "heads": s.num_heads, "kv_heads": s.num_kv_heads,
-                  "ffn": config.intermediate_size}
+        values = {
+            "layers": s.num_layers,
+            "hidden": s.hidden_size,
+            "heads": s.num_heads,
+            "kv_heads": s.num_kv_heads,
+            "ffn": config.intermediate_size,
+        }
         for part in filter(None, (p.strip() for p in text.split(","))):
             name, _, value = part.partition("=")
             if name not in values:
@@ -46,8 +51,13 @@ class PruneShape:
 
     def check(self, config) -> None:
         s = Shape.of(config)
-        limits = {"layers": s.num_layers, "hidden": s.hidden_size, "heads": s.num_heads, "kv_heads": s.num_kv_heads,
-                  "ffn": config.intermediate_size}
+        limits = {
+            "layers": s.num_layers,
+            "hidden": s.hidden_size,
+            "heads": s.num_heads,
+            "kv_heads": s.num_kv_heads,
+            "ffn": config.intermediate_size,
+        }
         for name, limit in limits.items():
             value = getattr(self, name)
             if not 1 <= value <= limit:
@@ -60,7 +70,9 @@ class PruneShape:
             raise DraftwiseError(f"shape kv_heads={self.kv_heads} does not divide heads={self.heads}")
         group, target_group = self.heads // self.kv_heads, s.num_heads // s.num_kv_heads
         if group > target_group:
-            raise DraftwiseError(f"shape has {group} query heads per KV head; the target's groups have only {target_group}")
+            raise DraftwiseError(
+                f"shape has {group} query heads per KV head; the target's groups have only {target_group}"
+            )
 
 
 @dataclass(frozen=True)
@@ -83,8 +95,14 @@ def _top(scores: torch.Tensor, k: int) -> list[int]:
     return sorted(order[:k])
 
 
-def select(shape: PruneShape, config, layer_scores: torch.Tensor | list[int], head: torch.Tensor,
-           intermediate: torch.Tensor, hidden: torch.Tensor) -> Kept:
+def select(
+    shape: PruneShape,
+    config,
+    layer_scores: torch.Tensor | list[int],
+    head: torch.Tensor,
+    intermediate: torch.Tensor,
+    hidden: torch.Tensor,
+) -> Kept:
     """Keep the best units: `layer_scores` ([L] scores, or the kept layers already chosen), head [L, H],
     intermediate [L, F] and hidden [D] scores in the target's numbering."""
     s = Shape.of(config)
@@ -96,8 +114,13 @@ def select(shape: PruneShape, config, layer_scores: torch.Tensor | list[int], he
         groups = _top(by_group.sum(-1), shape.kv_heads)
         kv_heads.append(groups)
         heads.append([g * group + j for g in groups for j in _top(by_group[g], new_group)])
-    return Kept(layers=list(layers), hidden=_top(hidden, shape.hidden), heads=heads, kv_heads=kv_heads,
-                ffn=[_top(intermediate[l], shape.ffn) for l in layers])
+    return Kept(
+        layers=list(layers),
+        hidden=_top(hidden, shape.hidden),
+        heads=heads,
+        kv_heads=kv_heads,
+        ffn=[_top(intermediate[l], shape.ffn) for l in layers],
+    )
 
 
 def masks_of(kept: Kept, config):
@@ -124,7 +147,10 @@ def slice_checkpoint(config, state_dict: dict[str, torch.Tensor], kept: Kept):
     hd, H, KV, F = s.head_dim, s.num_heads, s.num_kv_heads, config.intermediate_size
     hid = torch.tensor(kept.hidden)
     embed = state_dict["model.embed_tokens.weight"][:, hid]
-    out = {"model.embed_tokens.weight": embed.clone(), "model.norm.weight": state_dict["model.norm.weight"][hid].clone()}
+    out = {
+        "model.embed_tokens.weight": embed.clone(),
+        "model.norm.weight": state_dict["model.norm.weight"][hid].clone(),
+    }
     untie = FAMILIES[config.model_type].embed_scale and len(kept.hidden) < s.hidden_size and config.tie_word_embeddings
     if untie:
         out["lm_head.weight"] = embed.clone()
@@ -139,16 +165,26 @@ def slice_checkpoint(config, state_dict: dict[str, torch.Tensor], kept: Kept):
         p, q = f"model.layers.{l}.", f"model.layers.{new}."
         qr, kvr, ff = rows(hs), rows(kvs), torch.tensor(fs)
         cut = {
-            "self_attn.q_proj.weight": lambda w: w[qr][:, hid], "self_attn.q_proj.bias": lambda b: b[qr],
-            "self_attn.k_proj.weight": lambda w: w[kvr][:, hid], "self_attn.k_proj.bias": lambda b: b[kvr],
-            "self_attn.v_proj.weight": lambda w: w[kvr][:, hid], "self_attn.v_proj.bias": lambda b: b[kvr],
-            "self_attn.o_proj.weight": lambda w: w[hid][:, qr], "self_attn.o_proj.bias": lambda b: b[hid],
-            "mlp.gate_proj.weight": lambda w: w[ff][:, hid], "mlp.gate_proj.bias": lambda b: b[ff],
-            "mlp.up_proj.weight": lambda w: w[ff][:, hid], "mlp.up_proj.bias": lambda b: b[ff],
-            "mlp.down_proj.weight": lambda w: w[hid][:, ff], "mlp.down_proj.bias": lambda b: b[hid],
-            "input_layernorm.weight": lambda w: w[hid], "post_attention_layernorm.weight": lambda w: w[hid],
-            "pre_feedforward_layernorm.weight": lambda w: w[hid], "post_feedforward_layernorm.weight": lambda w: w[hid],
-            "self_attn.q_norm.weight": lambda w: w, "self_attn.k_norm.weight": lambda w: w,  # per head_dim: shared by heads
+            "self_attn.q_proj.weight": lambda w: w[qr][:, hid],
+            "self_attn.q_proj.bias": lambda b: b[qr],
+            "self_attn.k_proj.weight": lambda w: w[kvr][:, hid],
+            "self_attn.k_proj.bias": lambda b: b[kvr],
+            "self_attn.v_proj.weight": lambda w: w[kvr][:, hid],
+            "self_attn.v_proj.bias": lambda b: b[kvr],
+            "self_attn.o_proj.weight": lambda w: w[hid][:, qr],
+            "self_attn.o_proj.bias": lambda b: b[hid],
+            "mlp.gate_proj.weight": lambda w: w[ff][:, hid],
+            "mlp.gate_proj.bias": lambda b: b[ff],
+            "mlp.up_proj.weight": lambda w: w[ff][:, hid],
+            "mlp.up_proj.bias": lambda b: b[ff],
+            "mlp.down_proj.weight": lambda w: w[hid][:, ff],
+            "mlp.down_proj.bias": lambda b: b[hid],
+            "input_layernorm.weight": lambda w: w[hid],
+            "post_attention_layernorm.weight": lambda w: w[hid],
+            "pre_feedforward_layernorm.weight": lambda w: w[hid],
+            "post_feedforward_layernorm.weight": lambda w: w[hid],
+            "self_attn.q_norm.weight": lambda w: w,
+            "self_attn.k_norm.weight": lambda w: w,  # per head_dim: shared by heads
             # Phi-3's fused matrices: q, k, v rows stacked; gate then up rows
             "self_attn.qkv_proj.weight": lambda w: w[torch.cat([qr, H * hd + kvr, (H + KV) * hd + kvr])][:, hid],
             "mlp.gate_up_proj.weight": lambda w: w[torch.cat([ff, F + ff])][:, hid],
@@ -157,9 +193,16 @@ def slice_checkpoint(config, state_dict: dict[str, torch.Tensor], kept: Kept):
             if p + name in state_dict:
                 out[q + name] = fn(state_dict[p + name]).clone()
     new_config = config.__class__.from_dict(config.to_dict())
-    new_config.update(dict(num_hidden_layers=len(kept.layers), hidden_size=len(kept.hidden),
-                           num_attention_heads=len(kept.heads[0]), num_key_value_heads=len(kept.kv_heads[0]),
-                           intermediate_size=len(kept.ffn[0]), head_dim=hd))
+    new_config.update(
+        dict(
+            num_hidden_layers=len(kept.layers),
+            hidden_size=len(kept.hidden),
+            num_attention_heads=len(kept.heads[0]),
+            num_key_value_heads=len(kept.kv_heads[0]),
+            intermediate_size=len(kept.ffn[0]),
+            head_dim=hd,
+        )
+    )
     if untie:
         new_config.tie_word_embeddings = False
     if getattr(new_config, "layer_types", None):  # kept layers keep their local/global attention
