@@ -38,7 +38,10 @@ for folder in sys.argv[1:]:
                     x, lo, hi = ratio_ci(mine, ar)
                     suites = metrics.per_suite(mine, ar)
                     worst = min(suites.items(), key=lambda kv: kv[1]["speedup_vs_ar"])
-                    line = f"   {m:<13} γ={g}: {x:.3f}x AR [{lo:.3f}–{hi:.3f}], worst suite {worst[0]} {worst[1]['speedup_vs_ar']:.2f}x"
+                    line = (
+                        f"   {m:<13} γ={g}: {x:.3f}x AR [{lo:.3f}–{hi:.3f}], "
+                        f"worst suite {worst[0]} {worst[1]['speedup_vs_ar']:.2f}x"
+                    )
                     if m == "sd":
                         static[g] = mine
                     else:

@@ -127,8 +127,8 @@ OLD_COMMAND_LINES = [  # README.md, docs/ and the tests' command lines, as they 
         cfg.DesignConfig(target="default", minutes=30.0, threads=2),
     ),
     (
-        "design --fixed-sizes --no-lookups --no-scheduler --engines lean,llama.cpp --gguf-quants f32,q8_0 --temperatures "
-        "0,0.5 --wide-layers 2 --budget 7M --loss tvd --out d",
+        "design --fixed-sizes --no-lookups --no-scheduler --engines lean,llama.cpp --gguf-quants f32,q8_0 "
+        "--temperatures 0,0.5 --wide-layers 2 --budget 7M --loss tvd --out d",
         cfg.DesignConfig(
             plan=False,
             lookups=False,

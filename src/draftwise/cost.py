@@ -8,9 +8,10 @@ Definitions (the same as `metrics` and the README):
   γ*            the integer γ that maximises throughput.
   free-drafter  E[N] / t_verify(γ): the ceiling if drafting cost nothing.
   c             t_q / t_p, the drafter's step relative to the target's.
-  break-even    in AR steps a round must emit as many tokens as it costs (draft + verify time): the TAR, or the i.i.d. α,
-                a drafter would need at its measured c and proposal lengths, and the c it could afford at its measured
-                TAR (acceptances come in runs — a lookup's long matches — so the measured TAR, not an i.i.d. α, prices it).
+  break-even    in AR steps a round must emit as many tokens as it costs (draft + verify time): the TAR, or the
+                i.i.d. α, a drafter would need at its measured c and proposal lengths, and the c it could afford at its
+                measured TAR (acceptances come in runs — a lookup's long matches — so the measured TAR, not an i.i.d.
+                α, prices it).
   mixture       a drafter whose proposal length varies (a lookup proposes only where it matches; a hybrid mixes
                 sources): rounds drafting g tokens, with share P(g), emit E[N | g] and cost t_draft(g) + t_verify(g), so
                 over many rounds throughput = Σ_g P(g)·E[N|g] / Σ_g P(g)·(t_draft(g) + t_verify(g)) (renewal-reward;
@@ -304,7 +305,8 @@ def max_batch(memory: int, target: Shape, drafter: Shape, context: int, bytes_pe
 
 @dataclass(frozen=True)
 class StepModel:
-    """t(shape) in ms = fixed + layers·(layer_overhead + layer_MB·ms_per_MB) + head_MB·ms_per_MB_head (one batch size)."""
+    """t(shape) in ms = fixed + layers·(layer_overhead + layer_MB·ms_per_MB) + head_MB·ms_per_MB_head
+    (one batch size)."""
 
     fixed_ms: float
     layer_overhead_ms: float

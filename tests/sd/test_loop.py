@@ -145,7 +145,8 @@ def exact_first_three(target, prompt, params):
 
 
 def sampled_first_three(target, prompt, params, drafter, V: int, runs: int = 2000, **kw):
-    """Counts of (token 1, token 2) pairs and of token 3 over `runs` sampled SD generations (γ = 2), and their rounds."""
+    """Counts of (token 1, token 2) pairs and of token 3 over `runs` sampled SD generations (γ = 2), and their
+    rounds."""
     gen = torch.Generator().manual_seed(0)
     c12, c3, rounds = torch.zeros(V, V), torch.zeros(V), []
     for _ in range(runs):

@@ -133,7 +133,8 @@ def select(p: Pipeline, pool: Pool, shape: cost.Shape) -> tuple[str, int]:
 
 
 def per_row(p: Pipeline, target, pool: Pool) -> list[dict]:
-    """Each further runtime's own verdict (lean-int8, llama.cpp's files), each planned with what the ones before took."""
+    """Each further runtime's own verdict (lean-int8, llama.cpp's files), each planned with what the ones before
+    took."""
     lean_models = {x.name: pool.specs[x.name] for x in pool.benched if x.role not in ("lookup", "hybrid")}
     out = []
     p.replan("rows")

@@ -1,6 +1,7 @@
 """The design's candidates, built: the shape sweep and the trained shapes it picks, target data, each model
 candidate's own stages (prune, distill, agree; one executor item each), the profile, and the lookup and hybrid
-candidates tuned on the target's own text (`lookup`). `write_candidates` leaves them in the run folder for the report."""
+candidates tuned on the target's own text (`lookup`). `write_candidates` leaves them in the run folder for the
+report."""
 
 from __future__ import annotations
 
@@ -220,7 +221,8 @@ def screen(cands: list[Candidate], best: dict[str, tuple[int, float]]) -> list[C
 def lookup_candidates(
     p: Pipeline, target, cands: list[Candidate], specs: dict[str, str], best: dict[str, tuple[int, float]]
 ) -> list[Candidate]:
-    """Texts, corpus gain (and gen-data-more), the suffix index, then every lookup family's tuned candidate and the hybrid."""
+    """Texts, corpus gain (and gen-data-more), the suffix index, then every lookup family's tuned candidate and the
+    hybrid."""
     opts = runtime_options(p.config)
     lookup.lookup_text(p, opts)
     lookup.corpus_gain(p, opts, p.sizes.gen_prompts)

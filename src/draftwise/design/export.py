@@ -80,7 +80,8 @@ def export_reduced(pipeline, reduced: Path) -> Path:
         f.write(
             f"\nReduced-vocabulary head (faster draft steps, draftwise engine only): `drafter-reduced-vocab/` "
             f"(`draft_vocab.json` maps draft ids to target ids):\n```\ndraftwise bench --target "
-            f"{target_spec(pipeline)} --drafter drafter-reduced-vocab --gamma {pipeline.done['select-gamma']['chosen']}\n```\n"
+            f"{target_spec(pipeline)} --drafter drafter-reduced-vocab "
+            f"--gamma {pipeline.done['select-gamma']['chosen']}\n```\n"
         )
     return out
 

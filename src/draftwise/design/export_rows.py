@@ -27,7 +27,8 @@ llama-server -m {target} -t {threads} --host 127.0.0.1 --port 8080 {args}
 ```
 """
 
-PYTHON_LOOKUP = """llama-cpp-python with draftwise's {method} drafter (pip install draftwise; measured here: {measured}):
+PYTHON_LOOKUP = """llama-cpp-python with draftwise's {method} drafter (pip install draftwise; \
+measured here: {measured}):
 ```python
 from llama_cpp import Llama
 from draftwise.sd.llama_draft import LookupDraftModel
@@ -133,7 +134,8 @@ def _verdict_json(out: Path, v: dict) -> None:
 
 def lean_command(v: dict, target_spec: str, folder: str = "") -> str:
     """The draftwise command a lean row's verdict runs; `folder`: where its lookup corpus lies, relative to the
-    command's folder. A checkpoint of the run folder is named, not located (the export names no path of this machine)."""
+    command's folder. A checkpoint of the run folder is named, not located (the export names no path of this
+    machine)."""
     if not v["recommend"]:
         return f"draftwise bench --target {target_spec} --dtype {v['dtype']} --baseline ar"
     if v["kind"] == "lookup":

@@ -5,7 +5,8 @@ target's own text before any benchmark.
                   with the default n-gram drafter's rounds replayed (an `agree` run; its texts serve every replay below)
   corpus-gain     the suffix drafter replayed with ¼, ½ and all of gen-data's continuations as its corpus: when the last
                   doubling still raised its predicted tokens/s by `corpus_gain` or more, gen-data is extended once
-                  (`gen-data-more`: as many new train prompts again), since the corpus is what a suffix drafter learns from
+                  (`gen-data-more`: as many new train prompts again), since the corpus is what a suffix drafter
+                  learns from
   suffix-index    the corpus (gen-data, and gen-data-more if it ran) saved with its tokenizer: `suffix:<that folder>`
   tune-lookup     each lookup family's settings grid (`LookupFamily.grid`: n-gram min/max, suffix factor/min_prob, ...)
                   × γ replayed exactly over those texts — greedy SD emits exactly the target's greedy text, so every

@@ -10,7 +10,8 @@ bench-gamma      the chosen drafter at γ−1, γ, γ+1 (`refine_limit` prompts)
                  being the cheaper
 bench-temps      the chosen drafter and AR at each non-zero temperature (lossless sampling; `refine_limit` prompts)
 max-batch-*, bench-*-batch   the batch dividend of the trained model candidates
-bench-headline   spec_bench: SD vs draftwise AR vs transformers generate() and its own assisted generation / prompt lookup
+bench-headline   spec_bench: SD vs draftwise AR vs transformers generate() and its own assisted generation / prompt
+                 lookup
 reduced heads (one grid; the same rule, a smaller head being the cheaper) and adaptive lookahead, when the chosen
 drafter is a model
 """
@@ -80,7 +81,8 @@ def run_grid(p, name: str, grid: BenchGridConfig, **decision) -> dict:
 
 
 def limit_of(p, stage: str) -> int:
-    """The prompts a finished bench, grid or agree stage ran on (its own config: a planned run's sizes vary by phase)."""
+    """The prompts a finished bench, grid or agree stage ran on (its own config: a planned run's sizes vary by
+    phase)."""
     config = json.loads((p.folder(stage) / "config.json").read_text())
     return config.get("bench", config)["limit"]
 

@@ -17,9 +17,10 @@ precision, machine), so a γ, a drafter or a verdict chosen on one engine does n
                    --spec-type with its defaults, and the nearest built-in of each draftwise candidate with its settings
                    (`nearest_builtin`)
   verdict@E        the fastest draftwise method beyond noise (paired bootstrap over prompts, a tie to the cheaper), to
-                   deploy when its interval over E's AR lies above 1, else plain decoding; beside it the best llama-server
-                   built-in with its interval, and how often greedy SD reproduced AR's tokens on E (a quantized
-                   multi-token pass of llama.cpp may round differently from a one-token step; lean-int8's cannot)
+                   deploy when its interval over E's AR lies above 1, else plain decoding; beside it the best
+                   llama-server built-in with its interval, and how often greedy SD reproduced AR's tokens on E (a
+                   quantized multi-token pass of llama.cpp may round differently from a one-token step; lean-int8's
+                   cannot)
 
 A row is of a kind (`Row`): `LeanRow` (the lean engine at a precision), `LlamaCppRow` (llama.cpp at a GGUF type). The
 kind says what the row profiles and benches with, its runtime's own methods measured beside draftwise's (llama.cpp:
@@ -238,7 +239,8 @@ def quality_runtime(e: Row) -> str:
 
 
 def quality_of(p) -> dict[str, str]:
-    """Each lossy row's quality against the lean engine at fp32 (the design's `quality` stage), by row name, in short."""
+    """Each lossy row's quality against the lean engine at fp32 (the design's `quality` stage), by row name, in
+    short."""
     if "quality" not in p.done:
         return {}
     q = json.loads((p.folder("quality") / "quality.json").read_text())
@@ -275,7 +277,8 @@ def nearest_builtin(spec: str, gamma: int, target: str, quant: str) -> str:
 
 
 def builtins(nearest: dict[str, str]) -> list[str]:
-    """The llama-server baselines of a row: plain, --spec-default, each spec type's defaults, each candidate's nearest."""
+    """The llama-server baselines of a row: plain, --spec-default, each spec type's defaults, each candidate's
+    nearest."""
     names = ["llama-server", "llama-server:--spec-default"] + [f"llama-server:--spec-type {t}" for t in SPEC_TYPES]
     return list(dict.fromkeys(names + list(nearest.values())))
 

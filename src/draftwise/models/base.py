@@ -1,5 +1,6 @@
 """What every runtime's loader shares: the options a model loads with, the loaded `Model`, reading a checkpoint's
-weights, config and tokenizer, a model made of some of another's layers, and the vocabulary check a drafter must pass."""
+weights, config and tokenizer, a model made of some of another's layers, and the vocabulary check a drafter must
+pass."""
 
 from __future__ import annotations
 

@@ -8,9 +8,11 @@ attention and one before the MLP. The other families differ by a few switches, n
   mistral       w        ×1          -         pre                  SwiGLU     1/√hd, sliding window     split
   qwen2         w        ×1          -         pre                  SwiGLU     1/√hd (window if set)     split, qkv bias
   qwen3         w        ×1          RMSNorm   pre                  SwiGLU     1/√hd (window if set)     split
-  phi3          w        ×1          -         pre                  SwiGLU     1/√hd (window if set)     fused qkv, gate_up
+  phi3          w        ×1          -         pre                  SwiGLU     1/√hd (window if set)     fused qkv,
+                                                                                                         gate_up
   gemma         1+w      ×√d         -         pre                  GeGLU-tanh 1/√hd                     split
-  gemma2        1+w      ×√d         -         pre and post         GeGLU-tanh query_pre_attn_scalar, soft-cap, local/global
+  gemma2        1+w      ×√d         -         pre and post         GeGLU-tanh query_pre_attn_scalar, soft-cap,
+                                                                               local/global
   gemma3_text   1+w      ×√d         RMSNorm   pre and post         GeGLU-tanh query_pre_attn_scalar, local/global,
                                                                                per-layer-type RoPE base
 Gemma 2 also soft-caps the final logits. Per layer, `layer_types` ("sliding_attention" / "full_attention") says which
@@ -39,7 +41,8 @@ class Family:
     fused_weights: bool = False  # qkv_proj and gate_up_proj stored as one matrix each
 
     def norm_scale(self, w: torch.Tensor) -> torch.Tensor:
-        """A stored RMSNorm weight as the forward multiplies by it: offset + w (computed in fp32 as transformers does)."""
+        """A stored RMSNorm weight as the forward multiplies by it: offset + w (computed in fp32 as transformers
+        does)."""
         return w + self.norm_offset if self.norm_offset else w
 
     def embedding_scale(self, hidden_size: int, dtype: torch.dtype) -> torch.Tensor | None:

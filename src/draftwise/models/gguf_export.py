@@ -366,7 +366,7 @@ def write_gguf(
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
-        for (name, t), qtype in zip(planned, stored):  # one tensor encoded at a time: a copy of one, not of all
+        for (_name, t), qtype in zip(planned, stored):  # one tensor encoded at a time: a copy of one, not of all
             writer.write_tensor_data(_encode(t, qtype))
         writer.close()
         os.replace(tmp, out)

@@ -43,7 +43,7 @@ def _kernel():
         return None
     compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
-        warnings.warn("draftwise: no C compiler found; CPU decoding falls back to torch matmul (slower)")
+        warnings.warn("draftwise: no C compiler found; CPU decoding falls back to torch matmul (slower)", stacklevel=2)
         return None
     sources = {name: files("draftwise.models").joinpath(name).read_text() for name in _SOURCES}
     key = hashlib.sha256(("".join(sources.values()) + " ".join(_FLAGS) + compiler).encode()).hexdigest()[:16]
@@ -58,7 +58,8 @@ def _kernel():
             done = subprocess.run([compiler, *_FLAGS, *paths, "-o", out], capture_output=True, text=True)
             if done.returncode != 0:
                 warnings.warn(
-                    f"draftwise: compiling the CPU kernel failed, falling back to torch: {done.stderr.strip()[:300]}"
+                    f"draftwise: compiling the CPU kernel failed, falling back to torch: {done.stderr.strip()[:300]}",
+                    stacklevel=2,
                 )
                 return None
             os.replace(out, lib)  # atomic: a concurrent process sees the whole file or none

@@ -109,7 +109,8 @@ class Layer(nn.Module):
         return x + out
 
     def attention(self, qkv, rot, k_cache, v_cache, pos: int, mask):
-        """Torch attention: q/k norms, RoPE on q and k, cache write, attention. rot [T or B×T, 1, hd/2] -> [B, T, H*hd]."""
+        """Torch attention: q/k norms, RoPE on q and k, cache write, attention.
+        rot [T or B×T, 1, hd/2] -> [B, T, H*hd]."""
         B, T, _ = qkv.shape
         s = self.shape
         H, KV, hd = s.num_heads, s.num_kv_heads, s.head_dim
@@ -132,8 +133,9 @@ def rotate(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, s: Shape) -> torch.Tensor:
-    """Grouped-query attention with the family's scale and optional score soft-cap: q [B, H, T, hd], k, v [B, KV, S, hd],
-    mask [B or 1, 1, T, S] bool, or None: every query sees every key (a one-token step) -> [B, H, T, hd]."""
+    """Grouped-query attention with the family's scale and optional score soft-cap: q [B, H, T, hd],
+    k, v [B, KV, S, hd], mask [B or 1, 1, T, S] bool, or None: every query sees every key (a one-token step)
+    -> [B, H, T, hd]."""
     H, KV = q.shape[1], k.shape[1]
     if s.attn_softcap is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=s.attn_scale, enable_gqa=KV != H)
@@ -240,7 +242,8 @@ class LeanLM(nn.Module):
         B, T = ids.shape
         if self.k_cache is None or self.k_cache.shape[1] != B or pos + T > self.max_len:
             raise ValueError(
-                f"KV cache holds {self.max_len} positions for batch {self.k_cache.shape[1] if self.k_cache is not None else 0}; "
+                f"KV cache holds {self.max_len} positions for batch "
+                f"{self.k_cache.shape[1] if self.k_cache is not None else 0}; "
                 f"need {pos + T} for batch {B}: call reset() first"
             )
         x = self.embed_tokens(ids)  # [B, T, D]

@@ -350,7 +350,8 @@ class LlamaServer:
             if rc is not None:
                 self._keep_log = True
                 raise DraftwiseError(
-                    f"llama-server exited with code {rc} during a request: {_reason(self._log_lines(self._log_offset))} "
+                    f"llama-server exited with code {rc} during a request: "
+                    f"{_reason(self._log_lines(self._log_offset))} "
                     f"(log: {self.log_path})"
                 ) from None
             raise DraftwiseError(f"llama-server did not answer at {self.url}: {getattr(e, 'reason', e)}") from None

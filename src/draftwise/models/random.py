@@ -1,6 +1,6 @@
-"""Random-weight models (Llama by default, or a target's family): shapes whose trained weights are not at hand (a LLaMA-7B-shaped target on a GPU
-machine with no model files), for what depends on the shape alone — step latency, and SD's system cost under
-`bench --synthetic-alpha`.
+"""Random-weight models (Llama by default, or a target's family): shapes whose trained weights are not at hand (a
+LLaMA-7B-shaped target on a GPU machine with no model files), for what depends on the shape alone — step latency, and
+SD's system cost under `bench --synthetic-alpha`.
 
 Spec: `random:` followed by `key=value` pairs over layers, hidden, heads, kv_heads, head_dim, ffn, vocab and seed.
 A target's left-out keys take LLaMA-7B's (32 layers, d=4096, 32 heads, FFN 11008, vocabulary 32000); a drafter's

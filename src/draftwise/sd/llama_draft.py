@@ -26,8 +26,8 @@ except (ImportError, OSError):  # the adapter itself needs nothing from it
 
 
 class LookupDraftModel(_Base):
-    """A draftwise lookup drafter (`NgramDrafter`, `SuffixDrafter`, ...) as a llama-cpp-python draft model proposing up to
-    `num_pred_tokens` (γ) tokens per call."""
+    """A draftwise lookup drafter (`NgramDrafter`, `SuffixDrafter`, ...) as a llama-cpp-python draft model proposing
+    up to `num_pred_tokens` (γ) tokens per call."""
 
     def __init__(self, drafter: Drafter, num_pred_tokens: int):
         self.drafter, self.num_pred_tokens = drafter, num_pred_tokens

@@ -4,9 +4,9 @@ as the same loop with no drafter (γ = 0: every round is one target step that em
 Models are `sd.roles.LM`s: `reset(batch, max_len)`, `forward(ids [1, T], pos, n_logits) -> [1, n, V]`,
 `vocab_size` and `device` (the lean engine, transformers and llama.cpp alike). A `Context` tracks how many leading
 tokens of the sequence a model's cache holds; it feeds a model whatever it has not seen yet, so prefill, catch-up
-after a fully accepted round and the verify pass are the same call, and rollback is a smaller length. Drafters (a model, a lookup, a hybrid: see
-`sd.drafters`, built from specs by `sd.families`) sit behind one session interface (`sd.roles.Session`): each round
-they propose up to γ tokens, then keep what is final.
+after a fully accepted round and the verify pass are the same call, and rollback is a smaller length. Drafters (a
+model, a lookup, a hybrid: see `sd.drafters`, built from specs by `sd.families`) sit behind one session interface
+(`sd.roles.Session`): each round they propose up to γ tokens, then keep what is final.
 
 Prefill takes the prompt but its last token, in both methods alike; every generated token's logits then come from
 a pass of at most γ+1 tokens. On the CPU fast path those passes compute each row exactly as a one-token step does,

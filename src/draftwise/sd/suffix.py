@@ -54,9 +54,9 @@ class SuffixTrie:
         return sid
 
     def remove(self, sid: int) -> None:
-        """Undo `add(sid)`: every count it raised is lowered, nodes it alone held are dropped. Only lazy nodes read their
-        reference occurrence; one that referred to the removed sequence keeps only occurrences that end at it, so it
-        becomes a node without children: no remaining node refers to the removed text."""
+        """Undo `add(sid)`: every count it raised is lowered, nodes it alone held are dropped. Only lazy nodes read
+        their reference occurrence; one that referred to the removed sequence keeps only occurrences that end at it, so
+        it becomes a node without children: no remaining node refers to the removed text."""
         for i in range(len(self.corpus[sid])):
             self._walk(sid, i, -1)
         self.corpus[sid] = None
@@ -105,7 +105,8 @@ class SuffixTrie:
         return node
 
     def longest_match(self, context: Sequence[int], max_match: int) -> tuple[int, Node | None]:
-        """(m, node): the longest suffix of `context` of length m ≤ max_match present in the corpus (0, None if none)."""
+        """(m, node): the longest suffix of `context` of length m ≤ max_match present in the corpus (0, None if
+        none)."""
         lo, hi, best = 1, min(max_match, len(context), self.depth), (0, None)
         while lo <= hi:  # if the m-token suffix occurs, so does every shorter one
             m = (lo + hi) // 2

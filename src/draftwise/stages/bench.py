@@ -81,7 +81,8 @@ def engine_method(
 
 
 def batched_method(target: Model, drafter: specs.Drafter | None, config: BenchConfig):
-    """B prompts at once through `sd.batched_sd` (AR without a drafter): one record per batch, wall time of the batch."""
+    """B prompts at once through `sd.batched_sd` (AR without a drafter): one record per batch, wall time of the
+    batch."""
     params = SamplingParams(config.temperature, config.top_p)
 
     def run(batch: list[list[int]], seed: int, max_new_tokens: int = config.max_new_tokens) -> dict:
@@ -445,7 +446,8 @@ def format_table(summary: dict) -> str:
         )
     for name, s in summary["methods"].items():
         lines.append(
-            f"{name:<{w}}{s['tokens_per_s']:>9.2f}{fmt(s['speedup_vs_ar'], '.2f', unit='x'):>8}{fmt(s.get('tar'), '.2f'):>7}"
+            f"{name:<{w}}{s['tokens_per_s']:>9.2f}{fmt(s['speedup_vs_ar'], '.2f', unit='x'):>8}"
+            f"{fmt(s.get('tar'), '.2f'):>7}"
             f"{fmt(s.get('alpha'), '.3f'):>7}{fmt(s['identical_to_ar'], '.0f', 100, '%'):>12}"
         )
     for name, s in summary["methods"].items():

@@ -2,9 +2,10 @@
 
 Every record is a `bench` record plus its point (drafter, gamma, temperature, batch_size, runtime; baselines have
 drafter None and gamma 0; runtime is None but for the grid's `rows`: whole benches on other runtimes — another
-target file, backend or precision — run on the same prompts, whose records carry the row's name). Items are (point, unit, method), ordered unit by unit so that the points of one temperature and
-batch size are interleaved on the same prompts (drift hits all alike); through the Ray executor each item is a task.
-A rerun skips the records that are there. grid.json holds one bench summary per SD point, derived from the records.
+target file, backend or precision — run on the same prompts, whose records carry the row's name). Items are (point,
+unit, method), ordered unit by unit so that the points of one temperature and batch size are interleaved on the same
+prompts (drift hits all alike); through the Ray executor each item is a task. A rerun skips the records that are
+there. grid.json holds one bench summary per SD point, derived from the records.
 """
 
 from __future__ import annotations

@@ -250,6 +250,7 @@ def run(config: DistillConfig, out: str | Path) -> Path:
     plot_learning_curve(run_dir.records(), run_dir.path)
     print(
         f"held-out agreement {final['agreement']:.3f}, predicted greedy TAR(γ=4) {final['tar_gamma4']:.2f} after "
-        f"{meta['step']} steps, {meta['tokens']} tokens, {meta['seconds'] / 60:.1f} min\ncheckpoint: {run_dir.path / 'checkpoint'}"
+        f"{meta['step']} steps, {meta['tokens']} tokens, {meta['seconds'] / 60:.1f} min\n"
+        f"checkpoint: {run_dir.path / 'checkpoint'}"
     )
     return run_dir.path

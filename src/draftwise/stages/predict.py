@@ -233,7 +233,8 @@ def format_predictions(result: dict, top: int = 15) -> str:
     if check:
         lines.append(
             f"check against the bench run ({check['drafter']}, γ={check['gamma']}): predicted "
-            f"{check['predicted_tokens_per_s']:.2f}, measured {check['measured_decode_tokens_per_s'] or check['measured_tokens_per_s']:.2f} "
+            f"{check['predicted_tokens_per_s']:.2f}, measured "
+            f"{check['measured_decode_tokens_per_s'] or check['measured_tokens_per_s']:.2f} "
             f"decode tokens/s ({100 * check['error']:+.1f} %); with prefill {check['measured_tokens_per_s']:.2f}"
         )
     return "\n".join(lines)

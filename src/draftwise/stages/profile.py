@@ -4,10 +4,11 @@ Times, with warm-up and repeats (medians reported, GPU work synchronised), at a 
 positions: the target's AR step; its verify pass over γ+1 tokens for each γ; one serial step of each drafter, and
 of the full-width k-layer truncations of the target (`depths`), which give step time against depth; and the LM head
 alone. A lookup drafter (ngram, suffix) has no step: its point is one round's proposal (index the newest token,
-propose up to the largest γ, roll the token back) over `context` tokens of real text (packaged eval prompts). Every point other than the AR step itself is timed interleaved with the target's AR step at the same batch
-(`ref_ms`), so the ratios (verify / AR step, c) are measured side by side and survive machine drift. Each timing
-point is appended to records.jsonl as it finishes; a rerun skips finished points. profile.json and the plots are
-derived from the records.
+propose up to the largest γ, roll the token back) over `context` tokens of real text (packaged eval prompts). Every
+point other than the AR step itself is timed interleaved with the target's AR step at the same batch (`ref_ms`), so
+the ratios (verify / AR step, c) are measured side by side and survive machine drift. Each timing point is appended
+to records.jsonl as it finishes; a rerun skips finished points. profile.json and the plots are derived from the
+records.
 """
 
 from __future__ import annotations
@@ -152,8 +153,8 @@ class Timer:
         return lambda: lm.forward(ids, ctx, t)  # a lean cache is preallocated: garbage in it costs what real keys do
 
     def propose(self, lookup, gamma: int):
-        """One round of a lookup drafter at `context` tokens: the newest token indexed, a proposal, the token rolled back
-        (so every repeat sees the same index)."""
+        """One round of a lookup drafter at `context` tokens: the newest token indexed, a proposal, the token rolled
+        back (so every repeat sees the same index)."""
         text = real_text(self.models["target"], self.config.context + 1)
         session = lookup.start([text[:-1]])
         seq = text
@@ -182,7 +183,8 @@ def run(config: ProfileConfig, out: str | Path, executor: Executor | None = None
         run_dir.append(records[-1])
         bar.update()
         bar.set_postfix_str(
-            f"{point['kind']} {point['model'][:24]} b={point['batch']} t={point['tokens']}: {median(times['ms']):.2f} ms"
+            f"{point['kind']} {point['model'][:24]} b={point['batch']} t={point['tokens']}: "
+            f"{median(times['ms']):.2f} ms"
         )
     bar.close()
     summary = summarize(

@@ -34,9 +34,11 @@ from ..rundir import RunDir
 from ..timing import check_machine, measure_interleaved, median
 
 DEFINITIONS = """\
-step_ms: one drafter step (1 token per sequence, `context` positions cached), median of repeats. c = step / target AR step,
+step_ms: one drafter step (1 token per sequence, `context` positions cached), median of repeats. \
+c = step / target AR step,
 timed interleaved. params: the draftwise convention (see draftwise.cost). kv_bytes_per_seq: keys + values of `context`
-positions at the run's dtype. max_batch: the largest batch whose target + drafter KV caches fit in `memory` beside both models' weights.
+positions at the run's dtype. max_batch: the largest batch whose target + drafter KV caches fit in `memory` beside \
+both models' weights.
 fit: least squares step_ms = fixed + layers·(layer_overhead + layer_MB·ms_per_layer_MB) + head_MB·ms_per_head_MB."""
 
 
@@ -91,7 +93,8 @@ def key(point: dict) -> tuple:
 def random_model(
     template_config, shape: cost.Shape, dtype: torch.dtype, device: str, seed: int, precision: str = "fp32"
 ) -> LeanLM:
-    """A random-weight drafter of `shape` at the sweep's precision (int8: its matrices quantized, as a drafter's are)."""
+    """A random-weight drafter of `shape` at the sweep's precision (int8: its matrices quantized, as a drafter's
+    are)."""
     return random_lm(llama_config(shape.__dict__, template_config), dtype, device, seed, precision=precision)
 
 
@@ -275,7 +278,8 @@ def _findings(rows: list[dict], fits: dict, target: cost.Shape) -> list[str]:
     if len(width) >= 2:
         (w0, t0), (w1, t1) = width[0], width[-1]
         out.append(
-            f"Width at fixed depth: {w0}→{w1} changes the step {t0:.2f}→{t1:.2f} ms (×{t1 / t0:.2f} for ×{w1 / w0:.1f} width)."
+            f"Width at fixed depth: {w0}→{w1} changes the step {t0:.2f}→{t1:.2f} ms "
+            f"(×{t1 / t0:.2f} for ×{w1 / w0:.1f} width)."
         )
     eq = sorted(
         (r["shape"]["layers"], r["step_ms"])

@@ -109,8 +109,8 @@ def _chosen_section(doc: Doc, p, tasks: dict, points: dict, chosen: str, plots: 
     schedule.section(doc, p, plots, footer)
     refine = limit_of(p, "bench-temps") if "bench-temps" in p.done else None
     doc.p(
-        f"T=0: the selection grid ({limit_of(p, 'bench-select')} prompts); T>0: {_f(refine, 'd')} prompts, sampled SD (lossless: each "
-        "emitted token follows the target's distribution), the same seeds for SD and AR."
+        f"T=0: the selection grid ({limit_of(p, 'bench-select')} prompts); T>0: {_f(refine, 'd')} prompts, sampled SD "
+        "(lossless: each emitted token follows the target's distribution), the same seeds for SD and AR."
     )
     doc.img(charts.tar_per_task(tar, plots, footer), "TAR per task and temperature")
 
@@ -136,8 +136,8 @@ def _export_section(doc: Doc, p) -> None:
         (
             "`export/` holds the recommendation: "
             if v["recommend"]
-            else f"SD is not recommended here, so `export/README.md` says so and `export/{where.name}/` keeps, for reference "
-            "only, "
+            else f"SD is not recommended here, so `export/README.md` says so and `export/{where.name}/` keeps, "
+            "for reference only, "
         )
         + "how to run the chosen drafter elsewhere (transformers, vLLM, draftwise; every path relative to "
         "its folder)" + (", with the model drafter's transformers checkpoint." if (where / "drafter").exists() else ".")

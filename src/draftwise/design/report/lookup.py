@@ -39,9 +39,9 @@ def tasks_section(doc, p, plots: Path, footer: str) -> dict[str, dict[str, dict]
     suites = sorted({s for t in tasks.values() for s in t})
     doc.h("TAR and speedup per task (T=0)")
     doc.p(
-        f"Every benchmarked candidate beside AR on the same {limit_of(p, 'bench-select')} eval prompts ({c.bench_suites}), interleaved "
-        f"prompt by prompt, {c.max_new_tokens} new tokens at most, prefill included; per task: the candidate's tokens/s "
-        "over AR's on that task's prompts, and its TAR. Cells: TAR / speedup."
+        f"Every benchmarked candidate beside AR on the same {limit_of(p, 'bench-select')} eval prompts "
+        f"({c.bench_suites}), interleaved prompt by prompt, {c.max_new_tokens} new tokens at most, prefill included; "
+        "per task: the candidate's tokens/s over AR's on that task's prompts, and its TAR. Cells: TAR / speedup."
     )
     doc.table(
         ["task"] + list(tasks),
@@ -72,12 +72,12 @@ def lookup_section(doc, p) -> list[dict]:
     points, chosen = select_points(p), p.done["tune-lookup"]
     doc.h("Lookup drafters")
     doc.p(
-        "No weights: n-gram (prompt lookup over the request) and suffix (the request's n-grams plus a suffix index over "
-        "the target's own continuations of train prompts) propose a run of up to γ tokens where their index matches, "
-        "q one-hot on each proposed token (the acceptance rule stays exact). Settings were chosen before any benchmark: "
-        "each was replayed exactly over the target's greedy text of "
-        f"{limit_of(p, 'agree-lookup')} eval prompts (greedy SD emits exactly that text) and priced with the profile's verify "
-        "times. Best settings per method (predicted), then measured in the selection grid:"
+        "No weights: n-gram (prompt lookup over the request) and suffix (the request's n-grams plus a suffix index "
+        "over the target's own continuations of train prompts) propose a run of up to γ tokens where their index "
+        "matches, q one-hot on each proposed token (the acceptance rule stays exact). Settings were chosen before any "
+        "benchmark: each was replayed exactly over the target's greedy text of "
+        f"{limit_of(p, 'agree-lookup')} eval prompts (greedy SD emits exactly that text) and priced with the "
+        "profile's verify times. Best settings per method (predicted), then measured in the selection grid:"
     )
     rows, pred_rows = [], []
     for method in dict.fromkeys(r["method"] for r in tune):  # each family tuned, in the order it was tuned
@@ -163,5 +163,6 @@ def _corpus_section(doc, p) -> None:
         f"Predicted suffix-drafter tokens/s (γ=4, default settings) with a quarter, half and all of gen-data's "
         f"continuations as its corpus: {curve}. The last doubling gained {100 * gain['gain_last_doubling']:+.1f} % "
         f"(threshold {100 * gain['threshold']:.1f} %), {verdict}; gen-data took {gain['gen_data_seconds']:.0f} s. "
-        f"Final index: {index['sequences']} sequences, {index['tokens']:,} tokens, built in {index['build_seconds']:.2f} s."
+        f"Final index: {index['sequences']} sequences, {index['tokens']:,} tokens, "
+        f"built in {index['build_seconds']:.2f} s."
     )

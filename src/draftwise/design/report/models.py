@@ -207,10 +207,10 @@ def batch_dividend(doc: Doc, p, cands) -> None:
         rows,
     )
     doc.p(
-        f"Largest batch = (memory − target weights − drafter weights) // (target + drafter KV of {c.context} positions "
-        f"per sequence), at {c.dtype}. Tokens/s is the total across the batch: new tokens of all its sequences over the "
-        "wall time of the batched generation without (decode) and with its prefill, which pads every prompt to the "
-        "batch's longest (a batch runs until its last sequence finishes); SD "
+        f"Largest batch = (memory − target weights − drafter weights) // (target + drafter KV of {c.context} "
+        f"positions per sequence), at {c.dtype}. Tokens/s is the total across the batch: new tokens of all its "
+        "sequences over the wall time of the batched generation without (decode) and with its prefill, which pads "
+        "every prompt to the batch's longest (a batch runs until its last sequence finishes); SD "
         f"and AR decode the same spec_bench eval prompts (T=0, at least two full batches, {c.max_new_tokens} new "
         f"tokens at most, prompts at their own length: {c.context} positions only sizes the footprint). γ is the γ* "
         "predicted at that batch from the profile at that batch and the candidate's greedy TAR: the verify pass grows "
@@ -269,8 +269,8 @@ def _wide_vs_deep(p, cands, specs, b1, fit: dict | None) -> list[str]:
             f"{winner} over {loser} at equal non-embedding parameters ({dw['params']['non_embedding'] / 1e6:.1f}M vs "
             f"{dn['params']['non_embedding'] / 1e6:.1f}M): measured {_interval(decision['speedup'][w.name])} vs "
             f"{_interval(decision['speedup'][n.name])} over AR; {how}. Draft step {dw['step_ms']:.2f} ms ({w.name}, "
-            f"{dw['layers']} layers) vs {dn['step_ms']:.2f} ms ({n.name}, {dn['layers']} layers): a layer costs a fixed "
-            "overhead beside its weight bytes, and a narrower model reads fewer bytes, its LM head included."
+            f"{dw['layers']} layers) vs {dn['step_ms']:.2f} ms ({n.name}, {dn['layers']} layers): a layer costs a "
+            "fixed overhead beside its weight bytes, and a narrower model reads fewer bytes, its LM head included."
             + (_cost_model_split(dw, dn, fit) if fit else "")
         )
     return lines or ["(no benchmarked wide/deep pair among the candidates)"]

@@ -1,8 +1,8 @@
 """`draftwise prune`: carve a drafter of an exact shape out of the target.
 
   calibration   the target's continuations of `train` prompts (never `eval`), saved as calibration.jsonl
-  scores        importance: greedy layer elimination by output TVD (or KL), then Taylor scores of heads, FFN channels and
-                hidden dimensions (scores.py); l0: hard-concrete gates under a Lagrangian shape constraint (l0.py)
+  scores        importance: greedy layer elimination by output TVD (or KL), then Taylor scores of heads, FFN channels
+                and hidden dimensions (scores.py); l0: hard-concrete gates under a Lagrangian shape constraint (l0.py)
   selection     exactly the requested count per dimension, GQA groups kept whole (slicing.select)
   slicing       the physical cut (slicing.slice_checkpoint), saved as a standard checkpoint in checkpoint/
 The run folder also holds prune.json (kept indices, scores, parameter counts) and records.jsonl (elimination steps,

@@ -1,4 +1,5 @@
-"""One named mask per prunable dimension, and a forward of any lean-path family that applies them (LLM-Shearing's design).
+"""One named mask per prunable dimension, and a forward of any lean-path family that applies them
+(LLM-Shearing's design).
 
   layer         [L]     scales a whole decoder layer's residual branches (0 = the layer is skipped)
   head          [L, H]  scales each query head's attention output before o_proj

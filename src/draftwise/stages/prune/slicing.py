@@ -77,7 +77,8 @@ class PruneShape:
 
 @dataclass(frozen=True)
 class Kept:
-    """Indices kept in each dimension (per kept layer for heads, KV heads and FFN channels), in the target's numbering."""
+    """Indices kept in each dimension (per kept layer for heads, KV heads and FFN channels), in the target's
+    numbering."""
 
     layers: list[int]
     hidden: list[int]
