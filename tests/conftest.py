@@ -129,7 +129,7 @@ def tiny_drafter_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_gguf(tiny_dir, tmp_path_factory):
     """`tiny_dir` (the 4-layer tiny Llama) exported as GGUF at f32, tokenizer built from its own: the .gguf path."""
-    from draftwise.models.gguf_export import export
+    from draftwise.models.spec_export import export
 
     return str(export(tiny_dir, tmp_path_factory.mktemp("tiny-gguf") / "tiny.gguf", "f32", target=tiny_dir))
 
@@ -137,7 +137,7 @@ def tiny_gguf(tiny_dir, tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_drafter_gguf(tiny_dir, tiny_drafter_dir, tmp_path_factory):
     """`tiny_drafter_dir` exported as GGUF at f32 with `tiny_gguf`'s tokenizer metadata: the .gguf path."""
-    from draftwise.models.gguf_export import export
+    from draftwise.models.spec_export import export
 
     return str(
         export(

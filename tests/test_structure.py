@@ -17,7 +17,7 @@ LAYERS = [
     ("stages", "executors"),
     ("report", "specs"),
     ("sd", "continuations"),
-    ("models", "data", "cost", "metrics", "timing"),
+    ("models", "data", "cost", "shapes", "metrics", "timing"),
     ("config", "rundir", "paths"),
     ("errors", "units", "__init__"),
 ]

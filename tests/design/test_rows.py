@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from draftwise.config import DesignConfig
-from draftwise.design import rows
+from draftwise.design import row_verdict, rows
 from draftwise.errors import DraftwiseError
 from draftwise.models.source import default_gguf
 
@@ -57,8 +57,8 @@ def test_nearest_builtins_carry_the_draftwise_settings(tiny_dir):
     model = shlex.split(rows.nearest_builtin("layers:0,1", 3, tiny_dir, "f32"))
     assert model[:2] == ["--spec-type", "draft-simple"] and model[-2:] == ["--spec-draft-n-max", "3"]
     assert model[model.index("-md") + 1].endswith(".gguf")
-    assert rows.short_args("llama-server:" + shlex.join(model)).split()[3] == model[3].rsplit("/", 1)[-1]
-    assert rows.short_args("llama-server") == "(plain)"
+    assert row_verdict.short_args("llama-server:" + shlex.join(model)).split()[3] == model[3].rsplit("/", 1)[-1]
+    assert row_verdict.short_args("llama-server") == "(plain)"
 
 
 def test_each_runtime_is_a_row_kind_behind_one_interface(tiny_dir):

@@ -13,8 +13,9 @@ from draftwise.cli import main
 from draftwise.errors import DraftwiseError
 from draftwise.models import llamacpp, load, load_drafter, read_weights
 from draftwise.models.family import FAMILIES
-from draftwise.models.gguf_export import export, write_gguf
+from draftwise.models.gguf_export import write_gguf
 from draftwise.models.gguf_vocab import read_tokenizer
+from draftwise.models.spec_export import export
 
 SWA_4 = ["sliding_attention", "full_attention"] * 2
 CASES = {

@@ -30,7 +30,7 @@ from ..executors import Executor
 from ..models import ModelOptions, load
 from ..sd.families import drafter_kind
 from ..stages import quality
-from . import build, export, export_rows, fastest, lookup, measure, report, rows, verdict
+from . import build, export, export_rows, fastest, lookup, measure, report, row_verdict, rows, verdict
 from .candidates import Candidate, candidates
 from .estimate import best_gamma, predicted
 from .measure import batch_dividend, feasible_batch  # noqa: F401  (the design's API)
@@ -142,7 +142,7 @@ def per_row(p: Pipeline, target, pool: Pool) -> list[dict]:
         if i:
             p.replan(f"row-{e.name}")
         if not rows.dropped(p, e):
-            out.append(rows.run_row(p, e, target, lean_models, p.base.lookups, predicted))
+            out.append(row_verdict.run_row(p, e, target, lean_models, p.base.lookups, predicted))
     return out
 
 

@@ -74,81 +74,120 @@ class Item:
     exact_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class Counts:
+    """What an outline at some sizes makes of its candidates: the trained ones, the benched model drafters, all
+    candidates, the scheduled lookups (0 or 2), the chosen drafter's and the lookups' cost per token in AR steps, and
+    the model drafters a row benches."""
+
+    trained: int
+    benched: int
+    cands: int
+    sched: int
+    chosen: float
+    lookups: float
+    row_models: int
+
+    @classmethod
+    def of(cls, o: Outline, d: set[str], cfg: DesignConfig) -> Counts:
+        trained = o.trained if o.built else 0 if "training" in d else o.trained - ("control" in d and o.trained_control)
+        benched = o.benched - (o.trained - trained)  # the benched model drafters count the trained ones
+        # a benchmark's methods per new token, in AR steps (prefill included): AR 1, a model drafter's SD 1.2, a
+        # lookup's 0.8, a hybrid's 0.9, transformers' generate() and its own SD about 2 each (the default target)
+        chosen = 1.2 if o.chosen_model or not o.lookups else 0.8
+        lookups = 0.8 * min(2, o.lookups) + 0.9 * max(0, o.lookups - 2)  # n-gram and suffix, then the hybrid
+        sched = 2 if cfg.scheduler and o.lookups else 0
+        return cls(trained, benched, trained + o.untrained, sched, chosen, lookups, 0 if o.lookups else benched)
+
+
 def items(o: Outline, s: Sizes, c: DesignConfig) -> list[Item]:
     """Every stage of a design of this outline at sizes `s`, with its cost (module docstring)."""
-    d, cfg, tok = set(s.dropped), s.config(c), c.max_new_tokens
-    t = tok / REF_TOKENS
-    trained = o.trained if o.built else 0 if "training" in d else o.trained - ("control" in d and o.trained_control)
-    benched = o.benched - (o.trained - trained)  # the benched model drafters count the trained ones
-    cands = trained + o.untrained
-    temps = sum(1 for x in cfg.temperatures if x)
-    sched = 2 if cfg.scheduler and o.lookups else 0
-    # a benchmark's methods per new token, in AR steps (prefill included): AR 1, a model drafter's SD 1.2, a lookup's
-    # 0.8, a hybrid's 0.9, transformers' generate() and its own SD about 2 each (measured on the default target)
-    chosen = 1.2 if o.chosen_model or not o.lookups else 0.8
+    d, cfg = set(s.dropped), s.config(c)
+    n = Counts.of(o, d, cfg)
+    return (
+        _building(o, s, c, d, n)
+        + _selecting(s, cfg, d, n)
+        + _rows(o, s, d, n, c.max_new_tokens)
+        + _finishing(o, s, c, d, n)
+    )
+
+
+def _building(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) -> list[Item]:
+    """The sweep, data, each candidate's prune, distill and agree, the profile, and the lookups' tuning."""
+    t = c.max_new_tokens / REF_TOKENS
     out = [
         Item("sweep", 0 if "training" in d and not o.built else 1, 300),
         Item("gen-data", 1, 100 + 52 * s.gen_prompts),
-        Item("prune", trained, 600 + 1100 * math.ceil(s.elimination_tokens / 64)),  # per calibration row
-        Item("distill", trained, 400, 60 * s.distill_minutes),  # its minutes, then loading and evaluations
-        Item("agree", cands, 100 + 32 * s.agree_limit * t),
-        Item("profile", 1, 100 + 80 * cands + (0 if "batch" in d else 500 * trained)),
+        Item("prune", n.trained, 600 + 1100 * math.ceil(s.elimination_tokens / 64)),  # per calibration row
+        Item("distill", n.trained, 400, 60 * s.distill_minutes),  # its minutes, then loading and evaluations
+        Item("agree", n.cands, 100 + 32 * s.agree_limit * t),
+        Item("profile", 1, 100 + 80 * n.cands + (0 if "batch" in d else 500 * n.trained)),
     ]
     if o.lookups:
         all_temps = sum(1 for x in c.temperatures if x)  # the calibration covers every temperature asked for
         out += [Item("agree-lookup", 1, 150 + 72 * s.tune_prompts * t), Item("tune", 3, 50)]
         out += [] if "gen-data-more" in d else [Item("gen-data-more", 1, 100 + 52 * s.gen_prompts)]
-        out += [Item("calibrate", 1, s.tune_prompts * t * (10 + 15 * all_temps))] if sched else []
-    lookups = 0.8 * min(2, o.lookups) + 0.9 * max(0, o.lookups - 2)  # n-gram and suffix, then the hybrid
-    out += [
-        Item("bench-select", 1, 100 + tok * s.bench_limit * (1 + 1.2 * benched + lookups + 0.8 * sched)),
-        Item("bench-gamma", 1, 100 + tok * s.refine_limit * (1 + 3 * chosen)),
+        out += [Item("calibrate", 1, s.tune_prompts * t * (10 + 15 * all_temps))] if n.sched else []
+    return out
+
+
+def _selecting(s: Sizes, cfg: DesignConfig, d: set[str], n: Counts) -> list[Item]:
+    """The selection grid, γ, their repeats, the temperatures, the batch dividend and the headline."""
+    tok, temps = cfg.max_new_tokens, sum(1 for x in cfg.temperatures if x)
+    out = [
+        Item("bench-select", 1, 100 + tok * s.bench_limit * (1 + 1.2 * n.benched + n.lookups + 0.8 * n.sched)),
+        Item("bench-gamma", 1, 100 + tok * s.refine_limit * (1 + 3 * n.chosen)),
     ]
     if cfg.select_repeats:  # a tie re-measured: about two options beside AR
         out += [
             Item("bench-select-repeat", 1, tok * s.bench_limit * 3),
-            Item("bench-gamma-repeat", 1, tok * s.refine_limit * (1 + 2 * chosen)),
+            Item("bench-gamma-repeat", 1, tok * s.refine_limit * (1 + 2 * n.chosen)),
         ]
     if temps:  # sampling: AR and SD about 1.1 each, the scheduled variant beside a lookup
-        out.append(Item("bench-temps", 1, 100 + 1.1 * tok * s.refine_limit * temps * (3 if sched else 2)))
+        out.append(Item("bench-temps", 1, 100 + 1.1 * tok * s.refine_limit * temps * (3 if n.sched else 2)))
     if "batch" not in d:
-        out.append(Item("bench-batch", trained, 100 + 18.4 * tok))
+        out.append(Item("bench-batch", n.trained, 100 + 18.4 * tok))
     if "headline" not in d:
-        out.append(Item("bench-headline", 1, 200 + tok * s.headline_limit * (1 + chosen + 4 + (0.8 if sched else 0))))
+        headline = 1 + n.chosen + 4 + (0.8 if n.sched else 0)
+        out.append(Item("bench-headline", 1, 200 + tok * s.headline_limit * headline))
+    return out
+
+
+def _rows(o: Outline, s: Sizes, d: set[str], n: Counts, tok: int) -> list[Item]:
+    """The llama.cpp rows and the lean-int8 row: profile, lookup tuning and one grid each."""
     rows = 0 if "llama.cpp" in d else 1 if "extra-rows" in d else o.rows
     # a row's grid: draftwise AR, llama-cpp-python, llama-server plain, --spec-default and 4 spec types, each
     # candidate and its nearest built-in (model drafters rarely within reach of a lookup there), the scheduled ones;
     # about 0.7 AR steps of the lean engine per method and token (prompts ending early at EOS included)
-    row_models = 0 if o.lookups else benched
-    row_methods = 2 + 6 + 2 * (o.lookups + row_models) + sched
-    out += (
-        [
-            Item("profile@", rows, 1500 + 300 * benched),
+    row_methods = 2 + 6 + 2 * (o.lookups + n.row_models) + n.sched
+    out = []
+    if rows:
+        out += [
+            Item("profile@", rows, 1500 + 300 * n.benched),
             Item("tune-lookup@", rows, 300),
             Item("bench-select@", rows, 200 + 0.7 * tok * s.bench_limit * row_methods),
         ]
-        if rows
-        else []
-    )
-    # lean-int8: the lean engine's profile and grid at about a third of its fp32 step, no llama.cpp peers
-    int8 = o.int8_row and "lean-int8" not in d
-    out += (
-        [
-            Item("profile@lean", 1, 300 + 80 * benched),
+    if o.int8_row and "lean-int8" not in d:  # the lean engine at about a third of its fp32 step, no llama.cpp peers
+        int8_methods = 1 + 1.2 * n.row_models + n.lookups + n.sched
+        out += [
+            Item("profile@lean", 1, 300 + 80 * n.benched),
             Item("tune-lookup@lean", 1, 300),
-            Item("bench-select@lean", 1, 100 + 0.35 * tok * s.bench_limit * (1 + 1.2 * row_models + lookups + sched)),
+            Item("bench-select@lean", 1, 100 + 0.35 * tok * s.bench_limit * int8_methods),
         ]
-        if int8
-        else []
-    )
+    return out
+
+
+def _finishing(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) -> list[Item]:
+    """The last grid, quality, accuracy, reduced heads, and export with the report."""
+    tok = c.max_new_tokens
     # the last grid, whatever was dropped: every runtime's plain decoding (draftwise AR, and llama-server on each
     # llama.cpp file) and each row's choice, about half an fp32 AR step per method and token on average
     options = 2 * (1 + o.int8_row) + 3 * o.rows
-    out.append(Item("bench-fastest", 1, 100 + 0.5 * tok * s.bench_limit * options))
+    out = [Item("bench-fastest", 1, 100 + 0.5 * tok * s.bench_limit * options)]
     if o.int8_row or o.rows:  # teacher-forced passes over eval prompts, a few AR steps each, per runtime
         out.append(Item("quality", 1, 50 + 5 * s.agree_limit * (1 + o.int8_row + o.rows)))
     if "accuracy" not in d:
-        out.append(Item("accuracy", 1, 9.2 * s.accuracy_items * 2 * (1 + cands)))
+        out.append(Item("accuracy", 1, 9.2 * s.accuracy_items * 2 * (1 + n.cands)))
     if o.chosen_model and "reduced-heads" not in d:
         out.append(Item("reduced-heads", 1, 400 + 1.3 * tok * s.headline_limit * (4 + len(c.draft_vocabs))))
     out.append(Item("finish", 1, 450 if o.chosen_model else 150))  # export (a model drafter's files) and report

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from ..models.llamacpp_load import written
 from ..sd.families import family_of, hybrid
-from . import fastest, rows
+from . import fastest, row_verdict, rows
 from .export import local_lookup, relocated
 
 SERVER = """llama-server (measured here: {measured}):
@@ -69,7 +69,7 @@ def export_rows(
     lines = ["\n## Per engine\n", "Each engine's own verdict (what to run if you deploy on that engine):\n"]
     for v in verdicts_done:
         folder = EXPORTS[rows.kind_of(v)].folder(top, v, config, spec, final)
-        lines.append(f"- `{folder.relative_to(top)}/`: {rows.sentence(v)}{_versus(final, v)}")
+        lines.append(f"- `{folder.relative_to(top)}/`: {row_verdict.sentence(v)}{_versus(final, v)}")
     readme = top / "README.md"
     head = (
         fastest.readme_header(final, verdicts or {}, spec, config.threads, quality, _how(final, verdicts, spec))
@@ -159,8 +159,7 @@ def export_lean_row(top: Path, v: dict, config, target_spec: str, final: dict | 
         else f"{v['ar_tokens_per_s']:.1f} tokens/s"
     )
     parts = [
-        f"# {v['engine']}: {'deploy ' + v['drafter'] if v['recommend'] else 'plain decoding'}\n",
-        f"**Verdict:** {rows.sentence(v)}{_versus(final, v)}\n",
+        *_head(v, final),
         LEAN.format(precision=v["dtype"], measured=measured, command=lean_command(v, target_spec)),
     ]
     if v["kind"] != "lookup" and v["recommend"]:
@@ -179,89 +178,106 @@ def export_row(top: Path, v: dict, config, target_spec: str, final: dict | None 
     out = top / "engines" / v["engine"]
     out.mkdir(parents=True, exist_ok=True)
     threads, target_name = config.threads or 2, rows.target_name(v)
-    spec, gamma, kind = v["spec"], v["gamma"], v["kind"]
-    parts = [
-        f"# {v['engine']}: {'deploy ' + v['drafter'] if v['recommend'] else 'plain decoding'}\n",
-        f"**Verdict:** {rows.sentence(v)}{_versus(final, v)}\n",
-    ]
+    parts = _head(v, final)
     if not v["shipped"]:
         parts.append(
             f"`{target_name}` is the target written at this precision: `draftwise export-gguf {target_spec} "
             f"--quant {v['quant'].lower()} --out {target_name}`.\n"
         )
-    if v["recommend"]:
-        key = v["candidates"][v["drafter"]]["nearest"]
-        near = v["builtins"].get(key)
-        parts.append(
-            f"llama-server has no draftwise drafter; the nearest built-in to `{v['drafter']}` is below"
-            + (
-                f": {near['tokens_per_s']:.1f} tokens/s against draftwise's own {v['tokens_per_s']:.1f} on this "
-                "engine.\n"
-                if near
-                else ".\n"
-            )
-        )
-        parts.append(
-            SERVER.format(
-                measured=_measured(near),
-                target=target_name,
-                threads=threads,
-                args=_local_args(key.removeprefix("llama-server:"), out),
-            )
-        )
-    else:
-        best = v["best_builtin"]
-        b = v["builtins"].get(best) if best else None
-        # beyond noise over its own plain decoding, and by speculating: a built-in that drafted nothing on these prompts
-        # ran plain decoding, whatever its figure says (server processes differ by a few % among themselves)
-        beats = b is not None and bool(b.get("drafted")) and (b.get("over_server_plain") or [0, 0, 0])[1] > 1.0
-        args = best.removeprefix("llama-server:") if beats else ""
-        parts.append(
-            SERVER.format(
-                measured=_measured(v["builtins"].get(best if beats else "llama-server")),
-                target=target_name,
-                threads=threads,
-                args=_local_args(args, out),
-            )
-        )
-        if beats:
-            parts.append(f"(llama-server's `{args}` beat plain decoding beyond noise here; no draftwise method did.)\n")
-    local = local_lookup(spec, out) if kind == "lookup" and v["recommend"] else spec
+    parts += (
+        _server_deploy(v, out, target_name, threads) if v["recommend"] else _server_plain(v, out, target_name, threads)
+    )
+    local = local_lookup(v["spec"], out) if v["kind"] == "lookup" and v["recommend"] else v["spec"]
     if v.get("method", "sd") != "sd" and v["recommend"]:
-        parts.append(
-            "The round scheduler runs in draftwise's own loop only (llama-server and llama-cpp-python "
-            "propose without it): `draftwise bench --backend llama.cpp --target "
-            + target_name
-            + f" --drafter '{local}' --gamma {gamma} --schedule <a profile of this engine> "
-            "--calibration <the design export's schedule/>`.\n"
-        )
-    if kind == "lookup" and v["recommend"]:
-        parts.append(
-            PYTHON_LOOKUP.format(
-                method=family_of(local).name,
-                measured=_measured(v.get("python", {}).get("llama-cpp-lookup"), "llama-cpp-python's plain generate"),
-                target=target_name,
-                threads=threads,
-                spec=local,
-                gamma=gamma,
-            )
-        )
-    else:
-        parts.append(
-            PYTHON_PLAIN.format(
-                measured=f"{v['llama_cpp_generate_tokens_per_s']:.1f} tokens/s"
-                if v.get("llama_cpp_generate_tokens_per_s")
-                else "not measured here",
-                target=target_name,
-                threads=threads,
-            )
-        )
-    if kind == "model" and v["recommend"] and not (out / "drafter.gguf").exists():
-        shutil.copy2(written(spec, v["target_path"], v["drafter_quant"]), out / "drafter.gguf")
+        parts.append(_scheduler_note(target_name, local, v["gamma"]))
+    parts.append(_python(v, local, target_name, threads))
+    if v["kind"] == "model" and v["recommend"] and not (out / "drafter.gguf").exists():
+        shutil.copy2(written(v["spec"], v["target_path"], v["drafter_quant"]), out / "drafter.gguf")
     parts.append("vLLM: not measured here (no GPU on this machine).\n")
     (out / "README.md").write_text("\n".join(parts))
     _verdict_json(out, v)
     return out
+
+
+def _head(v: dict, final: dict | None) -> list[str]:
+    """A row README's title (what to deploy) and its verdict sentence, against the design's answer."""
+    return [
+        f"# {v['engine']}: {'deploy ' + v['drafter'] if v['recommend'] else 'plain decoding'}\n",
+        f"**Verdict:** {row_verdict.sentence(v)}{_versus(final, v)}\n",
+    ]
+
+
+def _server_deploy(v: dict, out: Path, target_name: str, threads: int) -> list[str]:
+    """The llama-server part when draftwise's method is deployed: its nearest built-in, measured against it."""
+    key = v["candidates"][v["drafter"]]["nearest"]
+    near = v["builtins"].get(key)
+    against = (
+        f": {near['tokens_per_s']:.1f} tokens/s against draftwise's own {v['tokens_per_s']:.1f} on this engine.\n"
+        if near
+        else ".\n"
+    )
+    return [
+        f"llama-server has no draftwise drafter; the nearest built-in to `{v['drafter']}` is below" + against,
+        SERVER.format(
+            measured=_measured(near),
+            target=target_name,
+            threads=threads,
+            args=_local_args(key.removeprefix("llama-server:"), out),
+        ),
+    ]
+
+
+def _server_plain(v: dict, out: Path, target_name: str, threads: int) -> list[str]:
+    """The llama-server part when plain decoding is the verdict: the best built-in if it beat plain decoding, else
+    plain llama-server."""
+    best = v["best_builtin"]
+    b = v["builtins"].get(best) if best else None
+    # beyond noise over its own plain decoding, and by speculating: a built-in that drafted nothing on these prompts
+    # ran plain decoding, whatever its figure says (server processes differ by a few % among themselves)
+    beats = b is not None and bool(b.get("drafted")) and (b.get("over_server_plain") or [0, 0, 0])[1] > 1.0
+    args = best.removeprefix("llama-server:") if beats else ""
+    parts = [
+        SERVER.format(
+            measured=_measured(v["builtins"].get(best if beats else "llama-server")),
+            target=target_name,
+            threads=threads,
+            args=_local_args(args, out),
+        )
+    ]
+    if beats:
+        parts.append(f"(llama-server's `{args}` beat plain decoding beyond noise here; no draftwise method did.)\n")
+    return parts
+
+
+def _scheduler_note(target_name: str, local: str, gamma: int) -> str:
+    """Where the round scheduler runs (draftwise's own loop only), with the command that runs it."""
+    return (
+        "The round scheduler runs in draftwise's own loop only (llama-server and llama-cpp-python "
+        "propose without it): `draftwise bench --backend llama.cpp --target "
+        + target_name
+        + f" --drafter '{local}' --gamma {gamma} --schedule <a profile of this engine> "
+        "--calibration <the design export's schedule/>`.\n"
+    )
+
+
+def _python(v: dict, local: str, target_name: str, threads: int) -> str:
+    """The llama-cpp-python snippet: with draftwise's lookup drafter when one is deployed, else plain generate."""
+    if v["kind"] == "lookup" and v["recommend"]:
+        return PYTHON_LOOKUP.format(
+            method=family_of(local).name,
+            measured=_measured(v.get("python", {}).get("llama-cpp-lookup"), "llama-cpp-python's plain generate"),
+            target=target_name,
+            threads=threads,
+            spec=local,
+            gamma=v["gamma"],
+        )
+    return PYTHON_PLAIN.format(
+        measured=f"{v['llama_cpp_generate_tokens_per_s']:.1f} tokens/s"
+        if v.get("llama_cpp_generate_tokens_per_s")
+        else "not measured here",
+        target=target_name,
+        threads=threads,
+    )
 
 
 class Export(NamedTuple):

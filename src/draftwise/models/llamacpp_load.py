@@ -113,7 +113,7 @@ def check_vocab(target: Path, drafter: Path) -> None:
 
 def written(spec: str, target_spec: str, quant: str) -> Path:
     """The GGUF file draftwise writes for `spec` (a model draftwise loads) with `target_spec`'s tokenizer, cached."""
-    from . import gguf_export
+    from . import spec_export
 
     if quant not in GGUF_QUANTS:
         raise DraftwiseError(f"unknown GGUF quantization {quant!r}: choose one of {', '.join(GGUF_QUANTS)}")
@@ -127,7 +127,7 @@ def written(spec: str, target_spec: str, quant: str) -> Path:
     name = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in Path(spec.rstrip("/")).name)[:48]
     out = cache_dir("gguf") / f"{name}-{quant}-{_key(*sources)}.gguf"
     if not out.is_file():
-        gguf_export.export(spec, out, quant, target_spec)
+        spec_export.export(spec, out, quant, target_spec)
         # what the file was written from: loading it as a target takes config and tokenizer from there (a tokenizer
         # llama.cpp reads is not always one transformers can rebuild from GGUF metadata)
         source(out).write_text(json.dumps({"spec": spec, "target": target_spec, "quant": quant}) + "\n")

@@ -22,7 +22,7 @@ from ..config import BenchConfig, BenchGridConfig
 from ..executors import Executor, InProcess, exclusive
 from ..rundir import RunDir
 from ..sd.families import REGISTRY
-from . import bench
+from . import bench, bench_methods
 
 AXES = ("drafter", "gamma", "temperature", "batch_size", "runtime")
 
@@ -92,7 +92,7 @@ def run(grid: BenchGridConfig, out: str | Path, executor: Executor | None = None
     items = []
     for index, config in enumerate(points):
         for order, unit in enumerate(bench.units(config, encoded)):
-            for method in bench.method_names(config):
+            for method in bench_methods.method_names(config):
                 rec = {**runner.point(index), "method": method, "prompt_id": "+".join(prompts[i].id for i in unit)}
                 if _key(rec) not in done:
                     items.append(((config.temperature, config.batch_size, order, index), (index, unit, method)))

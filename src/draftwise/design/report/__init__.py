@@ -13,10 +13,12 @@ from ...errors import DraftwiseError
 from ...report.doc import Doc
 from ...report.fmt import interval as _interval
 from ...report.fmt import num as _f
+from .. import fastest, rows
 from ..build import read_candidates
 from ..measure import SCHEDULED as SCHEDULED_NAME
 from ..measure import limit_of
 from ..pipeline import CANDIDATES, DesignFolder
+from ..verdict import sentence
 from . import budget, charts, lookup, models, per_row, schedule
 from .costs import accuracy_section, time_section
 from .models import LEFT_OUT, decision_text, read_json, stage_records
@@ -229,63 +231,14 @@ def _head_and_lookahead(doc: Doc, p) -> None:
 
 def _verdict(doc: Doc, p) -> None:
     """The decision first: what to run on this machine against the fastest plain decoding here, then the lean
-    engine's own verdict and every candidate's costs and break-even."""
-    from .. import fastest, rows
-    from ..verdict import sentence
-
+    runtime's own verdict and every candidate's costs and break-even."""
     v, f = p.done["verdict"], p.done.get("fastest")
     doc.h("Verdict")
     if f:
-        quality = rows.quality_of(p)
-        reference = {fastest.lean_name(p.config): "the reference"} if p.config.dtype == "fp32" else {}
-        cost = quality.get(f["runtime"])
-        doc.p(
-            fastest.sentence(f, fastest.row_verdicts(p))
-            + (f" Its quality against fp32 (a lossy runtime): {cost}." if cost else "")
-        )
-        doc.table(
-            [
-                "option (one interleaved grid, the selection prompts)",
-                "tokens/s",
-                "over the fastest plain [95 %]",
-                "quality vs fp32",
-            ],
-            [
-                [
-                    fastest.describe(n) + (" (plain)" if o["plain"] else ""),
-                    _f(o["tokens_per_s"], ".1f"),
-                    _interval(o["speedup"]),
-                    quality.get(n.split("/")[0], reference.get(n.split("/")[0], "-")),
-                ]
-                for n, o in sorted(f["options"].items(), key=lambda kv: -kv[1]["tokens_per_s"])
-            ],
-        )
-        doc.p(
-            "The rule: " + f["rule"] + ". Each runtime's own verdict, below and under *Per runtime*, compares a method "
-            "with that engine's AR. " + per_row.quality_note(p)
-        )
-        doc.h(f"The draftwise lean engine at {p.config.dtype}", 3)
+        _answer(doc, p, f)
     method = v.get("method", "sd") if v["recommend"] else "ar"
     doc.p(sentence(v) + fastest.versus(f, fastest.lean_name(p.config), method))
-    rows = []
-    for name, x in v["candidates"].items():
-        lookup = x["kind"] != "model"
-        rows.append(
-            [
-                name,
-                x["kind"],
-                x["gamma"],
-                _interval(x["speedup"]),
-                _f(x["tar"]),
-                _f(x["alpha"], ".2f"),
-                _f(x["c"], ".4f" if lookup else ".3f") + (" per round" if lookup else " per token"),
-                _f(100 * x["proposed_fraction"], ".0f", " %") if lookup and x["proposed_fraction"] is not None else "-",
-                _f(x["mean_proposal"], ".1f"),
-                _f(x.get("tar_needed")),
-                _f(x["alpha_needed"], ".2f") if x["alpha_needed"] is not None else "none",
-                _f(x["c_affordable"], ".3f") if x["c_affordable"] is not None else "none",
-            ]
-        )
+    table = [_candidate_row(name, x) for name, x in v["candidates"].items()]
     doc.table(
         [
             "candidate",
@@ -301,7 +254,7 @@ def _verdict(doc: Doc, p) -> None:
             "α needed at its c (i.i.d.)",
             "c affordable at its TAR",
         ],
-        rows,
+        table,
     )
     doc.p(
         "Break-even from the cost model (batch 1, AR-step units, the profile's verify pass per γ): a round must emit "
@@ -311,3 +264,55 @@ def _verdict(doc: Doc, p) -> None:
         "or per drafting round (lookup, hybrid) at which its measured TAR only breaks even ('none': its verify passes "
         "alone cost more than it emits). The rule: " + v["rule"] + "."
     )
+
+
+def _answer(doc: Doc, p, f: dict) -> None:
+    """The design's answer (`fastest`): every option of the last grid against the fastest plain decoding here."""
+    quality = rows.quality_of(p)
+    reference = {fastest.lean_name(p.config): "the reference"} if p.config.dtype == "fp32" else {}
+    cost = quality.get(f["runtime"])
+    doc.p(
+        fastest.sentence(f, fastest.row_verdicts(p))
+        + (f" Its quality against fp32 (a lossy runtime): {cost}." if cost else "")
+    )
+    doc.table(
+        [
+            "option (one interleaved grid, the selection prompts)",
+            "tokens/s",
+            "over the fastest plain [95 %]",
+            "quality vs fp32",
+        ],
+        [
+            [
+                fastest.describe(n) + (" (plain)" if o["plain"] else ""),
+                _f(o["tokens_per_s"], ".1f"),
+                _interval(o["speedup"]),
+                quality.get(n.split("/")[0], reference.get(n.split("/")[0], "-")),
+            ]
+            for n, o in sorted(f["options"].items(), key=lambda kv: -kv[1]["tokens_per_s"])
+        ],
+    )
+    doc.p(
+        "The rule: " + f["rule"] + ". Each runtime's own verdict, below and under *Per runtime*, compares a method "
+        "with that engine's AR. " + per_row.quality_note(p)
+    )
+    doc.h(f"The draftwise lean engine at {p.config.dtype}", 3)
+
+
+def _candidate_row(name: str, x: dict) -> list:
+    """A candidate of the lean verdict: its measured speedup, TAR, α, draft cost and break-even figures."""
+    lookup = x["kind"] != "model"
+    return [
+        name,
+        x["kind"],
+        x["gamma"],
+        _interval(x["speedup"]),
+        _f(x["tar"]),
+        _f(x["alpha"], ".2f"),
+        _f(x["c"], ".4f" if lookup else ".3f") + (" per round" if lookup else " per token"),
+        _f(100 * x["proposed_fraction"], ".0f", " %") if lookup and x["proposed_fraction"] is not None else "-",
+        _f(x["mean_proposal"], ".1f"),
+        _f(x.get("tar_needed")),
+        _f(x["alpha_needed"], ".2f") if x["alpha_needed"] is not None else "none",
+        _f(x["c_affordable"], ".3f") if x["c_affordable"] is not None else "none",
+    ]

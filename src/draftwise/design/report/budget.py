@@ -37,6 +37,7 @@ SHOWN = (
 
 
 def section(doc, p, plots: Path, footer: str) -> None:
+    """The budget against the time the stages took, each phase's plan, and what the budget left out."""
     planner = p.planner
     plans = list(planner.plans.values()) if planner else []  # in the order they were made
     doc.h("Time budget")
@@ -52,6 +53,19 @@ def section(doc, p, plots: Path, footer: str) -> None:
         "the measured ÷ predicted time of the stages already finished (per family of stages)."
     )
     doc.p("Left out by the budget: " + ("; ".join(DROPPED.get(d, d) for d in dropped) + "." if dropped else "nothing."))
+    _plans_table(doc, plans)
+    doc.p(
+        "σ scales every count from its full size (the config's) down to its floor ("
+        + ", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in FLOORS.items())
+        + "); above 1 only data and "
+        "distillation grow. A phase's sizes hold for its stages (a resumed run reuses its plan)."
+    )
+    _families_table(doc, p.planner)
+    doc.img(timeline(p, plans, budget, plots, footer), "Elapsed time per finished stage against the budget")
+
+
+def _plans_table(doc, plans: list[dict]) -> None:
+    """Each phase's plan: time used, left and planned, σ, and the sizes it set."""
     rows = []
     for r in plans:
         s = r["sizes"]
@@ -84,12 +98,10 @@ def section(doc, p, plots: Path, footer: str) -> None:
         ],
         rows,
     )
-    doc.p(
-        "σ scales every count from its full size (the config's) down to its floor ("
-        + ", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in FLOORS.items())
-        + "); above 1 only data and "
-        "distillation grow. A phase's sizes hold for its stages (a resumed run reuses its plan)."
-    )
+
+
+def _families_table(doc, planner) -> None:
+    """Per family of stages: what the finished ones took against what was predicted before any correction."""
     fam = {
         k: (int(s["stages"]), s["seconds"], s["predicted"] + s["exact"])
         for k, s in planner.families().items()
@@ -102,7 +114,6 @@ def section(doc, p, plots: Path, footer: str) -> None:
             for k, (n, a, b) in sorted(fam.items(), key=lambda kv: -kv[1][1])
         ],
     )
-    doc.img(timeline(p, plans, budget, plots, footer), "Elapsed time per finished stage against the budget")
 
 
 def left_out(plans: list[dict]) -> list[str]:

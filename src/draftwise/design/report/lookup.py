@@ -85,22 +85,7 @@ def lookup_section(doc, p) -> list[dict]:
         for r in ranked:
             picked = chosen.get(method, {}).get("spec") == r["spec"] and chosen[method]["gamma"] == r["gamma"]
             m = points.get(method) if picked else None
-            rows.append(
-                [
-                    method,
-                    r["spec"].split(":", 1)[0] + short(r["spec"]),
-                    r["gamma"],
-                    _f(r["tar"]),
-                    _f(r["alpha"], ".2f"),
-                    _f(100 * (r["proposed_fraction"] or 0), ".0f", " %"),
-                    _f(r["predicted_speedup"], ".2f", "x"),
-                    "yes" if picked else "",
-                    _f(m and m["speedup_vs_ar"], ".2f", "x"),
-                    _f(m and m["tar"]),
-                    _f(m and 100 * (m["methods"]["sd"].get("proposed_fraction") or 0), ".0f", " %"),
-                    _f(m and m["methods"]["sd"].get("propose_ms"), ".3f"),
-                ]
-            )
+            rows.append(_tuned_row(method, r, picked, m))
             if m and m["methods"]["sd"].get("decode_tokens_per_s"):
                 pred_rows.append(
                     {
@@ -133,6 +118,24 @@ def lookup_section(doc, p) -> list[dict]:
     )
     _corpus_section(doc, p)
     return pred_rows
+
+
+def _tuned_row(method: str, r: dict, picked: bool, m: dict | None) -> list:
+    """One tuned setting: its replayed figures and, when it was picked, what the selection grid measured (`m`)."""
+    return [
+        method,
+        r["spec"].split(":", 1)[0] + short(r["spec"]),
+        r["gamma"],
+        _f(r["tar"]),
+        _f(r["alpha"], ".2f"),
+        _f(100 * (r["proposed_fraction"] or 0), ".0f", " %"),
+        _f(r["predicted_speedup"], ".2f", "x"),
+        "yes" if picked else "",
+        _f(m and m["speedup_vs_ar"], ".2f", "x"),
+        _f(m and m["tar"]),
+        _f(m and 100 * (m["methods"]["sd"].get("proposed_fraction") or 0), ".0f", " %"),
+        _f(m and m["methods"]["sd"].get("propose_ms"), ".3f"),
+    ]
 
 
 def short(spec: str) -> str:

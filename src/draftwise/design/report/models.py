@@ -159,30 +159,10 @@ def _model_row(p, cand, spec: str, b1: dict, points: dict, acc: dict) -> tuple[l
 
 def batch_dividend(doc: Doc, p, cands) -> None:
     """Each trained candidate at the largest batch its SD footprint allows in `memory`, SD beside AR at that batch."""
-    c, rows, capped = p.config, [], []
-    for cand in (x for x in cands if f"max-batch-{x.name}" in p.done):
-        d = p.done[f"max-batch-{cand.name}"]
-        stage = f"bench-{cand.name}-batch"
-        s = read_json(p.folder(stage) / "summary.json")["methods"] if stage in p.done else {}
-        sd, ar = s.get("sd", {}), s.get("ar", {})
-        if d["capped"]:
-            capped.append(cand.name)
-        rows.append(
-            [
-                cand.name,
-                cand.role,
-                _f(d["kv_bytes_per_seq_drafter"] / 1e6, ".2f"),
-                _f(d["kv_bytes_per_seq_target"] / 1e6, ".2f"),
-                d["max_batch"] or "does not fit",
-                d["batch"] or "-",
-                p.done[stage]["gamma"] if stage in p.done else "-",
-                _f(sd.get("decode_tokens_per_s")),
-                _f(ar.get("decode_tokens_per_s")),
-                _f(_ratio(sd.get("decode_tokens_per_s"), ar.get("decode_tokens_per_s")), ".2f", "x"),
-                _f(sd.get("tokens_per_s")),
-                _f(ar.get("tokens_per_s")),
-            ]
-        )
+    c = p.config
+    measured = [x for x in cands if f"max-batch-{x.name}" in p.done]
+    rows = [_batch_row(p, x) for x in measured]
+    capped = [x.name for x in measured if p.done[f"max-batch-{x.name}"]["capped"]]
     if not rows:
         if any(x.trained for x in cands):  # trained candidates, no batch decision: the budget left it out
             doc.h("Batch dividend")
@@ -223,6 +203,28 @@ def batch_dividend(doc: Doc, p, cands) -> None:
             else ""
         )
     )
+
+
+def _batch_row(p, cand) -> list:
+    """A trained candidate's batch decision and, when it ran, SD and AR at that batch."""
+    d = p.done[f"max-batch-{cand.name}"]
+    stage = f"bench-{cand.name}-batch"
+    s = read_json(p.folder(stage) / "summary.json")["methods"] if stage in p.done else {}
+    sd, ar = s.get("sd", {}), s.get("ar", {})
+    return [
+        cand.name,
+        cand.role,
+        _f(d["kv_bytes_per_seq_drafter"] / 1e6, ".2f"),
+        _f(d["kv_bytes_per_seq_target"] / 1e6, ".2f"),
+        d["max_batch"] or "does not fit",
+        d["batch"] or "-",
+        p.done[stage]["gamma"] if stage in p.done else "-",
+        _f(sd.get("decode_tokens_per_s")),
+        _f(ar.get("decode_tokens_per_s")),
+        _f(_ratio(sd.get("decode_tokens_per_s"), ar.get("decode_tokens_per_s")), ".2f", "x"),
+        _f(sd.get("tokens_per_s")),
+        _f(ar.get("tokens_per_s")),
+    ]
 
 
 def _ratio(a, b):

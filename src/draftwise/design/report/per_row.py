@@ -1,5 +1,5 @@
 """The `design` report's per-runtime part: one verdict per row (a runtime), beside llama-server's best built-in, and the
-verify curves of every engine on one chart (see `design/rows.py` for how each row is measured)."""
+verify curves of every engine on one chart (see `design/row_verdict.py` for how each row is measured)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from ...report.fmt import interval as _interval
 from ...report.fmt import num as _f
 from ...report.plots import _save, plt
 from ...stages.bench_grid import label
-from .. import fastest, rows
+from .. import fastest, row_verdict, rows
 
 
 def verify_curves(curves: dict[str, dict[int, float]], folder: Path, footer: str) -> Path:
@@ -53,13 +53,22 @@ def quality_note(p) -> str:
 
 
 def section(doc, p, plots: Path, footer: str) -> None:
-    """The engines table and chart (nothing when the design ran on the lean engine alone)."""
+    """The rows' table, each row's own verdict and candidates, and the verify curves (nothing when the design ran on
+    the lean runtime alone)."""
     verdicts = rows_of(p)
     if not verdicts:
         return
+    doc.h("Per runtime: where the verdict is deployed")
+    _summary(doc, p, verdicts)
+    for v in verdicts:
+        _row(doc, p, v)
+    _curves(doc, p, verdicts, plots, footer)
+
+
+def _summary(doc, p, verdicts: list[dict]) -> None:
+    """One line per runtime: its plain decoding, its verdict, its quality, and llama-server's best built-in."""
     lean = p.done["verdict"]
     lean_pt = next(iter(json.loads((p.folder("bench-select") / "grid.json").read_text())["points"]))
-    doc.h("Per runtime: where the verdict is deployed")
     quality = rows.quality_of(p)
     table = [
         [
@@ -85,7 +94,7 @@ def section(doc, p, plots: Path, footer: str) -> None:
                 _what(v),
                 _interval(v["speedup"]),
                 quality.get(v["engine"], "-"),
-                f"`{rows.short_args(v['best_builtin'])}`" if b else "-",
+                f"`{row_verdict.short_args(v['best_builtin'])}`" if b else "-",
                 _f(b and b["tokens_per_s"], ".1f"),
                 _interval(b and b["speedup"]),
                 _interval(v["verdict_over_best_builtin"]),
@@ -115,61 +124,68 @@ def section(doc, p, plots: Path, footer: str) -> None:
         "defaults and, for each draftwise candidate, its nearest built-in with its settings; their tokens/s come from "
         "the server's own timings (prompt + generation)."
     )
-    for v in verdicts:
-        doc.p(
-            rows.sentence(v)
-            + fastest.versus(p.done.get("fastest"), v["engine"], v.get("method", "sd") if v["recommend"] else "ar")
-        )
-        doc.p(_fidelity(v))
-        tuned = p.done.get(f"tune-lookup@{v['engine']}", {})
-        decode = {
-            r["drafter"]: r["methods"]["sd"].get("decode_tokens_per_s")
-            for r in json.loads((p.folder(f"bench-select@{v['engine']}") / "grid.json").read_text())["points"]
-        }
-        doc.table(
+
+
+def _row(doc, p, v: dict) -> None:
+    """A row's verdict sentence, how faithful its runtime is, its candidates and its llama-server built-ins."""
+    doc.p(
+        row_verdict.sentence(v)
+        + fastest.versus(p.done.get("fastest"), v["engine"], v.get("method", "sd") if v["recommend"] else "ar")
+    )
+    doc.p(_fidelity(v))
+    tuned = p.done.get(f"tune-lookup@{v['engine']}", {})
+    decode = {
+        r["drafter"]: r["methods"]["sd"].get("decode_tokens_per_s")
+        for r in json.loads((p.folder(f"bench-select@{v['engine']}") / "grid.json").read_text())["points"]
+    }
+    doc.table(
+        [
+            "method",
+            "SD / AR [95 %]",
+            "TAR",
+            "α",
+            "predicted decode tok/s (replayed, this engine's verify curve)",
+            "measured decode tok/s",
+        ],
+        [
             [
-                "method",
-                "SD / AR [95 %]",
-                "TAR",
-                "α",
-                "predicted decode tok/s (replayed, this engine's verify curve)",
-                "measured decode tok/s",
-            ],
+                f"{n} ({label(c['spec'], 48)}, γ={c['gamma']})",
+                _interval(c["speedup"]),
+                _f(c["tar"]),
+                _f(c["alpha"], ".3f"),
+                _f((tuned.get(n) or {}).get("predicted_tokens_per_s"), ".1f"),
+                _f(decode.get(c["spec"]), ".1f"),
+            ]
+            for n, c in v["candidates"].items()
+        ],
+    )
+    if not v["builtins"]:
+        return
+    doc.table(
+        [
+            "llama-server built-in",
+            "tok/s",
+            "over draftwise AR [95 %]",
+            "over llama-server plain [95 %]",
+            "drafted",
+            "accepted",
+        ],
+        [
             [
-                [
-                    f"{n} ({label(c['spec'], 48)}, γ={c['gamma']})",
-                    _interval(c["speedup"]),
-                    _f(c["tar"]),
-                    _f(c["alpha"], ".3f"),
-                    _f((tuned.get(n) or {}).get("predicted_tokens_per_s"), ".1f"),
-                    _f(decode.get(c["spec"]), ".1f"),
-                ]
-                for n, c in v["candidates"].items()
-            ],
-        )
-        if not v["builtins"]:
-            continue
-        doc.table(
-            [
-                "llama-server built-in",
-                "tok/s",
-                "over draftwise AR [95 %]",
-                "over llama-server plain [95 %]",
-                "drafted",
-                "accepted",
-            ],
-            [
-                [
-                    f"`{rows.short_args(m)}`",
-                    _f(b["tokens_per_s"], ".1f"),
-                    _interval(b["speedup"]),
-                    _interval(b.get("over_server_plain")),
-                    _f(b.get("drafted"), "d"),
-                    _f(b.get("accepted"), "d"),
-                ]
-                for m, b in v["builtins"].items()
-            ],
-        )
+                f"`{row_verdict.short_args(m)}`",
+                _f(b["tokens_per_s"], ".1f"),
+                _interval(b["speedup"]),
+                _interval(b.get("over_server_plain")),
+                _f(b.get("drafted"), "d"),
+                _f(b.get("accepted"), "d"),
+            ]
+            for m, b in v["builtins"].items()
+        ],
+    )
+
+
+def _curves(doc, p, verdicts: list[dict], plots: Path, footer: str) -> None:
+    """Every runtime's verify curve on one chart, and in words."""
     curves = {f"draftwise lean ({p.config.dtype})": _curve(p.folder("profile") / "profile.json")}
     curves.update({v["engine"]: _curve(p.folder(f"profile@{v['engine']}") / "profile.json") for v in verdicts})
     doc.img(verify_curves(curves, plots, footer), "Verify pass over γ+1 tokens in AR steps, per runtime")
