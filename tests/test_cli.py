@@ -1,9 +1,16 @@
-"""Each bad input gives one clear line on stderr and exit status 2."""
+"""Each bad input gives one clear line on stderr and exit status 2; every command's parser is derived from its
+config, each option declared once."""
+
+import argparse
+import dataclasses
 
 import pytest
 import torch
 
-from draftwise.cli import main
+from draftwise import config as cfg
+from draftwise.cli import build, config_of, main
+from draftwise.cli.options import flags
+from draftwise.errors import DraftwiseError
 
 
 def run_cli(capsys, *args):
@@ -66,13 +73,6 @@ def test_cli_runs_a_bench(capsys, tmp_path, tiny_dir):
 
 
 # --- the parsers are derived from the configs: every option declared once, on its field ---------------------------
-
-import argparse  # noqa: E402
-import dataclasses  # noqa: E402
-
-from draftwise import config as cfg  # noqa: E402
-from draftwise.cli import build, config_of  # noqa: E402
-from draftwise.cli.options import flags  # noqa: E402
 
 PARSER, COMMANDS = build()
 # what each command needs besides its defaults: (argv, the config's non-default fields)
@@ -258,3 +258,14 @@ def test_a_config_error_is_one_line(capsys):
     assert main(["design", "--rows", "llama.cpp", "--out", "o"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("draftwise: error: rows must include lean")
+
+
+@pytest.mark.parametrize("command", ["prune", "distill"])
+def test_a_stage_that_takes_gradients_refuses_int8_in_one_line(command, capsys):
+    argv = (
+        [command, "--drafter", "layers:0", "--data", "d", "--dtype", "int8", "--out", "o"]
+        if command == "distill"
+        else [command, "--dtype", "int8", "--out", "o"]
+    )
+    with pytest.raises(DraftwiseError, match="takes gradients through the models: run it at fp32"):
+        config_of(argv)

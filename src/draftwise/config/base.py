@@ -98,6 +98,15 @@ def check_gguf_quant(quant: str) -> None:
         raise DraftwiseError(f"unknown GGUF quantization {quant!r}: choose one of {', '.join(GGUF_QUANTS)}")
 
 
+def check_trainable(command: str, dtype: str) -> None:
+    """A stage that takes gradients through its models runs at a float dtype: int8 is a deployment precision."""
+    if dtype == "int8":
+        raise DraftwiseError(
+            f"{command} takes gradients through the models: run it at fp32, bf16 or fp16 (int8 is a "
+            "deployment precision: bench, agree, profile, quality)"
+        )
+
+
 def check_positive(name: str, values) -> None:
     bad = [v for v in values if v < 1]
     if bad:

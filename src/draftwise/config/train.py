@@ -9,6 +9,7 @@ from .base import (
     LOSSES,
     check_gguf_quant,
     check_positive,
+    check_trainable,
     opt,
     opt_backend,
     opt_device,
@@ -47,6 +48,7 @@ class PruneConfig:
     threads: int | None = opt_threads()
 
     def __post_init__(self):
+        check_trainable("prune", self.dtype)
         if self.method not in ("importance", "l0"):
             raise DraftwiseError(f"unknown pruning method {self.method!r}: choose importance or l0")
         if self.layer_criterion not in ("tvd", "kl"):
@@ -153,6 +155,7 @@ class DistillConfig:
     threads: int | None = opt_threads()
 
     def __post_init__(self):
+        check_trainable("distill", self.dtype)
         if self.loss not in LOSSES:
             raise DraftwiseError(f"unknown loss {self.loss!r}: choose from {', '.join(LOSSES)}")
         if not self.drafter or not self.data:
