@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import pytest
@@ -69,3 +70,15 @@ def test_a_folder_of_another_stage_or_tool_is_refused_in_one_line(tmp_path):
         with pytest.raises(DraftwiseError, match="config.json is not a draftwise run's config: use another --out"):
             RunDir(tmp_path / name, BenchConfig())
         assert (tmp_path / name / "config.json").read_text() == text
+
+
+def test_a_design_folder_saved_before_engines_became_rows_still_resumes(tmp_path):
+    from draftwise.config import DesignConfig, to_dict
+
+    old = to_dict(DesignConfig(rows=("lean",)))
+    old["engines"] = old.pop("rows")  # config.json as an older version wrote it
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    RunDir(tmp_path, DesignConfig(rows=("lean",)))  # the same config under its new name: no "different config"
+    with pytest.raises(DraftwiseError, match="rows differ"):
+        RunDir(tmp_path, DesignConfig(rows=("lean", "llama.cpp")))
+    assert "engines" not in [f.name for f in dataclasses.fields(DesignConfig)]

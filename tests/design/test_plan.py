@@ -1,4 +1,4 @@
-"""The design's time budget (stages/design/plan.py, costs.py): sizes, drops, refusal, and a planned run resumed after
+"""The design's time budget (design/plan.py, sizes.py, costs.py): sizes, drops, refusal, and a planned run resumed after
 a kill."""
 
 import json

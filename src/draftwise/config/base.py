@@ -118,6 +118,10 @@ def to_dict(config) -> dict[str, Any]:
 
 
 def from_dict(cls, data: dict[str, Any]):
+    """A config from its dict form (config.json); a field a later version renamed (`cls.RENAMED`: old -> new) is read
+    under its new name, so an older run folder still resumes."""
+    renamed = getattr(cls, "RENAMED", {})
+    data = {renamed.get(k, k): v for k, v in data.items()}
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = set(data) - fields - {"stage"}
     if unknown:

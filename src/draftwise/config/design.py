@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..errors import DraftwiseError
 from ..units import parse_count
@@ -25,9 +26,11 @@ class DesignConfig:
     """`draftwise design`: candidates → prune → distill → agree → profile → lookups → bench → select → report → export.
 
     `minutes` is the whole run's budget (`plan`: every stage sized to the time left, from timings measured as it goes;
-    stages/design/plan.py); the counts below are the sizes at full scale. `plan=False`: every stage at these sizes,
+    design/plan.py); the counts below are the sizes at full scale. `plan=False`: every stage at these sizes,
     `minutes` sizing only the data generated and the distillation per candidate.
     """
+
+    RENAMED: ClassVar[dict[str, str]] = {"engines": "rows"}  # config.json of older run folders
 
     target: str = opt_target()
     minutes: float = opt(

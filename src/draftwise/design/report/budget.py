@@ -1,4 +1,4 @@
-"""The `design` report's section on the time budget (`stages/design/plan`): what each phase's plan set, what it left
+"""The `design` report's section on the time budget (`design/plan`): what each phase's plan set, what it left
 out, how its predictions held, and the elapsed time against `--minutes`, from the run's own plan and done records."""
 
 from __future__ import annotations
