@@ -29,10 +29,7 @@ from ..stages import bench, bench_grid
 from ..stages.draft_vocab import write_reduced
 from . import decide, estimate
 from .candidates import Candidate
-
-
-def _options(config) -> dict:
-    return {"dtype": config.dtype, "device": config.device, "threads": config.threads}
+from .pipeline import runtime_options
 
 
 def base_config(p, spec: str, gamma: int, limit: int, suite: str | None = None, **kw) -> BenchConfig:
@@ -45,7 +42,7 @@ def base_config(p, spec: str, gamma: int, limit: int, suite: str | None = None, 
         limit=limit,
         max_new_tokens=c.max_new_tokens,
         seed=c.seed,
-        **_options(c),
+        **runtime_options(c),
         **kw,
     )
 

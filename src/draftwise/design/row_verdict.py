@@ -30,8 +30,8 @@ from ..stages import profile
 from ..stages.bench import SCHEDULED
 from ..stages.bench_grid import as_method, label
 from . import decide, lookup, measure, rows
+from .estimate import SCREEN
 
-SCREEN = 0.9  # a model candidate predicted below this share of the best draftwise method on E is not benchmarked
 RULE = (
     "deploy when the chosen method's speedup over AR on this engine is above 1 beyond noise (95 % "
     "interval, paired bootstrap over prompts); otherwise plain decoding"

@@ -26,8 +26,8 @@ from ..models.int8 import NAME as INT8
 from ..models.llamacpp_load import LLAMA_CPP, gguf_file, quant_name, written
 from ..sd.families import family_of
 from . import decide, measure
+from .estimate import GAMMAS
 
-GAMMAS = (1, 2, 3, 4, 6, 8)
 SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache")  # llama-server's draft-free built-ins
 
 
@@ -78,7 +78,7 @@ class Row:
             backend=self.backend,
             dtype=self.dtype,
             gguf_quant=self.drafter_quant,
-            **_options(c),
+            **_cpu_options(c),
         )
 
     def bench_config(self, p, **kw) -> BenchConfig:
@@ -93,7 +93,7 @@ class Row:
             max_new_tokens=c.max_new_tokens,
             seed=c.seed,
             llama_server=c.llama_server,
-            **_options(c),
+            **_cpu_options(c),
             **kw,
         )
 
@@ -242,7 +242,8 @@ def target_name(v: dict) -> str:
     return v["target_file"] if v["shipped"] else f"target-{v['quant'].lower()}.gguf"
 
 
-def _options(config) -> dict:
+def _cpu_options(config) -> dict:
+    """A row's stages run on the CPU whatever `--device` says: lean-int8 and llama.cpp are CPU runtimes here."""
     return {"device": "cpu", "threads": config.threads}
 
 
