@@ -10,12 +10,12 @@ from conftest import save_checkpoint, tiny_config, tiny_model, tiny_tokenizer
 from draftwise import data, specs
 from draftwise.cli import main
 from draftwise.config import BenchConfig, BenchGridConfig, GenDataConfig
-from draftwise.continuations import read_shard
 from draftwise.errors import DraftwiseError
 from draftwise.models import load, write_fingerprint
 from draftwise.sd.drafters import HybridDrafter
 from draftwise.sd.families import drafter_kind, hybrid, ngram, suffix
 from draftwise.sd.lookup import NgramDrafter, SuffixDrafter
+from draftwise.shards import read_shard
 from draftwise.stages import gen_data
 
 

@@ -15,9 +15,9 @@ LAYERS = [
     ("cli", "__main__"),
     ("design",),
     ("stages", "executors"),
-    ("report", "specs"),
-    ("sd", "continuations"),
-    ("models", "data", "cost", "shapes", "metrics", "timing"),
+    ("report", "specs", "continuations"),
+    ("sd",),
+    ("models", "data", "cost", "shapes", "shards", "metrics", "timing"),
     ("config", "rundir", "paths"),
     ("errors", "units", "__init__"),
 ]

@@ -4,7 +4,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from draftwise import data
+from draftwise import data, shards
 from draftwise.config import DistillConfig, GenDataConfig
 from draftwise.errors import DraftwiseError
 from draftwise.stages import distill, gen_data
@@ -33,7 +33,7 @@ def test_gen_data_shards_are_train_only_and_resumable(data_dir, tiny_dir):
     assert len(records) == 3 and sum(r["sequences"] for r in records) == 24
     eval_ids = {p.id for p in data.load_prompts("all", "eval")}
     assert not any(pid in eval_ids for r in records for pid, _ in r["prompts"])
-    rows = gen_data.read_shard(data_dir / records[0]["file"])
+    rows = shards.read_shard(data_dir / records[0]["file"])
     assert rows[0]["topk_ids"].shape[1] == 8 and torch.all(
         rows[0]["topk_probs"][:, :-1] >= rows[0]["topk_probs"][:, 1:]
     )

@@ -23,12 +23,12 @@ from tqdm import tqdm
 
 from .. import continuations
 from ..config import DistillConfig
-from ..continuations import load_rows
 from ..models import ModelOptions, load, load_drafter
 from ..models.hf import HFCausalLM
 from ..rundir import RunDir, write_atomic
 from ..sd.batched import generate_batch
 from ..sd.sampling import SamplingParams
+from ..shards import load_rows
 from . import losses
 from .agree import greedy_tar
 from .draft_vocab import ensure_reduced

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from safetensors.torch import save_file
 
-from ..continuations import load_rows
 from ..errors import DraftwiseError
 from ..models import read_weights, vocab
 from ..models.source import resolve
+from ..shards import load_rows
 
 
 def write_reduced(drafter: str | Path, data_dir: str | Path, size: int, out: str | Path) -> Path:

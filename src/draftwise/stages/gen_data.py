@@ -7,7 +7,7 @@ decoding modes. Work units are (prompt, temperature) pairs in a fixed order, cut
 atomically (safetensors: token ids, prompt lengths, top-k ids and probabilities) and then recorded, so a killed run
 resumes shard by shard. Prompts in the `eval` split never enter: packaged ones are filtered by split and a user's
 file is filtered by the same text hash. The continuations are also a suffix drafter's corpus (`suffix:<this folder>`);
-tokenizer.json names the tokenizer that wrote them. The shard format is `continuations`' (`write_shard`, `read_shard`).
+tokenizer.json names the tokenizer that wrote them. The shard format is `shards`'.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from tqdm import tqdm
 
 from .. import data
 from ..config import GenDataConfig
-from ..continuations import read_shard, write_shard  # noqa: F401  (read_shard: distill reads shards from here)
 from ..models import ModelOptions, load, write_fingerprint
 from ..rundir import RunDir
 from ..sd.batched import generate_batch
 from ..sd.sampling import SamplingParams
+from ..shards import write_shard
 
 
 def units(config: GenDataConfig, target) -> list[tuple[data.Prompt, list[int], float]]:

@@ -17,9 +17,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ... import data
-from ...continuations import read_shard
 from ...errors import DraftwiseError
 from ...models import FINGERPRINT_FILE, Model, fingerprint
+from ...shards import read_shard
 from ..lookup import SuffixDrafter
 from ..suffix import SuffixTrie
 from .base import Builtin, LookupFamily, Setting, body, options
