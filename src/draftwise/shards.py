@@ -5,13 +5,13 @@ they were generated."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
 from .errors import DraftwiseError
+from .rundir import read_records
 
 
 def write_shard(path: Path, rows: list[dict], topk: int) -> None:
@@ -58,11 +58,7 @@ def read_shard(path: Path) -> list[dict]:
 
 def load_rows(data_dir: Path, max_len: int) -> list[dict]:
     """Every row of a gen-data run folder's shards, each cut to its last `max_len` tokens (distillation's input)."""
-    records = (
-        [json.loads(line) for line in (data_dir / "records.jsonl").read_text().splitlines() if line.strip()]
-        if (data_dir / "records.jsonl").exists()
-        else []
-    )
+    records = read_records(data_dir / "records.jsonl")
     if not records:
         raise DraftwiseError(f"no gen-data shards in {data_dir}: run `draftwise gen-data --out {data_dir}` first")
     rows = [r for rec in sorted(records, key=lambda r: r["shard"]) for r in read_shard(data_dir / rec["file"])]

@@ -32,7 +32,7 @@ from ..sd.families import drafter_kind
 from ..stages import quality
 from . import build, export, export_rows, fastest, lookup, measure, report, row_verdict, rows, verdict
 from .candidates import Candidate, candidates
-from .estimate import best_gamma, predicted
+from .estimate import best_gamma
 from .measure import batch_dividend, feasible_batch  # noqa: F401  (the design's API)
 from .pipeline import DesignFolder, Pipeline  # noqa: F401  (the design's API)
 
@@ -125,7 +125,7 @@ def select(p: Pipeline, pool: Pool, shape: cost.Shape) -> tuple[str, int]:
     measure.temperatures(p, spec, gamma)
     p.replan("batch")
     if not p.dropped("batch"):
-        measure.batch_dividend(p, shape, pool.specs, pool.cands, predicted)
+        measure.batch_dividend(p, shape, pool.specs, pool.cands)
     p.replan("headline")
     if not p.dropped("headline"):
         measure.headline(p, spec, gamma, measure.method_of(p, chosen))
@@ -142,7 +142,7 @@ def per_row(p: Pipeline, target, pool: Pool) -> list[dict]:
         if i:
             p.replan(f"row-{e.name}")
         if not rows.dropped(p, e):
-            out.append(row_verdict.run_row(p, e, target, lean_models, p.base.lookups, predicted))
+            out.append(row_verdict.run_row(p, e, target, lean_models, p.base.lookups))
     return out
 
 

@@ -241,14 +241,13 @@ def feasible_batch(config, target: cost.Shape, drafter: cost.Shape) -> tuple[int
     return largest, min(largest, config.batch_cap)
 
 
-def batch_dividend(p, target_shape: cost.Shape, specs: dict[str, str], cands: list[Candidate], predicted=None) -> None:
+def batch_dividend(p, target_shape: cost.Shape, specs: dict[str, str], cands: list[Candidate]) -> None:
     """Each trained candidate at the largest batch whose footprint with SD on fits `memory`: target + drafter
     weights, plus target + drafter KV of `context` positions per sequence (capped at `batch_cap`), SD beside AR.
 
     The decision (`max-batch-<name>`) is a record; the bench (`bench-<name>-batch`) decodes about `refine_limit`
-    spec_bench eval prompts in full batches of that size at T = 0 and the γ* predicted at that batch (`predicted`:
+    spec_bench eval prompts in full batches of that size at T = 0 and the γ* predicted at that batch (`estimate`:
     the profile at that batch, the candidate's greedy TAR; its batch-1 γ when the profile lacks the batch)."""
-    predicted = predicted or estimate.predicted
     c = p.config
     memory, bpv = cost.parse_count(c.memory), hf.bytes_per_value(c.dtype)
     for cand in (x for x in cands if x.trained):
@@ -275,7 +274,7 @@ def batch_dividend(p, target_shape: cost.Shape, specs: dict[str, str], cands: li
         # full batches only (every record decodes `batch` prompts), at least two of them; spec_bench's prompts, as the
         # headline's: the batch's prefill pads every prompt to its longest, and long articles would swamp the decode
         limit = batch * max(2, round(c.refine_limit / batch))
-        pred = predicted(p, spec, cand.name, batch)
+        pred = estimate.predicted(p, spec, cand.name, batch)
         gamma = max(pred, key=pred.get) if pred else measured_gamma(p, cand.name)
         run_bench(
             p, f"bench-{cand.name}-batch", spec, gamma, limit, baselines=("ar",), batch_size=batch, suite="spec_bench"

@@ -81,7 +81,8 @@ class DesignFolder:
         self.done = {r["stage"]: r for r in self.records if r.get("event") == "done"}
         self.stages = self.path / "stages"
         for marker in sorted(self.stages.glob("*/done.json")):  # finished in an item that was killed before returning
-            self.done.setdefault(json.loads(marker.read_text())["stage"], json.loads(marker.read_text()))
+            record = json.loads(marker.read_text())
+            self.done.setdefault(record["stage"], record)
         self.planner = Planner(self, self.records, time.monotonic()) if self.base.plan else None
         plans = self.planner.plans if self.planner else {}
         last = list(plans.values())[-1]["sizes"] if plans else None

@@ -30,7 +30,7 @@ from ..stages import profile
 from ..stages.bench import SCHEDULED
 from ..stages.bench_grid import as_method, label
 from . import decide, lookup, measure, rows
-from .estimate import SCREEN
+from .estimate import SCREEN, best_gamma
 
 RULE = (
     "deploy when the chosen method's speedup over AR on this engine is above 1 beyond noise (95 % "
@@ -38,14 +38,11 @@ RULE = (
 )
 
 
-def candidates(p, e: rows.Row, target, models: dict[str, str], lookups: bool, predicted) -> dict[str, tuple]:
+def candidates(p, e: rows.Row, target, models: dict[str, str], lookups: bool) -> dict[str, tuple]:
     """{name: (spec, γ)} the row's selection grid runs: the lookups tuned with its verify times and the hybrid, and
     the model candidates its cost model cannot rule out (≥ SCREEN of the best prediction)."""
     prof = f"profile@{e.name}"
-    best = {
-        n: max(predicted(p, s, n, profile=prof).items(), key=lambda kv: kv[1], default=(1, 0.0))
-        for n, s in models.items()
-    }
+    best = {n: best_gamma(p, s, n, profile=prof) for n, s in models.items()}
     cands: dict[str, tuple[str, int]] = {}
     tuned: dict[str, dict] = {}
     if lookups:
@@ -59,12 +56,12 @@ def candidates(p, e: rows.Row, target, models: dict[str, str], lookups: bool, pr
     return cands
 
 
-def run_row(p, e: rows.Row, target, models: dict[str, str], lookups: bool, predicted) -> dict:
+def run_row(p, e: rows.Row, target, models: dict[str, str], lookups: bool) -> dict:
     """One row's stages (module docstring); returns its verdict record. `models`: the model candidates benchmarked on
-    the lean engine ({name: spec}); `predicted(p, spec, name, profile=...)`: design's prediction."""
+    the lean engine ({name: spec})."""
     prof = f"profile@{e.name}"
     p.stage(prof, lambda f: profile.run(e.profile_config(p.config, tuple(models.values())), f, p.executor))
-    cands = candidates(p, e, target, models, lookups, predicted)
+    cands = candidates(p, e, target, models, lookups)
     nearest = {n: b for n, (s, g) in cands.items() if (b := e.nearest(s, g)) is not None}
     # each tuned lookup's scheduled variant, priced by E's verify curve, from the design's calibration
     scheduled = lookup.scheduled_options(cands) if "calibrate-lookup" in p.done else {}

@@ -18,8 +18,15 @@ import torch
 
 from ..errors import DraftwiseError
 from . import hf, int8, kernels, llamacpp_load, random, vocab
-from .base import Model, ModelOptions, check_compatible, layer_subset, parse_layers, read_weights  # noqa: F401
-from .base import config_and_tokenizer as _config_and_tokenizer
+from .base import (  # noqa: F401
+    Model,
+    ModelOptions,
+    check_compatible,
+    config_and_tokenizer,
+    layer_subset,
+    parse_layers,
+    read_weights,
+)
 from .lean import LeanLM, unsupported_reason
 from .llamacpp_load import LLAMA_CPP
 from .source import resolve
@@ -71,7 +78,7 @@ def load(spec: str, options: ModelOptions = ModelOptions()) -> Model:
     if spec.startswith(random.PREFIX):
         return _random_model(spec, None, options)
     path = resolve(spec)
-    config, tokenizer = _config_and_tokenizer(path, options)
+    config, tokenizer = config_and_tokenizer(path, options)
     dtype = hf.torch_dtype(options.dtype)  # int8: the transformers twin (baselines) in fp32, as users run it
     factory = lambda: hf.from_pretrained(path, dtype, options.device, options.trust_remote_code)  # noqa: E731
     reduced = vocab.read_map(path)

@@ -25,8 +25,7 @@ from pathlib import Path
 from ..config import GGUF_QUANTS
 from ..errors import DraftwiseError
 from ..paths import cache_dir
-from .base import Model, ModelOptions, layer_subset, parse_layers
-from .base import config_and_tokenizer as _config_and_tokenizer
+from .base import Model, ModelOptions, config_and_tokenizer, layer_subset, parse_layers
 from .source import check_gguf, default_gguf, resolve
 
 LLAMA_CPP = "llama.cpp"
@@ -71,7 +70,7 @@ def metadata(gguf: Path, tokenizer: bool = True):
 
     note = json.loads(source(gguf).read_text()) if source(gguf).is_file() else {}
     if note.get("spec") == note.get("target") and not note.get("spec", "layers:").startswith(("layers:", "random:")):
-        config, tok = _config_and_tokenizer(resolve(note["spec"]), ModelOptions())
+        config, tok = config_and_tokenizer(resolve(note["spec"]), ModelOptions())
         return config, tok if tokenizer else None
 
     out = cache_dir("gguf-meta") / f"{gguf.stem}-{_key(_stamp(gguf))}"
@@ -171,7 +170,7 @@ def load(spec: str, options):
             f"{spec}: random-weight targets run on the lean engine (a random drafter can run on llama.cpp)"
         )
     path = resolve(spec)
-    config, tokenizer = _config_and_tokenizer(path, options)
+    config, tokenizer = config_and_tokenizer(path, options)
     return _model(
         spec,
         written(spec, spec, options.gguf_quant),
@@ -205,7 +204,7 @@ def load_drafter(spec: str, target, options):
                 f"{spec}: reduced-vocabulary drafters run on the lean engine only (llama.cpp verifies "
                 "against the target's whole vocabulary); use the full-vocabulary checkpoint"
             )
-        config, tokenizer = _config_and_tokenizer(path, options)
+        config, tokenizer = config_and_tokenizer(path, options)
     return _model(
         spec, written(spec, target.name, options.gguf_quant), config, tokenizer, options, _no_twin(spec), None
     )

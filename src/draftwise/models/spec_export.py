@@ -13,7 +13,11 @@ from types import SimpleNamespace
 import torch
 
 from ..errors import DraftwiseError
+from . import random
+from . import vocab as reduced
+from .base import ModelOptions, check_compatible, config_and_tokenizer, layer_subset, parse_layers, read_weights
 from .gguf_export import QUANTS, unsupported, write_gguf
+from .source import resolve
 
 SOURCE_FILE = "draftwise-source.json"  # in a cache dir converted from a GGUF (`source._cached_gguf`)
 
@@ -31,17 +35,11 @@ def export(spec: str, out: str | os.PathLike, quant: str = "f32", target: str = 
     """Write the model `spec` names (a checkpoint or run folder, 'default', a .gguf file, `layers:i,j,...` or
     `random:...` of `target`) as GGUF at `quant`, with `target`'s tokenizer: copied from the target's GGUF when it
     has one ('default', a .gguf file, a dir converted from one), else built from its Hugging Face tokenizer."""
-    from . import random
-    from . import vocab as reduced
-    from .base import ModelOptions, check_compatible, layer_subset, parse_layers, read_weights
-    from .base import config_and_tokenizer as _config_and_tokenizer
-    from .source import resolve
-
     if quant not in QUANTS:
         raise DraftwiseError(f"unknown GGUF quantization {quant!r}: choose one of {', '.join(QUANTS)}")
     options = options or ModelOptions()
     target_dir = resolve(target)
-    target_config, target_tok = _config_and_tokenizer(target_dir, options)
+    target_config, target_tok = config_and_tokenizer(target_dir, options)
     if spec.startswith("layers:"):
         ids = parse_layers(spec, target_config.num_hidden_layers)
         _refuse(unsupported(target_config), spec)
@@ -56,7 +54,7 @@ def export(spec: str, out: str | os.PathLike, quant: str = "f32", target: str = 
     else:
         path = resolve(spec)
         _refuse_reduced(path, reduced)
-        config, tokenizer = (target_config, target_tok) if path == target_dir else _config_and_tokenizer(path, options)
+        config, tokenizer = (target_config, target_tok) if path == target_dir else config_and_tokenizer(path, options)
         check_compatible(SimpleNamespace(tokenizer=target_tok), SimpleNamespace(tokenizer=tokenizer))
         _refuse(unsupported(config), spec)
         state = read_weights(path)

@@ -8,14 +8,10 @@ from pathlib import Path
 
 from ... import metrics
 from ...report.fmt import num as _f
+from ...rundir import read_records
 from ...stages.bench_grid import as_method
 from ..measure import limit_of, method_of
 from . import charts
-
-
-def _records(folder: Path) -> list[dict]:
-    path = folder / "records.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def select_points(p) -> dict[str, dict]:
@@ -30,7 +26,7 @@ def select_points(p) -> dict[str, dict]:
 def tasks_section(doc, p, plots: Path, footer: str) -> dict[str, dict[str, dict]]:
     """TAR and speedup per task of every benchmarked candidate; returns {name: per_task}."""
     c, specs = p.config, p.done["bench-select"]["drafters"]
-    records = [r for r in _records(p.folder("bench-select")) if r["temperature"] == 0]
+    records = [r for r in read_records(p.folder("bench-select") / "records.jsonl") if r["temperature"] == 0]
     ar = [r for r in records if r["method"] == "ar"]
     tasks = {
         name: metrics.per_suite([r for r in records if r["method"] == method_of(p, name) and r["drafter"] == spec], ar)

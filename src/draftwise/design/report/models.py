@@ -10,6 +10,7 @@ from ... import cost
 from ...report.doc import Doc
 from ...report.fmt import interval as _interval
 from ...report.fmt import num as _f
+from ...rundir import read_records
 from .. import decide, measure
 from ..estimate import predicted
 from . import charts, lookup
@@ -23,8 +24,8 @@ def read_json(path: Path) -> dict:
 
 
 def stage_records(folder: Path) -> list[dict]:
-    path = folder / "records.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    """A stage folder's raw records (none when it has no records.jsonl)."""
+    return read_records(folder / "records.jsonl")
 
 
 def section(

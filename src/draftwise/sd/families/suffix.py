@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 from ... import data
 from ...errors import DraftwiseError
 from ...models import FINGERPRINT_FILE, Model, fingerprint
+from ...rundir import read_records
 from ...shards import read_shard
 from ..lookup import SuffixDrafter
 from ..suffix import SuffixTrie
@@ -143,7 +144,7 @@ def gen_data_corpus(folder: Path) -> list[list[int]]:
         raise DraftwiseError(
             f"suffix corpus {folder}: not a gen-data run folder (no GenDataConfig config.json and records)"
         )
-    records = [json.loads(line) for line in records_path.read_text().splitlines() if line.strip()]
+    records = read_records(records_path)
     packaged = {p.id: p for p in data.load_prompts("all", "all")}
     out = []
     for rec in records:
