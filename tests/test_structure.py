@@ -14,6 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "draftwise"
 LAYERS = [
     ("cli", "__main__"),
     ("design",),
+    ("serve",),
     ("stages", "executors"),
     ("report", "specs", "continuations"),
     ("sd",),

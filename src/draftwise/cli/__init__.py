@@ -2,7 +2,7 @@
 
 Every option is declared once, on its config field (`config.opt`); options.py derives each command's parser from
 those fields. The commands live beside this module: `bench` (bench.py), the stages (stages.py), `design` and
-`export-gguf` (design.py); each gives a `Command` (command.py, with what they share).
+`export-gguf` (design.py), `serve` (serve.py); each gives a `Command` (command.py, with what they share).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 import time
 
 from ..errors import DraftwiseError
-from . import bench, design, stages
+from . import bench, design, serve, stages
 from .command import Command, close_executors
 
 
@@ -22,7 +22,7 @@ def build() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     parser = argparse.ArgumentParser(prog="draftwise", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     commands: dict[str, Command] = {}
-    for module in (bench, stages, design):
+    for module in (bench, stages, design, serve):
         commands.update(module.add(sub))
     return parser, commands
 

@@ -4,7 +4,7 @@ A config holds everything that decides a stage's result, so a run folder can be 
 from its config alone. Validation happens on construction and raises `DraftwiseError` with one line. Each field that is
 a user option carries its help (`opt`); the `draftwise` command's parsers are derived from the fields (cli/options.py),
 so an option is declared once. By concern: base (what every config shares), bench, timing (profile, sweep, predict),
-train (prune, gen-data, distill, agree), quality, design (and export-gguf).
+train (prune, gen-data, distill, agree), quality, design (and export-gguf), serve.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from .bench import (
 )
 from .design import DesignConfig, ExportGgufConfig, ReportConfig
 from .quality import RUNTIME_FORMS, QualityConfig, check_runtime
+from .serve import ServeConfig
 from .timing import PredictConfig, ProfileConfig, SweepConfig
 from .train import AgreeConfig, DistillConfig, GenDataConfig, PruneConfig
 
@@ -64,6 +65,7 @@ __all__ = [
     "ReportConfig",
     "RUNTIME_FORMS",
     "QualityConfig",
+    "ServeConfig",
     "check_runtime",
     "PredictConfig",
     "ProfileConfig",

@@ -131,3 +131,11 @@ def from_dict(cls, data: dict[str, Any]):
 
 def load(cls, path: Path):
     return from_dict(cls, json.loads(path.read_text()))
+
+
+def like(cls, name: str, **changes) -> Any:
+    """The option `name` of config class `cls` again, for another config (one help text for one meaning); `changes`
+    replace its default or CLI settings."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    meta = {**f.metadata, **{k: v for k, v in changes.items() if k != "default"}}
+    return dataclasses.field(default=changes.get("default", f.default), metadata=meta)

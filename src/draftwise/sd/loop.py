@@ -16,6 +16,7 @@ so greedy SD reproduces greedy AR bit for bit rather than up to rounding.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -100,6 +101,7 @@ def generate(
     stop_below: float = 0.0,
     synthetic_alpha: float | None = None,
     scheduler=None,
+    stream: Callable[[list[int]], bool] | None = None,
 ) -> Generation:
     """Decode up to `max_new_tokens` after `prompt`: SD with `drafter` (a drafter of `sd.drafters`, or a bare LM)
     and lookahead `gamma` (a lookup drafter proposes up to γ), or AR without.
@@ -108,7 +110,9 @@ def generate(
     probability below it (γ is then the most per round). The choice depends on the drafter's side only, so
     verification stays exact. `synthetic_alpha` (cost measurement, not lossless): see `verify_synthetic`.
     `scheduler` (an `sd.schedule.Scheduler`): each proposal is cut to the prefix its verify curve and calibrated
-    confidence price best (possibly none: a plain step), decided before the target's pass, so still lossless."""
+    confidence price best (possibly none: a plain step), decided before the target's pass, so still lossless.
+    `stream` is called with each round's new tokens as soon as they are final; when it returns True (a client that
+    left, a stop string reached) the generation ends after that round."""
     if not prompt:
         raise DraftwiseError("empty prompt: nothing to condition on")
     if drafter is not None and gamma < 1:
@@ -158,5 +162,7 @@ def generate(
                 decided,
             )
         )
+        if stream is not None and stream(new):
+            break
     out.seconds = time.perf_counter() - start
     return out

@@ -159,13 +159,7 @@ def methods(
     if drafter and config.schedule:
         if getattr(drafter.lookup, "learn", False):
             raise DraftwiseError("a learning suffix corpus (learn=1) cannot be shared by static and scheduled SD")
-        curve = VerifyCurve.from_profile(config.schedule, config.gamma, stamp(target, model_options(config)))
-        scheduler = Scheduler(curve)
-        if config.calibration and calibrate.is_calibration(config.calibration):  # measured before the run (design)
-            scheduler.calibration = calibrate.load(config.calibration, config.temperature)
-        elif config.calibration:  # an earlier run's scheduled rounds
-            scheduler.commit(calibration_rounds(config))
-        out[SCHEDULED] = engine_method(target, drafter, config, scheduler)
+        out[SCHEDULED] = engine_method(target, drafter, config, round_scheduler(config, target))
     ngram = getattr(drafter.lookup, "max_n", None) if drafter and drafter.kind == "lookup" else None
     builders = {
         "ar": lambda: engine(target, None, config),
@@ -184,6 +178,17 @@ def methods(
         }
     )
     return out
+
+
+def round_scheduler(config: BenchConfig, target: Model) -> Scheduler:
+    """The round scheduler of `config.schedule` (a profile folder's verify curve), its calibration started from
+    `config.calibration` (a design's calibration table, or an earlier run's scheduled rounds) when given."""
+    scheduler = Scheduler(VerifyCurve.from_profile(config.schedule, config.gamma, stamp(target, model_options(config))))
+    if config.calibration and calibrate.is_calibration(config.calibration):  # measured before the run (design)
+        scheduler.calibration = calibrate.load(config.calibration, config.temperature)
+    elif config.calibration:  # an earlier run's scheduled rounds
+        scheduler.commit(calibration_rounds(config))
+    return scheduler
 
 
 def calibration_rounds(config: BenchConfig) -> list[dict]:

@@ -1,0 +1,84 @@
+"""`draftwise serve`: an OpenAI-compatible HTTP server (FastAPI + uvicorn, the stack vLLM, SGLang and
+llama-cpp-python's server use) decoding with one drafter on one engine — the deployment of a design's verdict.
+
+  app.py       the routes: /v1/completions, /v1/chat/completions (SSE streaming), /v1/models, /health, /metrics
+  protocol.py  OpenAI's request and response objects, and its error object
+  engine.py    the worker thread that decodes queued requests with `sd.loop.generate`, one at a time
+  text.py      tokens to text as they arrive, with stop strings
+  metrics.py   the Prometheus counters
+
+The server binds 127.0.0.1 unless told otherwise, loads and warms the models before it listens, and drains on
+SIGTERM: uvicorn stops taking connections and waits for the open requests (queued ones included), then the worker
+stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+
+import torch
+
+from .. import specs
+from ..config import ServeConfig
+from ..config.serve import from_export
+from ..sd.loop import generate
+from ..sd.sampling import SamplingParams
+from ..stages.bench import load_models
+from ..stages.bench_methods import round_scheduler
+from .app import Served, create_app
+from .engine import Engine
+from .metrics import ServerMetrics
+
+WARMUP_TOKENS = 8
+
+
+def build(config: ServeConfig) -> Served:
+    """`config` (its export already read: `config.serve.from_export`): the models loaded and warmed, behind an engine (not started) and the routes' state."""
+    bench = config.bench()
+    specs.check(bench)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    target, drafter = load_models(bench)
+    scheduler = round_scheduler(bench, target) if drafter and config.schedule else None
+    metrics = ServerMetrics()
+    engine = Engine(target, drafter, config.gamma, config.draft_stop, scheduler, config.max_queue, metrics)
+    warm = target.encode("Hello") or [0]
+    with torch.inference_mode():  # kernels compiled, caches allocated, weights paged in: the first request is no slower
+        generate(
+            target.lm,
+            warm,
+            SamplingParams(0.0),
+            WARMUP_TOKENS,
+            torch.Generator(device=target.lm.device),
+            drafter=drafter.loop_drafter if drafter else None,
+            gamma=config.gamma,
+            eos=target.eos_ids,
+        )
+    return Served(engine, metrics, config.model_name, config.api_key, config.max_body_bytes)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def run(config: ServeConfig) -> None:
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="draftwise serve: %(message)s", stream=sys.stderr)
+    config = from_export(config)
+    served = build(config)
+    sock = listen(config.host, config.port)
+    host, port = sock.getsockname()[:2]
+    what = f"drafter {config.drafter}, γ {config.gamma}" if served.engine.drafter else "plain decoding (AR)"
+    print(f"draftwise serve: {served.name!r} ({what}) on http://{host}:{port}", flush=True)
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(served), log_level="warning", access_log=False, timeout_graceful_shutdown=None)
+    )
+    server.run(sockets=[sock])
