@@ -149,6 +149,9 @@ class Engine:
         )
         if self.scheduler is not None:  # the scheduler's calibration learns from what it served
             self.scheduler.commit([{k: v for k, v in r.__dict__.items() if v is not None} for r in gen.rounds])
+        lookup = self.drafter.lookup if self.drafter else None
+        if getattr(lookup, "learn", False):  # suffix learn=1: what it served joins its corpus, as vLLM's suffix tree
+            lookup.observe(str(hash(tuple(job.ids))), gen.tokens)
         self.recent_s = gen.seconds
         self.metrics.finished(gen)
         self.metrics.latency.observe(time.perf_counter() - job.arrived)
