@@ -81,6 +81,7 @@ MINIMAL = {
     "distill": (["--drafter", "d", "--data", "g", "--out", "o"], {"drafter": "d", "data": "g"}),
     "predict": (["--profile", "p"], {"profile": "p"}),
     "export-gguf": (["m", "--out", "o.gguf"], {"model": "m"}),
+    "serve": ([], {}),  # no run folder: it serves
 }
 
 

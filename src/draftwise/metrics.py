@@ -8,10 +8,11 @@ folders keep raw records, and these functions recompute summaries from them.
                            ≥ k tokens / rounds that drafted ≥ k tokens and accepted ≥ k−1 (k = 1..γ; None where
                            no round got that far). These are the rates of E[N] = 1 + Σ_k Π_{i≤k} a_i (`cost`).
   tokens/s                 new tokens / wall seconds, summed over prompts (prefill included, as in generate()).
-                           llama-server's seconds are its own timings (prompt + predicted ms, no HTTP).
+                           llama-server's seconds are its own timings (prompt + predicted ms, no HTTP); draftwise
+                           serve's (a serve:ARGS baseline) the client's wall seconds through HTTP.
   decode tokens/s          new tokens / (wall − prefill) seconds: the steady state a cost model predicts (the draftwise
                            engine; llama-server: new tokens / its predicted ms).
-  wall tokens/s            llama-server only: new tokens / the client's wall seconds (HTTP and JSON included).
+  wall tokens/s            llama-server and draftwise serve: new tokens / the client's wall seconds (HTTP included).
   drafted / accepted       for engines that report totals only (llama-server's draft_n / draft_n_accepted, llama-cpp's
                            prompt lookup): draft tokens proposed and accepted over all prompts; α = accepted / drafted.
   speedup vs AR            tokens/s of a method / tokens/s of AR through the same engine, same prompts, same process.

@@ -242,6 +242,7 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     assert (out / "export" / "README.md").read_text().startswith("# What to run on this machine")
     engine_readme = (out / "export" / "engines" / "llama.cpp-F32" / "README.md").read_text()
     assert "llama-server -m target-f32.gguf" in engine_readme and "measured here" in engine_readme
+    _check_served(out, records, final)
     for png in (
         "tar_per_task",
         "speedup_per_task",
@@ -289,6 +290,42 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
             assert {"select-vocab", "bench-adaptive"} <= set(stages) and vllm["num_speculative_tokens"] == gamma
 
 
+def _check_served(out: Path, records: list[dict], final: dict) -> None:
+    """Each lean engine's export folder holds serve.json, which `draftwise serve --export` loads: its verdict's drafter
+    (its files beside it) or plain decoding; the answer's command, when it runs on the draftwise engine, was measured
+    through HTTP beside llama-server and its figure is in the README and the report."""
+    from draftwise.config import ServeConfig
+    from draftwise.config.serve import from_export
+    from draftwise.design import deploy, served
+
+    verdicts = {"lean-fp32": next(r for r in records if r["stage"] == "verdict")}
+    verdicts["lean-int8"] = next(r for r in records if r["stage"] == "verdict@lean-int8")
+    for runtime, v in verdicts.items():
+        folder = out / "export" / {"lean-fp32": ".", "lean-int8": "engines/lean-int8"}[runtime]
+        config = from_export(ServeConfig(export=str(folder), given=("export",)))
+        assert config.target == "<target>" and config.dtype == runtime.removeprefix("lean-")
+        assert (config.drafter is not None) == v["recommend"], runtime
+        if v["recommend"]:
+            assert config.gamma == v["gamma"] and "{export}" not in config.drafter
+            assert config.drafter == deploy.local_drafter(v["spec"], None).replace("{export}", str(folder.resolve()))
+    record = next(r for r in records if r["stage"] == "served")
+    readme, report = (out / "export" / "README.md").read_text(), (out / "report.md").read_text()
+    assert deploy.PENDING not in readme and "Through `draftwise serve`" in report
+    if not final["runtime"].startswith("lean-"):
+        assert not record["applies"] and "`draftwise serve` does not apply" in readme
+        return
+    assert record["measured"] and served.sentence(record) in readme and served.sentence(record) in report
+    measured = [
+        json.loads(line) for line in (out / "stages" / "bench-serve" / "records.jsonl").read_text().splitlines()
+    ]
+    (command,) = {r["method"] for r in measured} - {"llama-server"}  # the README's command, run from the run folder
+    assert command.startswith("serve:--") and record["command"].startswith("draftwise serve --")
+    assert ("--export" in command) == final["recommend"] and "llama-server" in {r["method"] for r in measured}
+    assert record["tokens_per_s"] > 0 and record["llama_server"]["tokens_per_s"] > 0
+    pt, lo, hi = record["over_llama_server"]
+    assert lo <= pt <= hi and record["prompts"] == 2
+
+
 def decision_spec(records: list[dict], name: str) -> str:
     return next(r for r in records if r["stage"] == "bench-select")["drafters"][name]
 
@@ -313,6 +350,7 @@ def test_batched_bench_runs_at_the_gamma_predicted_for_its_batch(tiny_dir, tmp_p
         batch_cap=3,
         lookups=False,
         memory=str(10 * target.weight_bytes() + 100 * target.kv_bytes(32)),
+        serve=False,  # the end-to-end test measures the deploy command through a server
         threads=1,
     )
     out = design.run(config, tmp_path / "d")
@@ -626,6 +664,7 @@ def test_tuned_lookup_settings_are_decided_with_intervals(tiny_dir, tmp_path):
         draft_vocabs=(),
         adaptive=False,
         memory="1",
+        serve=False,  # the end-to-end test measures the deploy command through a server
         threads=1,
     )
     out = design.run(config, tmp_path / "d")
@@ -754,6 +793,7 @@ def test_a_tie_tells_one_story_in_headline_wide_vs_deep_and_export(tiny_dir, tmp
         lookups=False,
         memory="1",
         select_repeats=0,
+        serve=False,  # the end-to-end test measures the deploy command through a server
         threads=1,
     )
     out = design.run(config, tmp_path / "d")
@@ -868,3 +908,39 @@ def test_design_runs_on_a_gemma3_target(tiny_gemma_dir, tmp_path):
     assert c.model_type == "gemma3_text" and c.num_hidden_layers == 2 and c.num_attention_heads == 2
     assert len(c.layer_types) == 2 and set(c.layer_types) <= {"sliding_attention", "full_attention"}
     assert (out / "report.md").read_text().startswith("# draftwise design")
+
+
+def test_the_answers_serve_command_is_measured_through_http_beside_llama_server(tiny_dir, tmp_path):
+    """A lean answer with an n-gram drafter: serve.json in export/, the README's command run as a bench baseline
+    (`serve:--export DIR ...`) beside llama-server's plain decoding, its figure in the README; greedy tokens through
+    HTTP are the lean engine's, which on an f32 GGUF of the checkpoint are llama-server's too."""
+    from draftwise.config import ServeConfig
+    from draftwise.config.serve import from_export
+    from draftwise.design import deploy, export, served
+
+    config = DesignConfig(target=tiny_dir, plan=False, headline_limit=2, max_new_tokens=12, threads=1)
+    p = design.Pipeline(config, tmp_path / "d")
+    top = p.path / "export"
+    top.mkdir()
+    (top / "README.md").write_text("")
+    export.serve_json(p, top, {**verdict_record("ngram:min=1,max=3", True, "ngram"), "gamma": 3})
+    final = {
+        "runtime": "lean-fp32",
+        "recommend": True,
+        "tokens_per_s": 900.0,
+        "plain_tokens_per_s": 800.0,
+        "options": {"llama.cpp-F32/llama-server": {"tokens_per_s": 1000.0}},
+    }
+    (top / "README.md").write_text(deploy.PENDING + "\n")
+    assert served.outline(p, final) == {"serve": True, "serve_token_s": 1 / 900 + 1 / 1000}
+    record = served.run(p, final)
+    assert record["command"] == "draftwise serve --export . --target <target> --threads 1"
+    assert served.sentence(record) in (top / "README.md").read_text() and record["prompts"] == 2
+    records = [json.loads(line) for line in (p.folder("bench-serve") / "records.jsonl").read_text().splitlines()]
+    by = {m: {r["prompt_id"]: r["tokens"] for r in records if r["method"] == m} for m in {r["method"] for r in records}}
+    (command,) = set(by) - {"llama-server"}
+    assert command == f"serve:--export {top.resolve()} --target {tiny_dir} --threads 1"
+    assert by[command] == by["llama-server"]  # greedy, lossless: the same tokens through either server
+    assert sum(r["drafted"] for r in records if r["method"] == command) > 0
+    loaded = from_export(ServeConfig(export=str(top), given=("export",)))
+    assert (loaded.drafter, loaded.gamma, loaded.target) == ("ngram:min=1,max=3", 3, "<target>")

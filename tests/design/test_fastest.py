@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from draftwise.config import BenchConfig, BenchGridConfig
-from draftwise.design import fastest
+from draftwise.design import deploy, fastest
+from draftwise.design import served as served_phase
 from draftwise.errors import DraftwiseError
 
 ROWS = [
@@ -155,7 +156,7 @@ def test_the_export_opens_with_the_answer_and_its_command(tmp_path):
     export_rows.export_rows(
         top,
         [v],
-        SimpleNamespace(target="default", threads=2),
+        SimpleNamespace(target="default", threads=2, dtype="fp32"),
         f,
         {"lean-int8": v},
         {"lean-int8": "agreement 0.993, ΔNLL +0.000"},
@@ -170,3 +171,88 @@ def test_the_export_opens_with_the_answer_and_its_command(tmp_path):
     own = (top / "engines" / "lean-int8" / "README.md").read_text()
     assert "--drafter 'suffix:suffix-corpus,factor=2,min_prob=0.1' --gamma 2" in own
     assert str(tmp_path) not in readme + own
+    # the deploy command: draftwise serve from the row's folder (serve.json), its explicit equivalent, how to call it,
+    # and the line `served` fills in with what it measured through HTTP
+    how = readme.split("How (from this folder): ", 1)[1].split("\n\nEvery option", 1)[0]
+    assert how.startswith("`draftwise serve --export engines/lean-int8 --threads 2`")
+    assert (
+        "`draftwise serve --target default --backend lean --dtype int8 --drafter "
+        "suffix:engines/lean-int8/suffix-corpus,factor=2,min_prob=0.1 --gamma 2 --threads 2`" in how
+    )
+    assert "curl -s http://127.0.0.1:8000/v1/completions" in how and deploy.PENDING in how
+    assert "Deploy (from this folder): `draftwise serve --export . --threads 2`" in own and deploy.PENDING in own
+    saved = json.loads((top / "engines" / "lean-int8" / "serve.json").read_text())
+    assert saved == {
+        "target": "default",
+        "dtype": "int8",
+        "backend": "lean",
+        "drafter": "suffix:{export}/suffix-corpus,factor=2,min_prob=0.1",
+        "gamma": 2,
+        "paths": ["drafter"],
+    }
+    from draftwise.config import ServeConfig
+    from draftwise.config.serve import from_export
+
+    served = from_export(ServeConfig(export=str(top / "engines" / "lean-int8"), threads=2, given=("export", "threads")))
+    folder = (top / "engines" / "lean-int8").resolve()
+    assert (served.target, served.dtype, served.backend, served.gamma) == ("default", "int8", "lean", 2)
+    assert served.drafter == f"suffix:{folder}/suffix-corpus,factor=2,min_prob=0.1"
+    for record, line in (
+        ({"measured": False, "why": served_phase.LEFT_OUT}, "not measured: the time budget left it out."),
+        (
+            {
+                "measured": True,
+                "tokens_per_s": 80.0,
+                "prompts": 8,
+                "over_llama_server": [1.6, 1.5, 1.7],
+                "llama_server": {"tokens_per_s": 50.0, "file": "model-q4_1.gguf"},
+            },
+            "80.0 tokens/s, 1.60× llama-server's plain decoding under the same client [95 % 1.50–1.70]",
+        ),
+    ):
+        (top / "README.md").write_text(readme)
+        served_phase.annotate(top, record)
+        assert deploy.PENDING not in (top / "README.md").read_text() and line in (top / "README.md").read_text()
+
+
+def test_the_serve_command_applies_to_the_draftwise_engine_only_and_fits_the_budget(tmp_path, monkeypatch):
+    """An answer on llama.cpp: the README gives llama-server's command and says `draftwise serve` does not apply, and
+    nothing is measured. A lean answer the budget leaves out: nothing is measured and the README says so."""
+    from draftwise.config import DesignConfig
+    from draftwise.design import Pipeline, export_rows
+
+    p = fake(
+        tmp_path,
+        {
+            "lean-fp32/ar": 30,
+            "lean-fp32/sd": 31,
+            "lean-int8/ar": 38,
+            "lean-int8/sd": 39,
+            "llama.cpp-Q4_1/ar": 42,
+            "llama.cpp-Q4_1/llama-server": 60,
+        },
+    )
+    f = fastest.decide_fastest(p, ROWS)
+    assert f["option"] == "llama.cpp-Q4_1/llama-server"
+    top = tmp_path / "export"
+    top.mkdir()
+    (top / "README.md").write_text("")
+    export_rows.export_rows(top, [], SimpleNamespace(target="default", threads=2, dtype="fp32"), f, {})
+    readme = (top / "README.md").read_text()
+    assert "llama-server -m <the target's Q4_1 GGUF>" in readme and "`draftwise serve` does not apply" in readme
+    assert deploy.PENDING not in readme
+    design = Pipeline(DesignConfig(target="default", plan=False), tmp_path / "d")
+    monkeypatch.setattr(served_phase, "measure_command", lambda *a: pytest.fail("measured what does not apply"))
+    record = served_phase.run(design, f)
+    assert not record["applies"] and not record["measured"] and served_phase.command(design, f) is None
+    lean = {**f, "runtime": "lean-int8", "method": "ar", "recommend": False, "tokens_per_s": 38.0}
+    assert served_phase.deploy.join(served_phase.command(design, lean)) == (
+        "draftwise serve --target default --dtype int8"
+    )
+    later = Pipeline(DesignConfig(target="default", plan=False), tmp_path / "e")
+    monkeypatch.setattr(later, "dropped", lambda name: name == "serve")
+    (later.path / "export").mkdir()
+    (later.path / "export" / "README.md").write_text(f"How: ...\n\n{deploy.PENDING}\n")
+    record = served_phase.run(later, lean)
+    assert record["applies"] and not record["measured"] and record["why"] == served_phase.LEFT_OUT
+    assert "not measured: the time budget left it out." in (later.path / "export" / "README.md").read_text()

@@ -93,6 +93,7 @@ def _config(tiny_dir, minutes: float) -> DesignConfig:
         max_new_tokens=8,
         accuracy_items=3,
         rows=("lean",),
+        serve=False,  # no server process in the fast tier (the slow end-to-end design measures through one)
         threads=1,
     )
 
@@ -154,6 +155,28 @@ def test_a_planned_design_killed_and_resumed_reuses_its_plans(tiny_dir, tmp_path
         if stage not in stages:  # a section whose stage the budget left out says so and shows nothing else
             assert sections[title] == left_out, sections[title]
     assert (out / "plots" / "time_budget.png").exists()
+    served = next(r for r in records if r.get("stage") == "served")  # the answer is lean's, its measurement turned off
+    assert served["applies"] and not served["measured"] and "not measured: --no-serve." in report
+    assert "not measured: --no-serve." in (out / "export" / "README.md").read_text()
+
+
+def test_the_served_measurement_is_priced_from_the_last_grid_and_gone_once_settled():
+    """Before the last grid: about 1.5 AR steps per token and prompt; after it, the seconds per token it measured ×
+    the headline prompts and a warm-up each, plus the servers' start; once settled (run or skipped), nothing."""
+    config = DesignConfig(minutes=30)
+    full = plan.nominal(config, 2)
+    serve = lambda o: [i for i in costs.items(o, full, config) if i.kind == "bench-serve"]  # noqa: E731
+    prior = costs.Outline.of(config)
+    assert serve(prior)[0].steps > 1.5 * config.max_new_tokens * config.headline_limit
+    measured = serve(replace(prior, serve_token_s=0.05))[0]
+    tokens = config.max_new_tokens * (full.headline_limit + 1)
+    assert measured.exact_s == pytest.approx(costs.SERVE_START_S + 0.05 * tokens)
+    assert (
+        serve(replace(prior, serve=False)) == []
+        and serve(prior)
+        and not [i for i in costs.items(prior, plan.scale(full, 1.0, ("serve",)), config) if i.kind == "bench-serve"]
+    )
+    assert costs.kind_of("bench-serve") == "bench-serve" and costs.kind_of("served") is None
 
 
 def test_once_the_candidates_are_built_dropping_training_saves_nothing():

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import threading
 import time
 
+import torch
 import uvicorn
 
+from draftwise.sd.loop import generate
+from draftwise.sd.sampling import SamplingParams
 from draftwise.serve import build, create_app, listen
 
 
@@ -50,16 +52,23 @@ class Running:
             resp = conn.getresponse()
             raw = resp.read()
             with contextlib.suppress(ValueError):
-                return resp.status, dict(resp.getheaders()), json.loads(raw)
-            return resp.status, dict(resp.getheaders()), None
+                return resp.status, lower_headers(resp), json.loads(raw)
+            return resp.status, lower_headers(resp), None
         finally:
             conn.close()
 
 
+def lower_headers(resp) -> dict[str, str]:
+    return {k.lower(): v for k, v in resp.getheaders()}
+
+
 @contextlib.contextmanager
 def serving(config):
-    """`config` (a ServeConfig) built and served on a free port until the block ends."""
+    """`config` (a ServeConfig) built and served on a free port until the block ends (torch's thread count, which
+    `build` sets, restored after)."""
+    threads = torch.get_num_threads()
     served = build(config)
+    served.engine.start()  # on a thread: the tests' main thread runs them
     sock = listen("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(create_app(served), log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -73,10 +82,30 @@ def serving(config):
     finally:
         server.should_exit = True
         thread.join(30)
+        served.engine.stop()
         sock.close()
+        torch.set_num_threads(threads)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def ar(served, ids: list[int], n: int, params=None, seed: int = 0) -> list[int]:
+    """draftwise's own decoding of `ids` on the served target without a drafter (greedy unless `params`), the
+    target's EOS included: what the server must return at temperature 0. Call it while the server is idle."""
+    params = params or SamplingParams(0.0)
+    target = served.engine.target
+    with torch.inference_mode():
+        gen = torch.Generator(device=target.lm.device).manual_seed(seed)
+        return generate(target.lm, ids, params, n, gen, eos=target.eos_ids).tokens
+
+
+def assert_error(status: int, body, want: int, param="any", code="any") -> dict:
+    """`body` is OpenAI's error object and `status` is `want`; its `param` and `code` checked when given."""
+    assert status == want, body
+    assert isinstance(body, dict) and set(body) == {"error"}, body
+    err = body["error"]
+    assert set(err) == {"message", "type", "param", "code"}, err
+    assert isinstance(err["message"], str) and err["message"] and isinstance(err["type"], str)
+    if param != "any":
+        assert err["param"] == param, err
+    if code != "any":
+        assert err["code"] == code, err
+    return err

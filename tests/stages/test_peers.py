@@ -1,5 +1,6 @@
-"""llama.cpp's own decoding as bench baselines: the same greedy tokens as the draftwise llama.cpp AR on an f32 GGUF,
-llama-server's draft counts in the summary, no server left behind, and their place in configs, grids and the CLI."""
+"""llama.cpp's own decoding and draftwise's own server as bench baselines: the same greedy tokens as the draftwise AR
+(llama.cpp on an f32 GGUF; `draftwise serve` through HTTP), the servers' draft counts in the summary, no server left
+behind, and their place in configs, grids and the CLI."""
 
 import json
 from pathlib import Path
@@ -9,6 +10,7 @@ import pytest
 from draftwise import cli
 from draftwise.cli.bench import baselines
 from draftwise.config import BenchConfig, BenchGridConfig
+from draftwise.config.bench import serve_args
 from draftwise.errors import DraftwiseError
 from draftwise.rundir import RunDir
 from draftwise.stages import bench, peers
@@ -190,3 +192,88 @@ def test_sampled_baselines_run_and_are_seeded(tiny_dir, tmp_path):
     one, two = (read(bench.run(cfg, tmp_path / name))[0] for name in ("a", "b"))
     assert [r["tokens"] for r in one] == [r["tokens"] for r in two]  # each method draws from its seed
     assert all(r["new_tokens"] >= 1 for r in one)
+
+
+# --- draftwise's own server as a baseline: `draftwise serve` measured through its HTTP API ---------------------------
+
+
+@pytest.fixture
+def served(monkeypatch):
+    """Every DraftwiseServer the bench makes, to check by pid that none outlives the run."""
+    made = []
+
+    class Recorded(peers.DraftwiseServer):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            made.append(self)
+
+    monkeypatch.setattr(peers, "DraftwiseServer", Recorded)
+    return made
+
+
+def test_served_commands_give_the_engines_greedy_tokens_through_http(tiny_dir, tmp_path, served):
+    """`serve:ARGS` (SD with an n-gram drafter) and a bare `serve` (the bench's own options: plain decoding here) give
+    AR's greedy tokens; their seconds are the client's wall time, beside the server's own figures."""
+    explicit = f"serve:--target {tiny_dir} --drafter ngram --gamma 3 --threads 1"
+    cfg = config(tiny_dir, backend="auto", baselines=("ar", explicit, "serve"), max_new_tokens=16)
+    out = bench.run(cfg, tmp_path / "run")
+    records, summary = read(out)
+    for name in (explicit, "serve"):
+        assert summary["baselines"][name]["identical_to_ar"] == 1.0
+        mine = [r for r in records if r["method"] == name]
+        assert len(mine) == 2 and all(r["seconds"] == r["wall_s"] > r["server_seconds"] > 0 for r in mine)
+        assert all(0 < r["first_token_s"] <= r["wall_s"] and 0 < r["prefill_s"] < r["server_seconds"] for r in mine)
+    sd = summary["methods"][explicit]
+    assert sd["drafted"] > 0 and 0 <= sd["accepted"] <= sd["drafted"]  # the server's own counts, summed
+    assert summary["methods"]["serve"]["drafted"] == 0  # the bench has no drafter: its bare serve decodes plainly
+    assert served[1].args == ["--target", tiny_dir, "--threads", "1"]
+    assert len(served) == 2 and all(gone(s) for s in served)
+    assert (out / "serve.log").is_file()
+
+
+def test_a_bare_serve_decodes_as_the_bench_does():
+    c = BenchConfig(target="t", drafter="ngram:max=3", gamma=3, draft_stop=0.2, dtype="int8", threads=2)
+    assert serve_args("serve", c) == [
+        "--target", "t", "--drafter", "ngram:max=3", "--gamma", "3", "--draft-stop", "0.2", "--dtype", "int8",
+        "--threads", "2",
+    ]  # fmt: skip
+    plain = BenchConfig(target="default", backend="llama.cpp", gguf_quant="q8_0", llama_exact=True)
+    assert serve_args("serve", plain) == [
+        "--target", "default", "--backend", "llama.cpp", "--gguf-quant", "q8_0", "--llama-exact",
+    ]  # fmt: skip
+    assert serve_args("serve:--export e --threads 2", c) == ["--export", "e", "--threads", "2"]
+    assert serve_args("llama-server", c) is None and serve_args("server", c) is None
+
+
+def test_serve_baselines_keep_their_commas_and_refuse_where_to_listen(capsys, tmp_path):
+    explicit = "serve:--drafter 'suffix:d,factor=2,min_prob=0.1' --gamma 3"
+    assert baselines(["ar," + explicit]) == ("ar", explicit)
+    assert BenchConfig(baselines=("ar", "serve", explicit)).baselines == ("ar", "serve", explicit)
+    for bad in ("serve:--port 8000", "serve:--export e --host=0.0.0.0"):
+        with pytest.raises(DraftwiseError, match="is the bench's to set"):
+            BenchConfig(baselines=("ar", bad))
+    with pytest.raises(DraftwiseError, match="cannot split its serve arguments"):
+        BenchConfig(baselines=("serve:--drafter 'open",))
+    with pytest.raises(DraftwiseError, match="batch_size > 1"):
+        BenchConfig(baselines=("ar", "serve"), batch_size=2)
+    assert cli.main(["bench", "--baseline", "ar,serve:--target x --port 9", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--port is the bench's to set" in err[0]
+
+
+def test_grid_runs_serve_commands_once_per_temperature_and_a_bare_serve_per_point():
+    names = ("ar", "serve:--export e", "serve")
+    grid = BenchGridConfig(
+        bench=BenchConfig(drafter="ngram", baselines=names), gammas=(2, 3), temperatures=(0, 1), batch_sizes=(1, 2)
+    )
+    sd = [p for p in grid.points() if p.drafter]
+    base = [p for p in grid.points() if not p.drafter]
+    assert all(p.baselines == (("serve",) if p.batch_size == 1 else ()) for p in sd)  # it serves the point's drafter
+    assert sorted((p.temperature, p.batch_size, p.baselines) for p in base) == [
+        (0.0, 1, ("ar", "serve:--export e")),
+        (0.0, 2, ("ar",)),
+        (1.0, 1, ("ar", "serve:--export e")),
+        (1.0, 2, ("ar",)),
+    ]
+    plain = BenchGridConfig(bench=BenchConfig(drafter=None, baselines=names), temperatures=(0, 1))
+    assert [p.baselines for p in plain.points()] == [names, names]  # no drafter: a bare serve decodes plainly

@@ -34,6 +34,7 @@ from .bench import (
     split_baselines,
 )
 from .design import DesignConfig, ExportGgufConfig, ReportConfig
+from .load import LoadConfig
 from .quality import RUNTIME_FORMS, QualityConfig, check_runtime
 from .serve import ServeConfig
 from .timing import PredictConfig, ProfileConfig, SweepConfig
@@ -63,6 +64,7 @@ __all__ = [
     "DesignConfig",
     "ExportGgufConfig",
     "ReportConfig",
+    "LoadConfig",
     "RUNTIME_FORMS",
     "QualityConfig",
     "ServeConfig",

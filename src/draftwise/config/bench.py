@@ -34,27 +34,83 @@ BASELINES = (
     "llama-cpp-lookup",
 )
 LLAMA_SERVER = "llama-server"  # a baseline of its own, or llama-server:ARGS (the server's own options, shell-quoted)
+SERVE = (
+    "serve"  # draftwise's own server: serve (the bench's decoding options) or serve:ARGS (`draftwise serve` options)
+)
+# baselines whose ARGS run to the end of a --baseline value (their options may hold commas)
+WHOLE = (LLAMA_SERVER, SERVE)
+SERVE_RESERVED = ("--host", "--port")  # where the server listens is the bench's to choose (127.0.0.1, a free port)
+# the decoding options a bare `serve` baseline passes on from the bench (`serve_args`)
+SERVE_OPTIONS = (
+    "drafter",
+    "gamma",
+    "draft_stop",
+    "schedule",
+    "calibration",
+    "dtype",
+    "device",
+    "backend",
+    "compile",
+    "gguf_quant",
+    "llama_exact",
+    "threads",
+)
 # baselines that run one sequence at a time and do not use the point's drafter or γ (once per temperature in a grid)
 PLAIN_BATCH1 = ("hf-generate", "llama-cpp")
 
 
-def llama_server_args(baseline: str) -> list[str] | None:
-    """The extra llama-server arguments of a `llama-server[:ARGS]` baseline (shlex-split), None for other baselines."""
-    if baseline != LLAMA_SERVER and not baseline.startswith(LLAMA_SERVER + ":"):
+def _args(baseline: str, head: str) -> list[str] | None:
+    """The shlex-split ARGS of a `head[:ARGS]` baseline, None for other baselines."""
+    if baseline != head and not baseline.startswith(head + ":"):
         return None
     try:
         return shlex.split(baseline.partition(":")[2])
     except ValueError as e:
-        raise DraftwiseError(f"baseline {baseline!r}: cannot split its llama-server arguments ({e})") from None
+        raise DraftwiseError(f"baseline {baseline!r}: cannot split its {head} arguments ({e})") from None
+
+
+def llama_server_args(baseline: str) -> list[str] | None:
+    """The extra llama-server arguments of a `llama-server[:ARGS]` baseline (shlex-split), None for other baselines."""
+    return _args(baseline, LLAMA_SERVER)
+
+
+def serve_args(baseline: str, config: BenchConfig | None = None) -> list[str] | None:
+    """The `draftwise serve` arguments of a `serve[:ARGS]` baseline, None for other baselines: ARGS shlex-split, or for
+    a bare `serve` the options that decode as `config` does (its target, and each of `SERVE_OPTIONS` it sets away from
+    its default; [] without a config). Where the server listens is refused in one line: the bench chooses it."""
+    args = _args(baseline, SERVE)
+    if args is None:
+        return None
+    for a in args:
+        if a.split("=", 1)[0] in SERVE_RESERVED:
+            raise DraftwiseError(
+                f"baseline {baseline!r}: {a.split('=', 1)[0]} is the bench's to set (127.0.0.1, a free port); "
+                "leave it out"
+            )
+    if baseline == SERVE and config is not None:
+        args = ["--target", config.target]
+        for f in dataclasses.fields(BenchConfig):
+            value = getattr(config, f.name)
+            drafts = f.name not in ("gamma", "draft_stop") or config.drafter  # a drafter's (γ then always)
+            if (
+                f.name in SERVE_OPTIONS
+                and value not in (None, False)
+                and drafts
+                and (value != f.default or f.name == "gamma")
+            ):
+                flag = "--" + f.name.replace("_", "-")
+                args += [flag] if value is True else [flag, str(value)]
+    return args
 
 
 def split_baselines(text: str) -> tuple[str, ...]:
-    """A --baseline value: a comma list, except that from an item starting with llama-server: on, the rest is that one
-    baseline (its server arguments may hold commas: --spec-type ngram-simple,ngram-mod); '' is none."""
+    """A --baseline value: a comma list, except that from an item starting with llama-server: or serve: on, the rest is
+    that one baseline (its arguments may hold commas: --spec-type ngram-simple,ngram-mod; --drafter
+    suffix:DIR,factor=2); '' is none."""
     out: list[str] = []
     rest = text
     while rest:
-        if rest.startswith(LLAMA_SERVER + ":"):
+        if rest.startswith(tuple(head + ":" for head in WHOLE)):
             out.append(rest)
             break
         item, _, rest = rest.partition(",")
@@ -98,7 +154,8 @@ class BenchConfig:
         "comma list of ar, hf-generate, hf-assisted, hf-prompt-lookup, "
         "llama-cpp, llama-cpp-prompt-lookup, llama-cpp-lookup, llama-server or "
         "llama-server:ARGS (ARGS: the server's options, taken whole, commas "
-        "included); repeatable; '' for none",
+        "included), serve (draftwise serve with this bench's decoding options) or serve:ARGS "
+        "(draftwise serve's options, taken whole): measured through their HTTP API; repeatable; '' for none",
         flag="--baseline",
         repeat=True,
         parse=split_baselines,
@@ -157,11 +214,13 @@ class BenchConfig:
         if self.calibration is not None and self.schedule is None:
             raise DraftwiseError("calibration seeds the round scheduler: give --schedule too")
         object.__setattr__(self, "baselines", tuple(self.baselines))
-        unknown = [b for b in self.baselines if b not in BASELINES and llama_server_args(b) is None]
+        unknown = [
+            b for b in self.baselines if b not in BASELINES and llama_server_args(b) is None and serve_args(b) is None
+        ]
         if unknown:
             raise DraftwiseError(
                 f"unknown baseline {unknown[0]!r}: choose from {', '.join(BASELINES)}, "
-                f"{LLAMA_SERVER} or {LLAMA_SERVER}:ARGS"
+                f"{LLAMA_SERVER}, {LLAMA_SERVER}:ARGS, {SERVE} or {SERVE}:ARGS"
             )
         twice = [b for i, b in enumerate(self.baselines) if b in self.baselines[:i]]
         if twice:
@@ -174,8 +233,8 @@ class BenchConfig:
             raise DraftwiseError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.batch_size > 1 and (set(self.baselines) - {"ar"} or self.draft_stop):
             raise DraftwiseError(
-                "batch_size > 1 runs SD and AR only (transformers' and llama.cpp's baselines decode one "
-                "sequence at a time; adaptive lookahead is batch-1)"
+                "batch_size > 1 runs SD and AR only (transformers', llama.cpp's and the servers' baselines "
+                "decode one sequence at a time; adaptive lookahead is batch-1)"
             )
         if self.synthetic_alpha is not None:
             if not 0 <= self.synthetic_alpha <= 1:
@@ -204,8 +263,9 @@ class BenchConfig:
 class BenchGridConfig:
     """`draftwise bench` over a grid: drafters × γ × temperatures × batch sizes, each other setting from `bench`.
     An empty axis keeps `bench`'s value. Baselines run once per (temperature, batch size); hf-assisted (model drafters),
-    hf-prompt-lookup and llama-cpp-prompt-lookup per point, as they use the point's drafter and γ; the transformers
-    and llama.cpp baselines at batch size 1 only (they decode one sequence at a time)."""
+    hf-prompt-lookup, llama-cpp-prompt-lookup and a bare `serve` per point, as they use the point's drafter and γ; the
+    transformers, llama.cpp and server baselines (llama-server[:ARGS], serve:ARGS) at batch size 1 only (they decode
+    one sequence at a time)."""
 
     bench: BenchConfig = internal(BenchConfig(drafter="layers:0"), "bench: its own flags")
     drafters: tuple[str, ...] = internal((), "bench: --drafter given more than once")
@@ -258,6 +318,14 @@ class BenchGridConfig:
             raise DraftwiseError("scheduled names drafters of the grid, and needs bench.schedule (a profile folder)")
         self.points()  # every point must be a valid BenchConfig
 
+    @staticmethod
+    def _plain(baseline: str, drafters: bool) -> bool:
+        """Whether a batch-1 baseline runs in the grid's baseline points (once per temperature): transformers' and
+        llama.cpp's plain decoding, llama-server[:ARGS], serve:ARGS, and a bare `serve` when there is no drafter (with
+        drafters it serves each SD point's drafter and γ, in that point)."""
+        named = llama_server_args(baseline) is not None or baseline.startswith(SERVE + ":")
+        return baseline in PLAIN_BATCH1 or named or baseline == SERVE and not drafters
+
     def runtimes(self) -> list[str | None]:
         """The runtime name of each point of `points()`: None for the grid's own, then the rows' names."""
         return [None] * (len(self.points()) - len(self.rows)) + list(self.row_names)
@@ -270,7 +338,7 @@ class BenchGridConfig:
         temps, sizes = self.temperatures or (b.temperature,), self.batch_sizes or (b.batch_size,)
 
         def per_point(drafter: str, n: int) -> tuple[str, ...]:  # those that suit the drafter's kind: `specs.points`
-            own = ("hf-assisted", "hf-prompt-lookup", "llama-cpp-prompt-lookup", "llama-cpp-lookup")
+            own = ("hf-assisted", "hf-prompt-lookup", "llama-cpp-prompt-lookup", "llama-cpp-lookup", SERVE)
             return tuple(x for x in b.baselines if x in own and n == 1)
 
         pairs = (
@@ -294,11 +362,7 @@ class BenchGridConfig:
         base = []
         for t in temps:
             for n in sizes:  # transformers' and llama.cpp's baselines are batch-1: at B > 1 only AR runs beside SD
-                names = tuple(
-                    x
-                    for x in b.baselines
-                    if x == "ar" or n == 1 and (x in PLAIN_BATCH1 or llama_server_args(x) is not None)
-                )
+                names = tuple(x for x in b.baselines if x == "ar" or n == 1 and self._plain(x, bool(drafters)))
                 if names:
                     base.append(
                         dataclasses.replace(

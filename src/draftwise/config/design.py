@@ -93,6 +93,11 @@ class DesignConfig:
     llama_server: str | None = opt(
         None, "the llama-server binary of the llama.cpp rows (default: PATH, then .venv/bin)"
     )
+    serve: bool = opt(
+        True,
+        "do not measure the answer's deploy command through draftwise serve's HTTP API (beside llama-server's plain "
+        "decoding) after the export",
+    )
     seed: int = opt_seed()
     dtype: str = opt_dtype()
     device: str = opt_device()

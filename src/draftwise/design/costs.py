@@ -27,6 +27,7 @@ FAMILY = {
     "profile@": "llama.cpp",
     "tune-lookup@": "llama.cpp",
     "bench-fastest": "bench",
+    "bench-serve": "bench",
     "bench-select@lean": "bench",
     "profile@lean": "profile",
     "tune-lookup@lean": "tune",
@@ -46,6 +47,8 @@ class Outline:
     chosen_model: bool = False  # the chosen drafter is a model (reduced heads follow)
     trained_control: bool = True  # the trained count includes the deep-narrow control (`control` drops it)
     built: bool = False  # the candidates are known: `training` and `control` no longer change anything
+    serve: bool = True  # the deploy command is measured through `draftwise serve` (`served`; False once settled)
+    serve_token_s: float | None = None  # its seconds per new token, served and llama-server's, from the last grid
 
     @classmethod
     def of(cls, config: DesignConfig) -> Outline:
@@ -190,8 +193,23 @@ def _finishing(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) ->
         out.append(Item("accuracy", 1, 9.2 * s.accuracy_items * 2 * (1 + n.cands)))
     if o.chosen_model and "reduced-heads" not in d:
         out.append(Item("reduced-heads", 1, 400 + 1.3 * tok * s.headline_limit * (4 + len(c.draft_vocabs))))
+    if o.serve and "serve" not in d:
+        out.append(_serve(o, s, tok))
     out.append(Item("finish", 1, 450 if o.chosen_model else 150))  # export (a model drafter's files) and report
     return out
+
+
+SERVE_START_S = 10.0  # `draftwise serve` and llama-server started (imports, the target loaded and warmed), both
+
+
+def _serve(o: Outline, s: Sizes, tok: int) -> Item:
+    """The deploy command through `draftwise serve` beside llama-server's plain decoding (`served`): the headline's
+    prompts and one warm-up each, at the seconds per token the last grid measured once it has (before it: about an AR
+    step served and half of one for llama-server), plus the servers' start."""
+    tokens = tok * (s.headline_limit + 1)
+    if o.serve_token_s is None:
+        return Item("bench-serve", 1, 100 + 1.5 * tokens, SERVE_START_S)
+    return Item("bench-serve", 1, 100, SERVE_START_S + o.serve_token_s * tokens)
 
 
 def kind_of(stage: str) -> str | None:
@@ -227,6 +245,7 @@ def kind_of(stage: str) -> str | None:
         "bench-headline",
         "accuracy",
         "bench-fastest",
+        "bench-serve",
         "quality",
     }
     return stage if stage in known else None

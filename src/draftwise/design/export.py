@@ -15,6 +15,7 @@ from ..models import layer_subset, parse_layers, read_weights, save_checkpoint
 from ..models.source import resolve
 from ..sd import calibrate, families
 from ..sd.families import drafter_kind
+from . import deploy
 from .fastest import lean_name, versus
 from .verdict import sentence
 
@@ -143,22 +144,26 @@ folder to `--schedule`.
 """
 
 
-def export_schedule(pipeline, out: Path, spec: str, gamma: int, chosen: bool) -> None:
-    """The scheduler's inputs beside a lookup drafter: the profile's batch-1 verify curve and machine stamp (not its
-    drafter entries, which name the run's folders), and the calibration with its drafters by their short label."""
+def copy_schedule(profile: Path, calibration: Path, dest: Path) -> None:
+    """The scheduler's inputs in `dest`: a profile folder's batch-1 verify curve and machine stamp (not its drafter
+    entries, which name the run's folders), and a calibration folder's table with its drafters by their short label."""
     from ..stages.bench_grid import label
 
-    dest = out / "schedule"
     dest.mkdir(parents=True, exist_ok=True)
-    profile = json.loads((pipeline.folder("profile") / "profile.json").read_text())
-    entry = profile["batches"]["1"]
+    saved = json.loads((profile / "profile.json").read_text())
+    entry = saved["batches"]["1"]
     curve = {k: entry[k] for k in ("ar_step_ms", "verify_ms", "verify_over_ar_step")}
     (dest / "profile.json").write_text(
-        json.dumps({"machine": profile["machine"], "batches": {"1": curve}}, indent=1) + "\n"
+        json.dumps({"machine": saved["machine"], "batches": {"1": curve}}, indent=1) + "\n"
     )
-    calibration = json.loads((pipeline.folder("calibrate-lookup") / calibrate.FILE).read_text())
-    calibration["drafters"] = {label(s, 200): g for s, g in calibration["drafters"].items()}
-    (dest / calibrate.FILE).write_text(json.dumps(calibration) + "\n")
+    table = json.loads((calibration / calibrate.FILE).read_text())
+    table["drafters"] = {label(s, 200): g for s, g in table["drafters"].items()}
+    (dest / calibrate.FILE).write_text(json.dumps(table) + "\n")
+
+
+def export_schedule(pipeline, out: Path, spec: str, gamma: int, chosen: bool) -> None:
+    """The scheduler's inputs beside a lookup drafter (`copy_schedule`: the design's profile and calibration)."""
+    copy_schedule(pipeline.folder("profile"), pipeline.folder("calibrate-lookup"), out / "schedule")
     with open(out / "README.md", "a") as f:
         f.write(
             SCHEDULE.format(
@@ -193,6 +198,7 @@ def export(pipeline, target, verdict: dict, final: dict | None = None) -> Path |
     out = top if verdict["recommend"] else top / f"not-recommended-{name}"
     out.mkdir(parents=True, exist_ok=True)
     ckpt = export_parts(pipeline, target, out, spec, name, gamma, verdict.get("method", "sd") != "sd")
+    saved = serve_json(pipeline, top, verdict)
     if verdict["recommend"]:
         readme = out / "README.md"
         readme.write_text(
@@ -205,7 +211,20 @@ def export(pipeline, target, verdict: dict, final: dict | None = None) -> Path |
             f"{against}\n\nPlain decoding is at least as fast on this engine. What the design built for its best "
             f"candidate is kept, for reference only, in `{out.name}/`.\n"
         )
+    with open(top / "README.md", "a") as f:  # the engine's verdict served (`deploy`), from this folder
+        c, model = pipeline.config, target_spec(pipeline)
+        args, same = deploy.command(".", model, c.threads, c.device), deploy.explicit(saved, ".", c.threads, c.device)
+        f.write("\nDeploy this engine's verdict (from this folder): " + deploy.block(args, same, model))
     return ckpt
+
+
+def serve_json(pipeline, top: Path, verdict: dict) -> dict:
+    """serve.json in export/ (`deploy`): the engine at the design's precision with its verdict's drafter, γ and
+    schedule (the files `export_parts` wrote), or plain decoding when its verdict is plain decoding."""
+    spec = deploy.local_drafter(verdict["spec"], top) if verdict["recommend"] else None
+    scheduled = verdict.get("method", "sd") != "sd" and (top / "schedule").is_dir()
+    saved = deploy.options(target_spec(pipeline), pipeline.config.dtype, spec, verdict["gamma"], scheduled, None)
+    return deploy.write(top, saved)
 
 
 def export_parts(pipeline, target, out: Path, spec: str, name: str, gamma: int, scheduled: bool = False) -> Path | None:

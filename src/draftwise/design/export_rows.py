@@ -16,10 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from ..config.serve import SERVE_FILE
 from ..models.llamacpp_load import written
-from ..sd.families import family_of, hybrid
-from . import fastest, row_verdict, rows
-from .export import local_lookup, relocated
+from ..sd.families import family_of
+from . import deploy, fastest, row_verdict, rows
+from .export import copy_schedule, local_lookup
 
 SERVER = """llama-server (measured here: {measured}):
 ```
@@ -47,7 +48,7 @@ out = llm.create_completion("Hello", max_tokens=128, temperature=0)
 """
 
 
-LEAN = """draftwise at {precision} (run from this folder; measured here: {measured}):
+LEAN = """Re-measure it with draftwise bench at {precision} (run from this folder; measured here: {measured}):
 ```
 {command}
 ```
@@ -71,20 +72,35 @@ def export_rows(
         folder = EXPORTS[rows.kind_of(v)].folder(top, v, config, spec, final)
         lines.append(f"- `{folder.relative_to(top)}/`: {row_verdict.sentence(v)}{_versus(final, v)}")
     readme = top / "README.md"
-    head = (
-        fastest.readme_header(final, verdicts or {}, spec, config.threads, quality, _how(final, verdicts, spec))
-        if final
-        else ""
-    )
+    how = _how(top, final, verdicts, spec, config)
+    head = fastest.readme_header(final, verdicts or {}, spec, config.threads, quality, how) if final else ""
     readme.write_text(head + readme.read_text() + ("\n".join(lines) + "\n" if verdicts_done else ""))
 
 
-def _how(final: dict | None, verdicts: dict[str, dict] | None, target_spec: str) -> str | None:
-    """The command of the design's answer when its row's kind runs it in draftwise (a lean row: its corpus under
-    engines/<row>/)."""
-    v = (verdicts or {}).get(final["runtime"]) if final and final["recommend"] else None
-    command = EXPORTS[rows.kind_of(v)].command if v is not None else None
-    return f"`{command(v, target_spec, 'engines/' + v['engine'] + '/')}`" if command else None
+def _how(top: Path, final: dict | None, verdicts: dict[str, dict] | None, target_spec: str, config) -> str | None:
+    """How to run the design's answer. On the draftwise engine: `draftwise serve` (`deploy`) — the export folder of
+    its runtime (serve.json: the method as measured), or plain decoding at its precision — with the figure `served`
+    measures, and the bench command that re-measures it. Elsewhere `fastest.deploy_command`, saying that the serve
+    command does not apply."""
+    if not final:
+        return None
+    runtime, threads = final["runtime"], config.threads
+    device = getattr(config, "device", "cpu") if runtime == fastest.lean_name(config) else "cpu"  # rows: the CPU
+    if not runtime.startswith("lean-"):
+        return (
+            fastest.deploy_command(final, (verdicts or {}).get(runtime), target_spec, threads)
+            + " (`draftwise serve` does not apply: the answer does not run on the draftwise engine)"
+        )
+    dtype = runtime.removeprefix("lean-")
+    if not final["recommend"]:
+        bench = f"draftwise bench --target {target_spec} --dtype {dtype} --baseline ar"
+        return deploy.block(deploy.plain(target_spec, dtype, threads, device), None, target_spec, bench, pending=True)
+    where = "." if runtime == fastest.lean_name(config) else f"engines/{runtime}"
+    saved = json.loads((top / where / SERVE_FILE).read_text())
+    v = (verdicts or {}).get(runtime)
+    bench = lean_command(v, target_spec, where + "/") if v and where != "." else None  # the top folder's says below
+    args, same = deploy.command(where, target_spec, threads, device), deploy.explicit(saved, where, threads, device)
+    return deploy.block(args, same, target_spec, bench, pending=True)
 
 
 def _versus(final: dict | None, v: dict) -> str:
@@ -133,43 +149,53 @@ def _verdict_json(out: Path, v: dict) -> None:
 
 
 def lean_command(v: dict, target_spec: str, folder: str = "") -> str:
-    """The draftwise command a lean row's verdict runs; `folder`: where its lookup corpus lies, relative to the
-    command's folder. A checkpoint of the run folder is named, not located (the export names no path of this
-    machine)."""
+    """The draftwise bench command that measures a lean row's verdict; `folder`: where its files lie (`deploy`'s
+    layout: a lookup's corpus, a model drafter's checkpoint in `drafter/`, a hybrid's lookup part in `lookup/`),
+    relative to the command's folder."""
     if not v["recommend"]:
         return f"draftwise bench --target {target_spec} --dtype {v['dtype']} --baseline ar"
-    if v["kind"] == "lookup":
-        local = relocated(v["spec"], folder)
-    elif v["kind"] == "model":
-        local = "<the drafter checkpoint>"
-    else:
-        local = hybrid.compose("<the drafter checkpoint>", hybrid.split(v["spec"])[1])
+    local = deploy.local_drafter(v["spec"], None).replace(deploy.PLACEHOLDER + "/", folder)
     return f"draftwise bench --target {target_spec} --dtype {v['dtype']} --drafter '{local}' --gamma {v['gamma']}"
 
 
 def export_lean_row(top: Path, v: dict, config, target_spec: str, final: dict | None = None) -> Path:
-    """A lean row's folder: the draftwise command at the row's precision (its lookup corpus copied beside it)."""
+    """A lean row's folder: serve.json and the `draftwise serve` command that deploys its verdict (the drafter's files
+    copied beside them, `deploy`), and the bench command that re-measures it at the row's precision."""
     out = top / "engines" / v["engine"]
     out.mkdir(parents=True, exist_ok=True)
-    if v["kind"] == "lookup" and v["recommend"]:
-        local_lookup(v["spec"], out)  # the corpus beside the README
+    saved = deploy.write(out, _serve_options(top, out, v, target_spec))
     measured = (
         _measured({"speedup": v["speedup"], "tokens_per_s": v["tokens_per_s"]}, "its plain decoding")
         if v["recommend"]
         else f"{v['ar_tokens_per_s']:.1f} tokens/s"
     )
+    answer = bool(final) and final["recommend"] and final["runtime"] == v["engine"]  # `served` measures this folder's
+    args, same = deploy.command(".", target_spec, config.threads), deploy.explicit(saved, ".", config.threads)
     parts = [
         *_head(v, final),
+        "Deploy (from this folder): " + deploy.block(args, same, target_spec, pending=answer),
         LEAN.format(precision=v["dtype"], measured=measured, command=lean_command(v, target_spec)),
     ]
-    if v["kind"] != "lookup" and v["recommend"]:
+    if v["kind"] != "lookup" and v["recommend"] and not v["spec"].startswith("layers:"):
         parts.append(
-            f"The drafter checkpoint is the design's `{v['drafter']}` (`export/drafter/` when the design's "
-            "verdict chose it); draftwise quantizes it to the same precision when it loads it.\n"
+            f"`drafter/` is the design's `{v['drafter']}` checkpoint; draftwise quantizes it to the same precision "
+            "when it loads it.\n"
         )
     (out / "README.md").write_text("\n".join(parts))
     _verdict_json(out, v)
     return out
+
+
+def _serve_options(top: Path, out: Path, v: dict, target_spec: str) -> dict:
+    """A lean row's serve.json: its verdict's drafter and γ (files copied into `out`), and the round scheduler's inputs
+    — this engine's verify curve and the design's calibration, from the design folder's stages/ beside export/ —
+    when its method is scheduled; plain decoding when its verdict is."""
+    scheduled = v["recommend"] and v.get("method", "sd") != "sd"
+    if scheduled:
+        stages = top.parent / "stages"
+        copy_schedule(stages / f"profile@{v['engine']}", stages / "calibrate-lookup", out / "schedule")
+    spec = deploy.local_drafter(v["spec"], out) if v["recommend"] else None
+    return deploy.options(target_spec, v["dtype"], spec, v["gamma"], scheduled, "lean")
 
 
 def export_row(top: Path, v: dict, config, target_spec: str, final: dict | None = None) -> Path:

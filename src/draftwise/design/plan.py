@@ -37,6 +37,7 @@ PRIOR_S = 30.0  # the weight of the prior in a correction, in seconds of predict
 DROPS = (
     "repeats",
     "accuracy",
+    "serve",
     "batch",
     "gen-data-more",
     "headline",
@@ -63,6 +64,7 @@ DECIDED = {
     "extra-rows": "rows",
     "lean-int8": "rows",
     "accuracy": "accuracy",
+    "serve": "serve",
     "reduced-heads": "reduced-heads",
 }
 

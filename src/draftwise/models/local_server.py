@@ -5,7 +5,9 @@ draftwise's own (`served.DraftwiseServer`), each a `LocalServer` that gives its 
 one given: a temporary file, removed on close unless an error names it), and waits for `GET /health` to answer 200.
 `close()` (or leaving the `with` block) stops it: SIGTERM, wait, kill. A finaliser and, on Linux, a parent-death
 signal stop it too when the caller never closes it or dies. `post(path, body)` sends one JSON request and turns
-every failure into a one-line `DraftwiseError` that names the log.
+every failure into a one-line `DraftwiseError` that names the log. `stream_completion(server, body)` streams one
+OpenAI `/v1/completions` request from either server (the load test's client), an error answer raised as `Refused`
+with its status and Retry-After.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import time
 import urllib.error
 import urllib.request
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DraftwiseError
@@ -179,6 +182,90 @@ class LocalServer:
     def post(self, path: str, body: dict) -> dict:
         with self.open(path, body) as r:
             return json.loads(r.read())
+
+
+class Refused(DraftwiseError):
+    """An HTTP error answer: its status, its message and, when the server gave one, Retry-After in seconds (a 503
+    from a full queue)."""
+
+    def __init__(self, name: str, status: int, message: str, retry_after: float | None):
+        super().__init__(f"{name} answered {status}: {message}")
+        self.status, self.retry_after = status, retry_after
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    """One streamed `/v1/completions` answer as the client saw it. `token_ids`: the ids the events carried (draftwise
+    serve with `return_token_ids`; llama-server's OpenAI stream carries text only); `usage`: the final event's
+    (completion_tokens, prompt_tokens), `{}` when none; `extra`: the final event's other fields (llama-server's
+    `timings`, draftwise's `draftwise`); `first_token_s`: request sent to the first event with text or ids."""
+
+    token_ids: list[int]
+    usage: dict
+    extra: dict
+    first_token_s: float | None
+    wall_s: float
+    finish_reason: str
+    events: int
+
+    @property
+    def new_tokens(self) -> int | None:
+        """The new tokens' count: the ids received, else the server's usage, else None."""
+        if self.token_ids:
+            return len(self.token_ids)
+        return self.usage.get("completion_tokens")
+
+
+def stream_completion(server: LocalServer, body: dict, timeout: float | None = None) -> StreamResult:
+    """POST `body` to `server`'s OpenAI-compatible `/v1/completions` with `stream: true` and read its server-sent
+    events to `data: [DONE]`; works for draftwise serve and llama-server alike. An HTTP error answer raises `Refused`
+    (status, Retry-After); an error event, a connection that breaks or an answer not complete within `timeout`
+    seconds (default: the server's request timeout) raises a one-line `DraftwiseError`."""
+    timeout = timeout or server.request_timeout
+    request = urllib.request.Request(
+        server.url + "/v1/completions",
+        json.dumps({**body, "stream": True}).encode(),
+        {"Content-Type": "application/json"},
+    )
+    ids, usage, extra, first, finish, events = [], {}, {}, None, "", 0
+    start = time.perf_counter()
+    try:
+        with server._http.open(request, timeout=timeout) as r:
+            for line in r:
+                if time.perf_counter() - start > timeout:
+                    raise DraftwiseError(f"{server.name} gave no complete answer within {timeout:g} s")
+                if not line.startswith(b"data: "):
+                    continue
+                if line.strip() == b"data: [DONE]":
+                    break
+                try:
+                    event, events = json.loads(line[6:]), events + 1
+                except ValueError:
+                    raise DraftwiseError(f"{server.name} sent an event that is not JSON: {line[:80]!r}") from None
+                if "error" in event:
+                    raise DraftwiseError(f"{server.name} failed the request: {event['error'].get('message')}")
+                for c in event.get("choices") or []:
+                    if first is None and (c.get("token_ids") or c.get("text")):
+                        first = time.perf_counter() - start
+                    ids += c.get("token_ids") or []
+                    finish = c.get("finish_reason") or finish
+                usage = event.get("usage") or usage
+                extra.update({k: v for k, v in event.items() if k in ("timings", "draftwise")})
+            else:
+                raise server.failure(EOFError("the stream ended before data: [DONE]"))
+    except urllib.error.HTTPError as e:
+        retry = e.headers.get("Retry-After") if e.headers else None
+        raise Refused(server.name, e.code, _error_message(e), float(retry) if _number(retry) else None) from None
+    except (urllib.error.URLError, OSError) as e:
+        raise server.failure(e) from None
+    return StreamResult(ids, usage, extra, first, time.perf_counter() - start, finish, events)
+
+
+def _number(text: str | None) -> bool:
+    try:
+        return text is not None and float(text) >= 0
+    except ValueError:
+        return False
 
 
 def _free_port() -> int:

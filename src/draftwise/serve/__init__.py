@@ -7,18 +7,18 @@ llama-cpp-python's server use) decoding with one drafter on one engine — the d
   text.py      tokens to text as they arrive, with stop strings
   metrics.py   the Prometheus counters
 
-The server binds 127.0.0.1 unless told otherwise, loads and warms the models before it listens, and drains on
-SIGTERM: uvicorn stops taking connections and waits for the open requests (queued ones included), then the worker
-stops.
+The server binds 127.0.0.1 unless told otherwise, loads and warms the models before it listens, decodes on the main
+thread with uvicorn beside it, and drains on SIGTERM: uvicorn stops taking connections and waits for the open requests
+(queued ones included), then the engine stops.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import signal
 import socket
 import sys
+import threading
 
 import torch
 import uvicorn
@@ -76,6 +76,9 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def run(config: ServeConfig) -> None:
+    """Serve until SIGTERM or Ctrl-C: uvicorn on a thread, the engine on this (the main) thread, where its kernels
+    run at full speed (`engine`). A signal makes uvicorn stop taking connections and drain the open requests (queued
+    ones included, which the engine goes on decoding); then the engine stops and the process exits 0."""
     logging.basicConfig(level=logging.INFO, format="draftwise serve: %(message)s", stream=sys.stderr)
     config = from_export(config)
     served = build(config)
@@ -84,18 +87,15 @@ def run(config: ServeConfig) -> None:
     what = f"drafter {config.drafter}, γ {config.gamma}" if served.engine.drafter else "plain decoding (AR)"
     print(f"draftwise serve: {served.name!r} ({what}) on http://{host}:{port}", flush=True)
     app = create_app(served)
-    Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=None)).run([sock])
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=None))
 
+    def drain(sig, frame):  # a second signal stops at once, as uvicorn's own handler does
+        server.force_exit, server.should_exit = server.should_exit, True
 
-class Server(uvicorn.Server):
-    """uvicorn's server, with its signal handling kept but the signal not raised again once drained: uvicorn re-raises
-    SIGTERM after a graceful shutdown, so a clean drain would end with status -15 instead of 0."""
-
-    @contextlib.contextmanager
-    def capture_signals(self):
-        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, drain)
+    http = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="draftwise-http")
+    http.start()
+    threading.Thread(target=lambda: (http.join(), served.engine.stop()), daemon=True).start()
+    served.engine.work()
+    http.join()

@@ -93,9 +93,12 @@ class Served:
         room = self.context - prompt_tokens
         if room < 1:
             raise ApiError(
-                400, f"the prompt has {prompt_tokens} tokens, past this model's context of {self.context}", "prompt"
+                400,
+                f"the prompt has {prompt_tokens} tokens, past this model's context of {self.context}",
+                param="prompt",
             )
-        asked = getattr(req, "max_completion_tokens", None) or req.max_tokens
+        asked = getattr(req, "max_completion_tokens", None)
+        asked = req.max_tokens if asked is None else asked  # (not `or`: a max_completion_tokens of 0 is refused)
         if asked is None:
             return room if isinstance(req, ChatRequest) else min(DEFAULT_COMPLETION_TOKENS, room)
         if asked < 1:
@@ -141,15 +144,20 @@ class Served:
         return JSONResponse(await self.whole(job, req, chat, rid, request))
 
     async def whole(self, job: Job, req, chat: bool, rid: str, request: Request) -> dict:
-        text = []
+        text, loop = [], asyncio.get_running_loop()
+        checked = loop.time()
         while True:
             try:
                 event = await asyncio.wait_for(job.events.get(), POLL_S)
             except TimeoutError:
+                event = None
+            if event is None or loop.time() - checked >= POLL_S:  # every POLL_S, tokens arriving or not
+                checked = loop.time()
                 if await request.is_disconnected():
                     job.cancel()
                     log.info("client left: generation cancelled")
-                    raise ApiError(499, "client closed the request") from None
+                    raise ApiError(499, "client closed the request")
+            if event is None:
                 continue
             if isinstance(event, Failed):
                 raise ApiError(500, event.message, type="server_error")
@@ -225,11 +233,9 @@ def stats(gen) -> dict:
 def create_app(served: Served) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app):
-        served.engine.start()
         log.info("ready")
         yield
-        served.engine.close()  # uvicorn has drained the open requests; the worker ends after the queued ones
-        log.info("stopped")
+        log.info("stopped taking requests")
 
     app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 

@@ -1,13 +1,19 @@
-"""The server's decoding: one worker thread owns the models and decodes queued requests one at a time.
+"""The server's decoding: the models, and a loop that decodes queued requests one at a time.
 
-Why one at a time: on the CPUs draftwise targets, the engine's lean kernels already use every core for one sequence,
-and SD's verify pass is what turns spare width into tokens; a request's γ+1-token pass is the batching that pays
-(see the load test in docs/results.md for what concurrent clients get). The queue is bounded: past `max_queue`
-waiting requests `submit` raises `Busy` and the server answers 503 with Retry-After.
+Where it runs: `work()` is the loop, and `draftwise serve` runs it on the process's main thread, with uvicorn's event
+loop on a thread beside it. Measured here: the engine's OpenMP kernels decode at about half speed when called from any
+thread but the main one (lean int8, 96 tokens: ~60 tokens/s on a worker thread against ~125 on the main thread, with an
+idle asyncio loop beside it or not), while torch's own ops are not affected. `start()` runs the same loop on a thread,
+for embedding the server where the main thread is taken (the tests do).
 
-A `Job` crosses threads: the HTTP side makes it and reads its events from an asyncio queue; the worker decodes it and
+Why one request at a time: on the CPUs draftwise targets, the lean kernels already use every core for one sequence,
+and SD's verify pass is what turns spare width into tokens; the batched engine measured slower in aggregate (see
+docs/serve.md). The queue is bounded: past `max_queue` waiting requests `submit` raises `Busy` and the server answers
+503 with Retry-After.
+
+A `Job` crosses threads: the HTTP side makes it and reads its events from an asyncio queue; the engine decodes it and
 posts events into that queue through the event loop (`call_soon_threadsafe`). Cancelling (a client that left) sets a
-flag the worker reads after each round: the generation ends there and the worker takes the next job.
+flag the engine reads after each round: the generation ends there and the engine takes the next job.
 """
 
 from __future__ import annotations
@@ -80,18 +86,21 @@ class Job:
 
 
 class Engine:
-    """The models and the worker thread that decodes `Job`s; `start()`, `submit(job)`, `close()`."""
+    """The models and the loop that decodes `Job`s: `work()` on the calling thread (or `start()` on a new one),
+    `submit(job)` from any thread, `stop()` once no more jobs will come."""
 
     def __init__(self, target, drafter, gamma: int, draft_stop: float, scheduler, max_queue: int, metrics):
         self.target, self.drafter, self.gamma, self.draft_stop = target, drafter, gamma, draft_stop
         self.scheduler, self.max_queue, self.metrics = scheduler, max_queue, metrics
         self.jobs: queue.Queue = queue.Queue()
         self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self._work, name="draftwise-decode", daemon=True)
+        self.thread: threading.Thread | None = None
         self.recent_s = 1.0  # the last request's decode seconds: what Retry-After is guessed from
         self.outstanding = 0  # queued + being decoded
 
     def start(self) -> None:
+        """`work()` on a thread of its own (about half speed: see the module docstring)."""
+        self.thread = threading.Thread(target=self.work, name="draftwise-decode", daemon=True)
         self.thread.start()
 
     def submit(self, job: Job) -> None:
@@ -102,27 +111,31 @@ class Engine:
             self.jobs.put(job)
             self.metrics.queue_depth.set(self.jobs.qsize())
 
-    def close(self) -> None:
-        """Stop after the jobs already queued (the server has stopped taking new ones)."""
-        if self.thread.is_alive():
-            self.jobs.put(None)
+    def stop(self) -> None:
+        """`work()` returns after the jobs already queued (the server has stopped taking new ones)."""
+        self.jobs.put(None)
+        if self.thread is not None:
             self.thread.join()
 
-    def _work(self) -> None:
+    def work(self) -> None:
+        """Decode queued jobs until `stop()`."""
         torch.set_grad_enabled(False)  # a thread's autograd mode is its own
         while (job := self.jobs.get()) is not None:
             self.metrics.queue_depth.set(self.jobs.qsize())
             self.metrics.running.set(1)
+            end = None
             try:
                 if not job.cancelled.is_set():  # a client that left while queued costs nothing
-                    job.post(self._decode(job))
+                    end = self._decode(job)
             except Exception as e:  # a bug must not take the server down: the request gets a 500, the log the trace
                 log.exception("decoding failed")
-                job.post(Failed(f"decoding failed: {type(e).__name__}: {e}"))
+                end = Failed(f"decoding failed: {type(e).__name__}: {e}")
             finally:
                 self.metrics.running.set(0)
                 with self.lock:
                     self.outstanding -= 1
+            if end is not None:  # posted once it no longer counts: its client's next request finds room
+                job.post(end)
 
     def _decode(self, job: Job) -> Done:
         eos = self.target.eos_ids

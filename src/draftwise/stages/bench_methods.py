@@ -10,6 +10,7 @@ a target and a drafter. Separate from `bench`, which runs them (interleaved, war
                     `max` when it is an n-gram drafter, else transformers' default)
   llama-cpp, llama-cpp-prompt-lookup, llama-server[:ARGS]
                     llama.cpp's own decoding on the target's GGUF (see `peers`)
+  serve[:ARGS]      draftwise's own server (`draftwise serve`) through its HTTP API, client wall time (see `peers`)
 With a batch size B > 1, sd and ar decode B prompts at once (`sd.batched_sd`): one record per batch.
 """
 

@@ -7,12 +7,15 @@
                             (`sd.llama_draft.LookupDraftModel`: what the export's llama-cpp-python snippet runs)
   llama-server[:ARGS]       llama.cpp's server (`models.llama_server`), one process per baseline for the whole run,
                             started with ARGS (shell-quoted), e.g. `--spec-type ngram-mod` or `-md d.gguf`
+  serve[:ARGS]              draftwise's own server (`models.served`: `draftwise serve ARGS`, e.g. a design's
+                            `--export DIR --threads 2`; bare: the bench's own target, drafter, γ and runtime options),
+                            one process per baseline, asked through its OpenAI API, streamed: `ServeMethod`
 
-They run the target's GGUF: the file the llama.cpp backend runs, else the one a lean / transformers target names
-('default': the shipped Q4_1 file; a .gguf), else one draftwise writes at f32 from the target's HF checkpoint. So they
-sit beside either engine: beside the llama.cpp backend on the very file it runs; beside the lean engine on an f32 copy
-of an HF checkpoint (the same weights), or on the quantized file a GGUF target is (lean runs its dequantised weights,
-so greedy tokens can part at near-ties).
+llama.cpp's baselines run the target's GGUF: the file the llama.cpp backend runs, else the one a lean / transformers
+target names ('default': the shipped Q4_1 file; a .gguf), else one draftwise writes at f32 from the target's HF
+checkpoint. So they sit beside either engine: beside the llama.cpp backend on the very file it runs; beside the lean
+engine on an f32 copy of an HF checkpoint (the same weights), or on the quantized file a GGUF target is (lean runs its
+dequantised weights, so greedy tokens can part at near-ties).
 
 Each method is an object called like bench's methods, `(prompt ids, seed, max_new_tokens) -> record`, that loads or
 starts what it needs on its first call and frees it on `close()` (bench's Runner closes them in a `finally`).
@@ -36,9 +39,11 @@ import numpy as np
 import torch
 
 from ..config import BenchConfig, llama_server_args
+from ..config.bench import serve_args
 from ..errors import DraftwiseError
 from ..models import Model, llamacpp_load
 from ..models.llama_server import LlamaServer, find_binary
+from ..models.served import DraftwiseServer
 
 PEERS = ("llama-cpp", "llama-cpp-prompt-lookup", "llama-cpp-lookup")
 LLAMA_CPP_LOOKUP_NGRAM = 2  # LlamaPromptLookupDecoding's default max_ngram_size
@@ -161,6 +166,13 @@ class LlamaCppMethod:
             self.llm = None
 
 
+def _log(log_dir: Path | None, name: str) -> Path | None:
+    """A server baseline's log file in the run folder, named after the baseline (None: a temporary file)."""
+    if log_dir is None:
+        return None
+    return Path(log_dir) / (re.sub(r"[^A-Za-z0-9._=-]+", "_", name).strip("_")[:80] + ".log")
+
+
 class ServerMethod:
     """One llama-server for a `llama-server[:ARGS]` baseline, asked for each completion."""
 
@@ -168,9 +180,6 @@ class ServerMethod:
         self, name: str, gguf: Path, config: BenchConfig, eos: frozenset[int], n_ctx: int, log_dir: Path | None
     ):
         self.config, self.eos = config, eos
-        log = None
-        if log_dir is not None:
-            log = Path(log_dir) / (re.sub(r"[^A-Za-z0-9._=-]+", "_", name).strip("_")[:80] + ".log")
         find_binary(config.llama_server)  # a missing binary is reported before anything is benchmarked
         self.server = LlamaServer(
             gguf,
@@ -178,7 +187,7 @@ class ServerMethod:
             n_ctx=n_ctx,
             args=llama_server_args(name),
             binary=config.llama_server,
-            log=log,
+            log=_log(log_dir, name),
         )
 
     def __call__(self, ids: list[int], seed: int, max_new_tokens: int | None = None) -> dict:
@@ -200,6 +209,47 @@ class ServerMethod:
         self.server.close()
 
 
+class ServeMethod:
+    """One `draftwise serve` process for a `serve[:ARGS]` baseline (the deploy command of a design's verdict, or any
+    serve command line), started on the first call and stopped on `close()`, asked for each completion the way an
+    application asks it: `/v1/completions` with the prompt's token ids, streamed (server-sent events).
+
+    `seconds` is the client's wall time through HTTP — the request sent to its last event, the server's queue, JSON and
+    streaming included — and that is the point: the command is measured through the API applications call, not by the
+    engine's own clock. The record also keeps `wall_s` (the same), `first_token_s` (the client's time to the first
+    token), and the server's own figures for the request: `server_seconds` (its decode time, prefill included),
+    `prefill_s`, `server_rounds`, `drafted` and `accepted` (totals: a server sends no per-round records)."""
+
+    def __init__(self, name: str, config: BenchConfig, eos: frozenset[int], log_dir: Path | None):
+        self.config, self.eos = config, eos
+        self.server = DraftwiseServer(serve_args(name, config), log=_log(log_dir, name))
+
+    def __call__(self, ids: list[int], seed: int, max_new_tokens: int | None = None) -> dict:
+        max_new_tokens = max_new_tokens or self.config.max_new_tokens
+        c = self.server.complete(ids, max_new_tokens, self.config.temperature, self.config.top_p, seed)
+        if not c.stats:
+            raise DraftwiseError(
+                f"{self.server.name} sent no draftwise figures with its usage (log: {self.server.log_path})"
+            )
+        tokens = _cut(c.tokens, self.eos, max_new_tokens)
+        return {
+            "tokens": tokens,
+            "new_tokens": len(tokens),
+            "seconds": c.wall_s,
+            "wall_s": c.wall_s,
+            "first_token_s": c.first_token_s,
+            "prefill_s": c.stats["prefill_s"],
+            "server_seconds": c.stats["seconds"],
+            "server_rounds": c.stats["rounds"],
+            "drafted": c.stats["drafted"],
+            "accepted": c.stats["accepted"],
+            "finish_reason": c.finish_reason,
+        }
+
+    def close(self) -> None:
+        self.server.close()
+
+
 def build(
     name: str,
     config: BenchConfig,
@@ -209,8 +259,10 @@ def build(
     log_dir: Path | None = None,
     lookup=None,
 ):
-    """The method of baseline `name` (one of `PEERS` or llama-server[:ARGS]); `lookup_ngram` is the point's n-gram
-    drafter's max n (None when the point's drafter is not one), `lookup` the point's lookup drafter."""
+    """The method of baseline `name` (one of `PEERS`, llama-server[:ARGS] or serve[:ARGS]); `lookup_ngram` is the
+    point's n-gram drafter's max n (None when the point's drafter is not one), `lookup` the point's lookup drafter."""
+    if serve_args(name) is not None:
+        return ServeMethod(name, config, target.eos_ids, log_dir)
     gguf = target_gguf(target)
     if name == "llama-cpp":
         return LlamaCppMethod(gguf, config, target.eos_ids, n_ctx)

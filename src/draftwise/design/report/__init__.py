@@ -19,7 +19,7 @@ from ..measure import SCHEDULED as SCHEDULED_NAME
 from ..measure import limit_of
 from ..pipeline import CANDIDATES, DesignFolder
 from ..verdict import sentence
-from . import budget, charts, lookup, models, per_row, schedule
+from . import budget, charts, lookup, models, per_row, schedule, served
 from .costs import accuracy_section, time_section
 from .models import LEFT_OUT, decision_text, read_json, stage_records
 
@@ -296,6 +296,7 @@ def _answer(doc: Doc, p, f: dict) -> None:
         "The rule: " + f["rule"] + ". Each runtime's own verdict, below and under *Per runtime*, compares a method "
         "with that engine's AR. " + per_row.quality_note(p)
     )
+    served.section(doc, p)
     doc.h(f"The draftwise lean engine at {p.config.dtype}", 3)
 
 

@@ -12,6 +12,7 @@ from ..plan import DECIDED, FLOORS
 DROPPED = {
     "repeats": "re-measuring passes of tied options",
     "accuracy": "the accuracy sanity check",
+    "serve": "the deploy command measured through `draftwise serve` (HTTP)",
     "batch": "the batch dividend",
     "gen-data-more": "more gen-data for the suffix corpus",
     "headline": "the headline against transformers",

@@ -1,0 +1,162 @@
+"""The design's deploy command measured where applications meet it: through `draftwise serve`'s HTTP API.
+
+After the verdict and the export, when the design's answer runs on the draftwise engine (a lean runtime: its method,
+or its plain decoding), `bench-serve` runs the very command the export README gives — `draftwise serve --export DIR
+--threads N` (`deploy`; plain decoding: `draftwise serve --target T --dtype D`) — as a bench baseline (`serve:ARGS`)
+beside llama-server's plain decoding of the target's GGUF (the file it ships as; for a checkpoint, an f32 copy), on
+the headline prompts (spec_bench), one client asking one request at a time, interleaved prompt by prompt, after an
+untimed warm-up of each. Both are timed by the client's wall clock (request sent to the last byte): serve streamed
+(`/v1/completions`, server-sent events), llama-server answering `/completion` whole. Process start and model loading
+happen before the first request and are not timed.
+
+  served   the decision record: the command, its tokens/s and its speedup over llama-server's (a paired bootstrap over
+           prompts, `decide`) — or why nothing was measured: the answer is not on the draftwise engine (the serve
+           command does not apply), the time budget left it out (`plan`'s `serve` drop), or `--no-serve`
+
+The export READMEs carry a pending line (`deploy.PENDING`) that `annotate` replaces with the figure each time the export
+is written, so a README never shows a figure the folder's records do not hold.
+"""
+
+from __future__ import annotations
+
+import shlex
+import statistics
+from pathlib import Path
+
+from ..errors import DraftwiseError
+from ..metrics import tokens_per_s
+from ..models.llama_server import find_binary
+from ..models.llamacpp_load import gguf_file
+from ..stages import bench
+from . import decide, deploy, measure
+from .fastest import lean_name
+
+STAGE, DECISION = "bench-serve", "served"
+LEFT_OUT = "not measured: the time budget left it out"
+TURNED_OFF = "not measured: --no-serve"
+NOT_APPLICABLE = "the serve command does not apply: the design's answer does not run on the draftwise engine"
+SERVER = "llama-server"  # its plain decoding, on the target's GGUF
+
+
+def export_target(config) -> str:
+    """The target as the export's commands name it: `default`, else the placeholder a user replaces."""
+    return "default" if config.target == "default" else "<target>"
+
+
+def folder_of(config, runtime: str) -> str:
+    """A lean runtime's export folder, relative to export/: the design's own engine at its top, a lean row's under
+    engines/."""
+    return "." if runtime == lean_name(config) else f"engines/{runtime}"
+
+
+def command(p, final: dict | None, readme: bool = True) -> list[str] | None:
+    """The serve command of the design's answer, None when it does not run on the draftwise engine: as the export
+    README prints it (run from export/), or as the bench runs it (`readme=False`: the folder absolute, the target as
+    the design was given it)."""
+    runtime = final["runtime"] if final else ""
+    if not runtime.startswith("lean-"):
+        return None
+    c = p.base
+    target = export_target(c) if readme else c.target
+    device = c.device if runtime == lean_name(c) else "cpu"  # a lean row runs on the CPU (`rows`)
+    if not final["recommend"]:
+        return deploy.plain(target, runtime.removeprefix("lean-"), c.threads, device)
+    where = folder_of(c, runtime)
+    return deploy.command(where if readme else str((p.path / "export" / where).resolve()), target, c.threads, device)
+
+
+def outline(p, final: dict | None) -> dict:
+    """What the plan needs to price `bench-serve` (`costs.Outline`): whether it runs, and its seconds per new token
+    from the last grid's tokens/s (the answer's, and llama-server's plain decoding where a llama.cpp row measured it,
+    else the fastest plain decoding's)."""
+    if command(p, final) is None or not p.base.serve:
+        return {"serve": False}
+    server = [o["tokens_per_s"] for n, o in final["options"].items() if n.endswith("/" + SERVER)]
+    return {
+        "serve": True,
+        "serve_token_s": 1 / final["tokens_per_s"] + 1 / (server[:1] or [final["plain_tokens_per_s"]])[0],
+    }
+
+
+def run(p, final: dict | None) -> dict:
+    """The phase (module docstring): plan it, measure or say why not, then put the figure in the export READMEs."""
+    p.replan("serve", **outline(p, final))
+    args = command(p, final, readme=False)
+    if args is None:
+        record = p.stage(DECISION, lambda f: {"applies": False, "measured": False, "why": NOT_APPLICABLE})
+    elif not p.base.serve or p.dropped("serve"):
+        why = TURNED_OFF if not p.base.serve else LEFT_OUT
+        record = p.stage(DECISION, lambda f: {"applies": True, "measured": False, "why": why})
+    else:
+        baseline = "serve:" + shlex.join(args[2:])
+        measure_command(p, baseline)
+        readme = deploy.join(command(p, final))
+        record = p.stage(DECISION, lambda f: decide_served(p, baseline, readme))
+    p.know(serve=False)  # settled: later plans no longer price it
+    annotate(p.path / "export", record)
+    return record
+
+
+def measure_command(p, baseline: str) -> None:
+    """`bench-serve`: the command and llama-server's plain decoding on the headline prompts, one client, interleaved."""
+    try:
+        find_binary(p.base.llama_server)
+        peers = (baseline, SERVER)
+    except DraftwiseError:  # no llama-server on this machine: the command alone
+        peers = (baseline,)
+    config = measure.base_config(
+        p, None, 1, p.config.headline_limit, suite="spec_bench", baselines=peers, llama_server=p.base.llama_server
+    )
+    p.stage(STAGE, lambda f: bench.run(config, f, p.executor), command=baseline)
+
+
+def decide_served(p, baseline: str, readme: str) -> dict:
+    """The decision record from `bench-serve`'s records: client wall tokens/s of each, the command over llama-server."""
+    records = measure.records(p, [STAGE])
+    served = [r for r in records if r["method"] == baseline]
+    server = [r for r in records if r["method"] == SERVER]
+    wall = [{**r, "seconds": r["wall_s"]} for r in server]
+    per_prompt = lambda rs: decide.timings(rs, lambda r: None)[None]  # noqa: E731
+    over = decide.compare({"serve": per_prompt(served)}, per_prompt(wall), p.config.seed) if server else None
+    own = gguf_file(p.base.target)
+    return {
+        "applies": True,
+        "measured": True,
+        "command": readme,
+        "prompts": len(served),
+        "tokens_per_s": tokens_per_s(served),
+        "first_token_ms": 1e3 * statistics.median(r["first_token_s"] for r in served),
+        "server_tokens_per_s": tokens_per_s({**r, "seconds": r["server_seconds"]} for r in served),
+        "drafted": sum(r["drafted"] for r in served),
+        "accepted": sum(r["accepted"] for r in served),
+        "llama_server": {
+            "tokens_per_s": tokens_per_s(wall),
+            "file": own.name if own else "an f32 GGUF of the target's checkpoint",
+        }
+        if server
+        else None,
+        "over_llama_server": over["speedup"]["serve"] if over else None,
+    }
+
+
+def sentence(record: dict) -> str:
+    """The served figure in one line (the READMEs' and the report's)."""
+    head = "Through `draftwise serve` (HTTP, streamed, client wall time)"
+    if not record.get("measured"):
+        return f"{head}: {record['why']}."
+    figure = f"{head}: {record['tokens_per_s']:.1f} tokens/s"
+    s = record.get("llama_server")
+    if not s:
+        return f"{figure} over {record['prompts']} prompts (no llama-server on this machine to measure beside it)."
+    pt, lo, hi = record["over_llama_server"]
+    return (
+        f"{figure}, {pt:.2f}× llama-server's plain decoding under the same client [95 % {lo:.2f}–{hi:.2f}] "
+        f"({s['tokens_per_s']:.1f} tokens/s on {s['file']}; {record['prompts']} spec_bench prompts, interleaved)."
+    )
+
+
+def annotate(top: Path, record: dict) -> None:
+    """The export READMEs' pending line replaced with what was measured (or why nothing was)."""
+    for readme in [top / "README.md", *sorted(top.glob("engines/*/README.md"))]:
+        if readme.is_file() and deploy.PENDING in (text := readme.read_text()):
+            readme.write_text(text.replace(deploy.PENDING, sentence(record)))
