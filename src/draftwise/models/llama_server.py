@@ -36,6 +36,22 @@ MISSING = "no llama-server: give --llama-server PATH or run scripts/setup.sh"
 # options draftwise sets itself (the model, where it listens); a user's copy would point the client elsewhere
 RESERVED = ("-m", "--model", "--host", "--port")
 SAMPLERS = ["temperature", "top_p"]  # see the module docstring
+# what every request to it pins down (the module docstring): no prompt cache, and the target's distribution as it is
+PLAIN = {
+    "cache_prompt": False,
+    "samplers": SAMPLERS,
+    "top_k": 0,
+    "min_p": 0.0,
+    "typical_p": 1.0,
+    "repeat_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "dry_multiplier": 0.0,
+    "xtc_probability": 0.0,
+    "mirostat": 0,
+    "n_probs": 0,
+    "ignore_eos": False,
+}
 
 
 def find_binary(explicit: str | os.PathLike | None = None) -> Path:
@@ -157,22 +173,10 @@ class LlamaServer(LocalServer):
             "prompt": ids,
             "n_predict": max_new_tokens,
             "return_tokens": True,
-            "cache_prompt": False,
             "stream": False,
-            "samplers": SAMPLERS,
+            **PLAIN,
             "temperature": temperature,
             "top_p": top_p,
-            "top_k": 0,
-            "min_p": 0.0,
-            "typical_p": 1.0,
-            "repeat_penalty": 1.0,
-            "presence_penalty": 0.0,
-            "frequency_penalty": 0.0,
-            "dry_multiplier": 0.0,
-            "xtc_probability": 0.0,
-            "mirostat": 0,
-            "n_probs": 0,
-            "ignore_eos": False,
             "seed": seed & 0xFFFFFFFF,
         }
         start = time.perf_counter()

@@ -8,7 +8,7 @@ with a token-id prompt, so every server sees the same ids. What each request pin
     stream, which carries text only);
   * draftwise serve: `return_token_ids` (the ids themselves, counted as they arrive);
   * llama-server: `cache_prompt: false` (each request pays its own prefill, as draftwise's do) and the sampler chain
-    of `models.llama_server.SAMPLERS` with top-k, min-p, typical, penalties, DRY, XTC and mirostat off, so both
+    of `models.llama_server.PLAIN` with top-k, min-p, typical, penalties, DRY, XTC and mirostat off, so both
     servers decode plain greedy at temperature 0; its usage's prompt_tokens must equal the ids sent (no BOS added).
 
 A 503 (a full queue) is retried after its Retry-After and counted; any other failure ends the request as failed,
@@ -31,7 +31,7 @@ import torch
 
 from ..config.load import SERVE, LoadConfig, server_args
 from ..errors import DraftwiseError
-from ..models.llama_server import SAMPLERS, LlamaServer, check_args, find_binary
+from ..models.llama_server import PLAIN, LlamaServer, check_args, find_binary
 from ..models.local_server import LocalServer, Refused, stream_completion
 from ..models.served import DraftwiseServer, serve_args
 
@@ -104,23 +104,7 @@ def body(kind: str, model: str, ids: list[int], max_tokens: int, config: LoadCon
     }
     if kind == SERVE:
         return {**out, "return_token_ids": True}
-    return {
-        **out,
-        "cache_prompt": False,
-        "samplers": SAMPLERS,
-        "top_p": 1.0,
-        "top_k": 0,
-        "min_p": 0.0,
-        "typical_p": 1.0,
-        "repeat_penalty": 1.0,
-        "presence_penalty": 0.0,
-        "frequency_penalty": 0.0,
-        "dry_multiplier": 0.0,
-        "xtc_probability": 0.0,
-        "mirostat": 0,
-        "n_probs": 0,
-        "ignore_eos": False,
-    }
+    return {**out, **PLAIN, "top_p": 1.0}
 
 
 def send(server: LocalServer, kind: str, request: dict, timeout: float, stop: threading.Event) -> dict:
