@@ -7,9 +7,9 @@ which settings, and how fast.
   every candidate beside AR, then γ*, temperatures, the batch dividend and the headline against transformers; see
   `measure`) → per row (lean-int8 and llama.cpp runtimes: profile, lookup tuning, one grid — on llama.cpp beside
   llama-server's built-ins — a verdict each; see `rows`) → the fastest (every runtime's plain decoding and each
-  row's choice in one grid: the design's answer, see `fastest`) → accuracy → export (serve.json: the deploy command
-  of a draftwise-engine verdict, see `deploy`) → served (that command measured through draftwise serve's HTTP API,
-  beside llama-server; see `served`) → reduced heads (model drafters) → report
+  row's choice in one grid: the design's answer, see `fastest`) → export (serve.json: the deploy command of a
+  draftwise-engine verdict, see `deploy`) → served (that command measured through draftwise serve's HTTP API, beside
+  llama-server; see `served`) → accuracy → reduced heads (model drafters) → report
 
 Each phase is a function below; the run folder and its resume rules are `pipeline`'s; the report renders from the
 finished folder alone (`report.render`).
@@ -68,10 +68,10 @@ def run(config: DesignConfig, out: str | Path, executor: Executor | None = None,
     outcome = p.stage("verdict", lambda f: verdict.decide(p, gamma))
     verdicts = per_row(p, target, pool)
     final = answer(p)
-    accuracy(p, target, pool)
     full = export.export(p, target, outcome, final)
     export_rows.export_rows(p.path / "export", verdicts, p.base, final, fastest.row_verdicts(p), rows.quality_of(p))
     served.run(p, final)  # the answer's deploy command through draftwise serve's HTTP API, beside llama-server
+    accuracy(p, target, pool)  # after the served figure: a sanity check absorbs an earlier overrun, not the deploy
     reduced_heads(p, pool.specs[chosen], full, shape.vocab, gamma)
     build.write_candidates(p, pool.cands, pool.specs)
     path = report.write(DesignFolder(p.path))

@@ -37,13 +37,13 @@ PRIOR_S = 30.0  # the weight of the prior in a correction, in seconds of predict
 DROPS = (
     "repeats",
     "accuracy",
-    "serve",
     "batch",
     "gen-data-more",
     "headline",
     "temperatures",
     "extra-rows",
     "reduced-heads",
+    "serve",  # the deploy command through its API: what the export's figure is, so kept over the extras above
     "control",
     "scheduler",
     "llama.cpp",
