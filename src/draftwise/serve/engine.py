@@ -6,10 +6,11 @@ thread but the main one (lean int8, 96 tokens: ~60 tokens/s on a worker thread a
 idle asyncio loop beside it or not), while torch's own ops are not affected. `start()` runs the same loop on a thread,
 for embedding the server where the main thread is taken (the tests do).
 
-Why one request at a time: on the CPUs draftwise targets, the lean kernels already use every core for one sequence,
-and SD's verify pass is what turns spare width into tokens; the batched engine measured slower in aggregate (see
-docs/serve.md). The queue is bounded: past `max_queue` waiting requests `submit` raises `Busy` and the server answers
-503 with Retry-After.
+Why one request at a time: SD at batch 1 is what serves one client fastest here, and the batched engine's SD is
+no faster in aggregate (lean int8: 160 tokens/s at batch 4 against 167 at batch 1). Batched plain decoding would give
+concurrent clients more in aggregate (194 at batch 4 against 129): switching to it when several requests wait is not
+built (see docs/serve.md). The queue is bounded: past `max_queue` waiting requests `submit` raises `Busy` and the
+server answers 503 with Retry-After.
 
 A `Job` crosses threads: the HTTP side makes it and reads its events from an asyncio queue; the engine decodes it and
 posts events into that queue through the event loop (`call_soon_threadsafe`). Cancelling (a client that left) sets a
