@@ -12,6 +12,7 @@ from ..errors import DraftwiseError
 from .base import internal, like, opt
 from .bench import BenchConfig
 
+PLACEHOLDER = "{export}"  # in serve.json: the folder the file lies in (replaced by its absolute path when read)
 SERVE_FILE = "serve.json"  # in an export folder: the decoding options of its verdict (paths relative to the folder)
 # what an export's serve.json may set: the decoding, never where the server listens or who may call it
 FROM_EXPORT = ("target", "drafter", "gamma", "draft_stop", "dtype", "backend", "gguf_quant", "schedule", "calibration")
@@ -62,6 +63,10 @@ class ServeConfig:
             raise DraftwiseError("need max_queue >= 0, max_body_bytes >= 1 and 0 <= port < 65536")
         self.bench()  # the decoding options are checked as bench checks them
 
+    @staticmethod
+    def default_port() -> int:
+        return next(f.default for f in dataclasses.fields(ServeConfig) if f.name == "port")
+
     @property
     def model_name(self) -> str:
         return self.served_model_name or self.target
@@ -88,6 +93,6 @@ def from_export(config: ServeConfig) -> ServeConfig:
         raise DraftwiseError(f"{path}: unknown option(s) {', '.join(sorted(unknown))}")
     for key in saved.get("paths", ()):  # options whose value holds a path relative to the folder
         if saved.get(key):
-            saved[key] = saved[key].replace("{export}", str(folder.resolve()))
+            saved[key] = saved[key].replace(PLACEHOLDER, str(folder.resolve()))
     taken = {k: v for k, v in saved.items() if k in FROM_EXPORT and k not in config.given}
     return dataclasses.replace(config, **taken)

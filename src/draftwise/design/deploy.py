@@ -23,12 +23,11 @@ import shlex
 import shutil
 from pathlib import Path
 
-from ..config.serve import SERVE_FILE
+from ..config.serve import PLACEHOLDER, SERVE_FILE, ServeConfig
 from ..models.source import resolve
 from ..sd.families import drafter_kind, family_of, hybrid
 
-PLACEHOLDER = "{export}"
-PORT = 8000  # `draftwise serve`'s default port, which the README's calls name
+PORT = ServeConfig.default_port()  # the port the README's calls name
 PENDING = "Through `draftwise serve` (HTTP, streamed, client wall time): not measured yet."  # `served` replaces it
 ORDER = ("target", "backend", "dtype", "drafter", "gamma", "schedule", "calibration")  # flags of the explicit command
 

@@ -2,8 +2,9 @@
 llama-server: what measures a deploy command through the API applications call.
 
 `complete()` streams `/v1/completions` with a token-id prompt (server-sent events, as a chat client reads them) and
-`return_token_ids`, and returns the new tokens with the client's wall time (request sent to the last event), its time
-to the first token, and the server's own figures for the request (rounds, drafted, accepted, decode seconds).
+`return_token_ids`, through the client the load test uses too (`local_server.stream_completion`): the new tokens, the
+client's wall time (request sent to the last event), its time to the first token, and the server's own figures for the
+request (rounds, drafted, accepted, decode seconds).
 """
 
 from __future__ import annotations
@@ -11,25 +12,12 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ..errors import DraftwiseError
-from .local_server import HOST, LocalServer
+from .local_server import HOST, LocalServer, StreamResult, stream_completion
 
 RESERVED = ("--host", "--port")  # where it listens is the benchmark's to choose
-
-
-@dataclass(frozen=True)
-class Streamed:
-    """One streamed completion: its tokens, the client's wall and first-token seconds, the server's own stats."""
-
-    tokens: list[int]
-    wall_s: float
-    first_token_s: float
-    finish_reason: str
-    stats: dict
 
 
 def serve_args(args: str | Sequence[str]) -> list[str]:
@@ -66,8 +54,10 @@ class DraftwiseServer(LocalServer):
 
     def complete(
         self, ids: Sequence[int], max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0
-    ) -> Streamed:
-        """Up to `max_new_tokens` new tokens after the prompt `ids`, streamed."""
+    ) -> StreamResult:
+        """Up to `max_new_tokens` new tokens after the prompt `ids`, streamed (`local_server.stream_completion`): the
+        ids as they arrive, the client's wall and first-token seconds, and the server's own figures
+        (`extra["draftwise"]`)."""
         if self.proc is None:
             self.start()
         body = {
@@ -77,27 +67,7 @@ class DraftwiseServer(LocalServer):
             "temperature": temperature,
             "top_p": top_p,
             "seed": seed & 0xFFFFFFFF,
-            "stream": True,
             "stream_options": {"include_usage": True},
             "return_token_ids": True,
         }
-        tokens, first, finish, stats = [], None, "", {}
-        start = time.perf_counter()
-        try:
-            with self.open("/v1/completions", body) as r:
-                for line in r:
-                    if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
-                        continue
-                    event = json.loads(line[6:])
-                    if "error" in event:
-                        raise DraftwiseError(f"{self.name} failed a request: {event['error']['message']}")
-                    for c in event["choices"]:
-                        if c.get("token_ids") and first is None:
-                            first = time.perf_counter() - start
-                        tokens += c.get("token_ids") or []
-                        finish = c.get("finish_reason") or finish
-                    stats = event.get("draftwise", stats)
-        except OSError as e:
-            raise self.failure(e) from None
-        wall = time.perf_counter() - start
-        return Streamed(tokens, wall, first if first is not None else wall, finish, stats)
+        return stream_completion(self, body)

@@ -41,6 +41,10 @@ class Round:
     source: str = ""  # who proposed: "model" | "lookup" ("" when nothing was drafted)
     schedule: dict | None = None  # with a round scheduler: its decision and observations (see `sd.schedule`)
 
+    def record(self) -> dict:
+        """The round as a record's entry (what a scheduler's calibration reads back): its set fields."""
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
 
 @dataclass
 class Generation:

@@ -26,7 +26,6 @@ import uvicorn
 from .. import specs
 from ..config import ServeConfig
 from ..config.serve import from_export
-from ..sd.loop import generate
 from ..sd.sampling import SamplingParams
 from ..stages.bench import load_models
 from ..stages.bench_methods import round_scheduler
@@ -48,18 +47,8 @@ def build(config: ServeConfig) -> Served:
     scheduler = round_scheduler(bench, target) if drafter and config.schedule else None
     metrics = ServerMetrics()
     engine = Engine(target, drafter, config.gamma, config.draft_stop, scheduler, config.max_queue, metrics)
-    warm = target.encode("Hello") or [0]
     with torch.inference_mode():  # kernels compiled, caches allocated, weights paged in: the first request is no slower
-        generate(
-            target.lm,
-            warm,
-            SamplingParams(0.0),
-            WARMUP_TOKENS,
-            torch.Generator(device=target.lm.device),
-            drafter=drafter.loop_drafter if drafter else None,
-            gamma=config.gamma,
-            eos=target.eos_ids,
-        )
+        engine.generate(target.encode("Hello") or [0], SamplingParams(0.0), WARMUP_TOKENS, seed=0)
     return Served(engine, metrics, config.model_name, config.api_key, config.max_body_bytes)
 
 

@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException
 
 from ..sd.sampling import SamplingParams
 from .engine import Busy, Delta, Done, Engine, Failed, Job
-from .metrics import CONTENT_TYPE, ServerMetrics
+from .metrics import CONTENT_TYPE, ServerMetrics, stats
 from .protocol import (
     DEFAULT_COMPLETION_TOKENS,
     ApiError,
@@ -179,13 +179,13 @@ class Served:
 
     async def events(self, job: Job, req, chat: bool, rid: str):
         """The server-sent events of a streamed request; leaving early (the client went away) cancels the job."""
+        ids = lambda tokens: tokens if req.return_token_ids else None  # noqa: E731
         try:
             while True:
                 event = await job.events.get()
                 if isinstance(event, Failed):
                     yield sse(ApiError(500, event.message, type="server_error").body())
                     break
-                ids = lambda tokens: tokens if req.return_token_ids else None  # noqa: E731
                 if isinstance(event, Delta):
                     if event.text or req.return_token_ids:
                         yield sse(
@@ -217,17 +217,6 @@ class Served:
             len(gen.tokens) / gen.seconds if gen.seconds else 0.0,
             event.finish_reason,
         )
-
-
-def stats(gen) -> dict:
-    """draftwise's own figures for one request (an extension field OpenAI clients ignore)."""
-    return {
-        "rounds": len(gen.rounds),
-        "drafted": sum(r.drafted for r in gen.rounds),
-        "accepted": sum(r.accepted for r in gen.rounds),
-        "seconds": gen.seconds,
-        "prefill_s": gen.prefill_s,
-    }
 
 
 def create_app(served: Served) -> FastAPI:

@@ -138,6 +138,22 @@ class Engine:
             if end is not None:  # posted once it no longer counts: its client's next request finds room
                 job.post(end)
 
+    def generate(self, ids: list[int], params: SamplingParams, max_tokens: int, seed: int, stream=None) -> Generation:
+        """One request's decoding, as the engine serves it (`sd.loop.generate` with its drafter, γ and scheduler)."""
+        return generate(
+            self.target.lm,
+            ids,
+            params,
+            max_tokens,
+            torch.Generator(device=self.target.lm.device).manual_seed(seed),
+            drafter=self.drafter.loop_drafter if self.drafter else None,
+            gamma=self.gamma,
+            eos=self.target.eos_ids,
+            stop_below=self.draft_stop if self.drafter else 0.0,
+            scheduler=self.scheduler,
+            stream=stream,
+        )
+
     def _decode(self, job: Job) -> Done:
         eos = self.target.eos_ids
 
@@ -148,21 +164,9 @@ class Engine:
             job.post(Delta(job.text.add(new), new))
             return job.text.stopped or job.cancelled.is_set()
 
-        gen = generate(
-            self.target.lm,
-            job.ids,
-            job.params,
-            job.max_tokens,
-            torch.Generator(device=self.target.lm.device).manual_seed(job.seed),
-            drafter=self.drafter.loop_drafter if self.drafter else None,
-            gamma=self.gamma,
-            eos=eos,
-            stop_below=self.draft_stop if self.drafter else 0.0,
-            scheduler=self.scheduler,
-            stream=stream,
-        )
+        gen = self.generate(job.ids, job.params, job.max_tokens, job.seed, stream)
         if self.scheduler is not None:  # the scheduler's calibration learns from what it served
-            self.scheduler.commit([{k: v for k, v in r.__dict__.items() if v is not None} for r in gen.rounds])
+            self.scheduler.commit([r.record() for r in gen.rounds])
         lookup = self.drafter.lookup if self.drafter else None
         if getattr(lookup, "learn", False):  # suffix learn=1: what it served joins its corpus, as vLLM's suffix tree
             lookup.observe(str(hash(tuple(job.ids))), gen.tokens)

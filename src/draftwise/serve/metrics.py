@@ -17,6 +17,18 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
+def stats(gen: Generation) -> dict:
+    """draftwise's own figures for one request: what the response's `draftwise` field carries (an extension OpenAI
+    clients ignore) and what the counters add up."""
+    return {
+        "rounds": len(gen.rounds),
+        "drafted": sum(r.drafted for r in gen.rounds),
+        "accepted": sum(r.accepted for r in gen.rounds),
+        "seconds": gen.seconds,
+        "prefill_s": gen.prefill_s,
+    }
+
+
 class ServerMetrics:
     """What the server counts; `finished` takes each decoded request, `status` each answered one."""
 
@@ -50,13 +62,7 @@ class ServerMetrics:
         )
 
     def finished(self, gen: Generation) -> None:
-        got = {
-            "tokens": len(gen.tokens),
-            "seconds": gen.seconds,
-            "rounds": len(gen.rounds),
-            "drafted": sum(r.drafted for r in gen.rounds),
-            "accepted": sum(r.accepted for r in gen.rounds),
-        }
+        got = {"tokens": len(gen.tokens), **{k: v for k, v in stats(gen).items() if k in self.totals}}
         for k, v in got.items():
             self.totals[k] += v
         self.prompt_tokens.inc(gen.prompt_tokens)

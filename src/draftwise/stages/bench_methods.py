@@ -60,7 +60,7 @@ def engine_method(
             "new_tokens": len(gen.tokens),
             "seconds": gen.seconds,
             "prefill_s": gen.prefill_s,
-            "rounds": [{k: v for k, v in r.__dict__.items() if v is not None} for r in gen.rounds],
+            "rounds": [r.record() for r in gen.rounds],
         }
 
     run.scheduler = scheduler  # the Runner commits each finished request's observations to it

@@ -227,22 +227,23 @@ class ServeMethod:
     def __call__(self, ids: list[int], seed: int, max_new_tokens: int | None = None) -> dict:
         max_new_tokens = max_new_tokens or self.config.max_new_tokens
         c = self.server.complete(ids, max_new_tokens, self.config.temperature, self.config.top_p, seed)
-        if not c.stats:
+        stats = c.extra.get("draftwise")
+        if not stats:
             raise DraftwiseError(
                 f"{self.server.name} sent no draftwise figures with its usage (log: {self.server.log_path})"
             )
-        tokens = _cut(c.tokens, self.eos, max_new_tokens)
+        tokens = _cut(c.token_ids, self.eos, max_new_tokens)
         return {
             "tokens": tokens,
             "new_tokens": len(tokens),
             "seconds": c.wall_s,
             "wall_s": c.wall_s,
-            "first_token_s": c.first_token_s,
-            "prefill_s": c.stats["prefill_s"],
-            "server_seconds": c.stats["seconds"],
-            "server_rounds": c.stats["rounds"],
-            "drafted": c.stats["drafted"],
-            "accepted": c.stats["accepted"],
+            "first_token_s": c.first_token_s if c.first_token_s is not None else c.wall_s,
+            "prefill_s": stats["prefill_s"],
+            "server_seconds": stats["seconds"],
+            "server_rounds": stats["rounds"],
+            "drafted": stats["drafted"],
+            "accepted": stats["accepted"],
             "finish_reason": c.finish_reason,
         }
 
