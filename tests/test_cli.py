@@ -79,6 +79,7 @@ PARSER, COMMANDS = build()
 MINIMAL = {
     "agree": (["--drafter", "d", "--out", "o"], {"drafter": "d"}),
     "distill": (["--drafter", "d", "--data", "g", "--out", "o"], {"drafter": "d", "data": "g"}),
+    "train-feature": (["--data", "g", "--out", "o"], {"data": "g"}),
     "predict": (["--profile", "p"], {"profile": "p"}),
     "export-gguf": (["m", "--out", "o.gguf"], {"model": "m"}),
     "serve": ([], {}),  # no run folder: it serves

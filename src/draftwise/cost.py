@@ -134,6 +134,25 @@ def break_even_alpha(lengths: dict[int, float], t_draft, t_verify) -> float | No
     return hi
 
 
+def alpha_for_speedup(lengths: dict[int, float], t_draft, t_verify, speedup: float) -> float | None:
+    """The i.i.d. acceptance α at which a drafter (as in `break_even_alpha`: proposal lengths, draft and verify times
+    in AR steps) is predicted `speedup`× plain decoding — tokens per round over AR steps per round — e.g. the measured
+    speedup of the best lookup, the α a trained drafter must reach to beat it; `break_even_alpha` is speedup 1. None
+    if even α = 1 falls short (bisection)."""
+
+    def surplus(a):  # tokens per round minus `speedup` × AR steps per round: increasing in α
+        tokens = sum(s * expected_tokens_iid(a, g) for g, s in lengths.items())
+        return tokens - speedup * sum(s * (t_draft(g) + t_verify(g)) for g, s in lengths.items())
+
+    if surplus(1.0) < 0:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if surplus(mid) < 0 else (lo, mid)
+    return hi
+
+
 def break_even_tar(lengths: dict[int, float], t_draft, t_verify) -> float:
     """The tokens per round (TAR) at which a drafter with these proposal lengths and draft and verify times (AR steps)
     only matches plain decoding: a round must emit as many tokens as the AR steps it costs."""

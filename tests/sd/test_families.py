@@ -36,7 +36,7 @@ def repeat():
 
 
 def test_the_built_in_families_and_their_kinds():
-    assert list(REGISTRY) == ["ngram", "suffix", "hybrid", "model"]
+    assert list(REGISTRY) == ["ngram", "suffix", "hybrid", "feature", "model"]
     assert [drafter_kind(s) for s in ("ngram:max=3", "suffix:/x,factor=2", "hybrid:a+ngram", "layers:0", "/ckpt")] == [
         "lookup",
         "lookup",

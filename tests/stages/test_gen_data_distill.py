@@ -139,7 +139,7 @@ def test_resumed_run_equals_uninterrupted(tiny_dir, data_dir, tmp_path, monkeypa
 def test_bad_distill_inputs(tiny_dir, tmp_path):
     with pytest.raises(DraftwiseError, match="unknown loss"):
         DistillConfig(drafter="layers:0", data="x", loss="mse")
-    with pytest.raises(DraftwiseError, match="no gen-data shards"):
+    with pytest.raises(DraftwiseError, match="no teacher shards"):
         distill.run(DistillConfig(target=tiny_dir, drafter="layers:0", data=str(tmp_path), tokens=10), tmp_path / "d")
 
 

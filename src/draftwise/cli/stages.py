@@ -1,4 +1,4 @@
-"""The stage subcommands: profile, sweep, predict, prune, agree, quality, gen-data, distill."""
+"""The stage subcommands: profile, sweep, predict, prune, agree, quality, gen-data, teacher, distill, train-feature."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from ..config import (
     PruneConfig,
     QualityConfig,
     SweepConfig,
+    TeacherConfig,
+    TrainFeatureConfig,
 )
 from .command import Command, executor, executor_args, out_arg, simple, subparser
 
@@ -27,7 +29,15 @@ STAGES = {
         "lean engine and NLL, teacher-forced on eval prompts",
     ),
     "gen-data": (GenDataConfig, "the target's continuations of train prompts, with its top-k distribution"),
-    "distill": (DistillConfig, "train a drafter toward the target on gen-data (resumable)"),
+    "teacher": (
+        TeacherConfig,
+        "the target's top-k and features over text, teacher-forced at prefill speed (cached, resumable)",
+    ),
+    "distill": (DistillConfig, "train a drafter toward the target on gen-data or teacher data (resumable)"),
+    "train-feature": (
+        TrainFeatureConfig,
+        "train a feature-level drafter (an EAGLE-style head on the target's features) on teacher data (resumable)",
+    ),
 }
 WITH_EXECUTOR = ("profile", "sweep")  # they hand their points to an executor
 
@@ -51,7 +61,7 @@ def add(sub) -> dict[str, Command]:
 
 
 def _run_stage(config, args) -> None:
-    from ..stages import agree, distill, gen_data, profile, prune, quality, sweep
+    from ..stages import agree, distill, feature, gen_data, profile, prune, quality, sweep, teacher
 
     stage = {
         "profile": profile,
@@ -60,7 +70,9 @@ def _run_stage(config, args) -> None:
         "agree": agree,
         "quality": quality,
         "gen-data": gen_data,
+        "teacher": teacher,
         "distill": distill,
+        "train-feature": feature,
     }[args.command]
     if args.command in WITH_EXECUTOR:
         stage.run(config, args.out, executor(args))

@@ -4,7 +4,7 @@ A config holds everything that decides a stage's result, so a run folder can be 
 from its config alone. Validation happens on construction and raises `DraftwiseError` with one line. Each field that is
 a user option carries its help (`opt`); the `draftwise` command's parsers are derived from the fields (cli/options.py),
 so an option is declared once. By concern: base (what every config shares), bench, timing (profile, sweep, predict),
-train (prune, gen-data, distill, agree), quality, design (and export-gguf), serve.
+train (prune, gen-data, distill, agree), feature (train-feature), teacher, quality, design (and export-gguf), serve.
 """
 
 from __future__ import annotations
@@ -34,9 +34,11 @@ from .bench import (
     split_baselines,
 )
 from .design import DesignConfig, ExportGgufConfig, ReportConfig
+from .feature import TrainFeatureConfig
 from .load import LoadConfig
 from .quality import RUNTIME_FORMS, QualityConfig, check_runtime
 from .serve import ServeConfig
+from .teacher import TeacherConfig
 from .timing import PredictConfig, ProfileConfig, SweepConfig
 from .train import AgreeConfig, DistillConfig, GenDataConfig, PruneConfig
 
@@ -64,10 +66,12 @@ __all__ = [
     "DesignConfig",
     "ExportGgufConfig",
     "ReportConfig",
+    "TrainFeatureConfig",
     "LoadConfig",
     "RUNTIME_FORMS",
     "QualityConfig",
     "ServeConfig",
+    "TeacherConfig",
     "check_runtime",
     "PredictConfig",
     "ProfileConfig",

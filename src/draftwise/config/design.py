@@ -52,6 +52,12 @@ class DesignConfig:
     )
     drafter: str | None = opt(None, "your own drafter, benchmarked beside the candidates")
     lookups: bool = opt(True, "model drafters only (no n-gram, suffix or hybrid candidates)")
+    feature_drafter: bool = opt(
+        True, "no feature-level drafter (an EAGLE-style head on the target's features, trained on the teacher data)"
+    )
+    text: str | None = opt(
+        None, "your own text for the teacher data (.jsonl with 'text' fields, or plain text), scored before the suites"
+    )
     scheduler: bool = opt(
         True, "no scheduled candidates (the tuned lookups under the round scheduler, calibrated on the target's text)"
     )

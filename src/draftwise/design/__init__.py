@@ -32,7 +32,7 @@ from ..models import ModelOptions, load
 from ..sd.families import drafter_kind
 from ..stages import quality
 from . import build, export, export_rows, fastest, lookup, measure, report, row_verdict, rows, served, verdict
-from .candidates import Candidate, candidates
+from .candidates import FEATURE, Candidate, candidates
 from .estimate import best_gamma
 from .measure import batch_dividend, feasible_batch  # noqa: F401  (the design's API)
 from .pipeline import DesignFolder, Pipeline  # noqa: F401  (the design's API)
@@ -89,9 +89,16 @@ def model_candidates(p: Pipeline, target, shape: cost.Shape) -> Pool:
         shapes = None
     elif shapes and p.dropped("control"):
         shapes = shapes[:1]
-    cands = candidates(shape, c.wide_layers if trains else (), c.narrow_factor, c.drafter, shapes)
-    n_trained = sum(x.trained for x in cands)
-    p.know(trained=n_trained, untrained=len(cands) - n_trained, benched=n_trained + bool(c.drafter), built=True)
+    feature = trains and c.feature_drafter  # trained on the same teacher data as the pruned shapes
+    cands = candidates(shape, c.wide_layers if trains else (), c.narrow_factor, c.drafter, shapes, feature)
+    n_trained, n_feature = sum(x.trained for x in cands), sum(x.role == FEATURE for x in cands)
+    p.know(
+        trained=n_trained,
+        untrained=len(cands) - n_trained - n_feature,
+        features=n_feature,
+        benched=n_trained + n_feature + bool(c.drafter),
+        built=True,
+    )
     specs = build.build(p, cands)
     build.measure_costs(p, shape, specs, cands)
     best = {x.name: best_gamma(p, specs[x.name], x.name) for x in cands}
@@ -144,7 +151,9 @@ def per_row(p: Pipeline, target, pool: Pool) -> list[dict]:
         if i:
             p.replan(f"row-{e.name}")
         if not rows.dropped(p, e):
-            out.append(row_verdict.run_row(p, e, target, lean_models, p.base.lookups))
+            # a feature head reads the target's hidden states, which only the lean engine hands out
+            models = {n: s for n, s in lean_models.items() if e.backend == "lean" or drafter_kind(s) == "model"}
+            out.append(row_verdict.run_row(p, e, target, models, p.base.lookups))
     return out
 
 
@@ -166,7 +175,7 @@ def answer(p: Pipeline) -> dict:
 
 def accuracy(p: Pipeline, target, pool: Pool) -> None:
     """The accuracy sanity check of the target and every model candidate, unless the budget left it out."""
-    models = {x.name: pool.specs[x.name] for x in pool.cands if x.role not in ("lookup", "hybrid")}
+    models = {x.name: pool.specs[x.name] for x in pool.cands if x.role not in ("lookup", "hybrid", FEATURE)}
     p.replan("accuracy")
     if not p.dropped("accuracy"):
         options = ModelOptions(p.base.dtype, p.base.device)

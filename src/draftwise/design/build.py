@@ -14,15 +14,24 @@ import torch
 from tqdm import tqdm
 
 from .. import cost
-from ..config import AgreeConfig, DesignConfig, DistillConfig, ProfileConfig, PruneConfig, SweepConfig
+from ..config import (
+    AgreeConfig,
+    DesignConfig,
+    DistillConfig,
+    ProfileConfig,
+    PruneConfig,
+    SweepConfig,
+    TeacherConfig,
+    TrainFeatureConfig,
+)
 from ..executors import exclusive
 from ..models import ModelOptions, hf, load_drafter
 from ..rundir import RunDir, write_atomic
 from ..sd.families import drafter_kind
 from ..specs import split_hybrid
-from ..stages import accuracy, agree, distill, gen_data, profile, prune, sweep
+from ..stages import accuracy, agree, distill, feature, gen_data, profile, prune, sweep, teacher
 from . import lookup
-from .candidates import Candidate, budget_shapes, choose_shapes
+from .candidates import FEATURE, Candidate, budget_shapes, choose_shapes
 from .estimate import GAMMAS, SCREEN
 from .measure import feasible_batch
 from .pipeline import CANDIDATES, Pipeline, Stages, runtime_options
@@ -30,45 +39,21 @@ from .sizes import Sizes
 
 
 def spec_of(p: Stages, cand: Candidate) -> str:
-    """What the engine loads for a candidate: its distilled checkpoint, or the spec it is taken as."""
+    """What the engine loads for a candidate: its distilled checkpoint, its trained feature head, or the spec it is
+    taken as."""
+    if cand.role == FEATURE:
+        return f"feature:{p.folder(f'feature-{cand.name}')}"
     return str(p.folder(f"distill-{cand.name}")) if cand.trained else cand.spec
 
 
 def candidate_stages(p: Stages, cand: Candidate) -> None:
-    """One candidate's own stages: prune and distill (trained candidates), then teacher-forced agreement."""
+    """One candidate's own stages: prune and distill (trained shapes) or the feature head's training, each on the
+    teacher data, then teacher-forced agreement."""
     c, opts = p.config, runtime_options(p.config)
+    if cand.role == FEATURE:
+        feature_stage(p, cand)
     if cand.trained:
-        p.stage(
-            f"prune-{cand.name}",
-            lambda f: prune.run(
-                PruneConfig(
-                    target=c.target,
-                    shape=cand.prune_shape(),
-                    calib_tokens=384,
-                    elimination_tokens=p.sizes.elimination_tokens,
-                    seed=c.seed,
-                    **opts,
-                ),
-                f,
-            ),
-        )
-        p.stage(
-            f"distill-{cand.name}",
-            lambda f: distill.run(
-                DistillConfig(
-                    target=c.target,
-                    drafter=str(p.folder(f"prune-{cand.name}")),
-                    data=str(p.folder("gen-data")),
-                    loss=c.loss,
-                    minutes=p.sizes.distill_minutes,
-                    eval_prompts=16,
-                    eval_every=50,
-                    seed=c.seed,
-                    **opts,
-                ),
-                f,
-            ),
-        )
+        prune_distill(p, cand)
     p.stage(
         f"agree-{cand.name}",
         lambda f: agree.run(
@@ -83,6 +68,47 @@ def candidate_stages(p: Stages, cand: Candidate) -> None:
             f,
         ),
     )
+
+
+def feature_stage(p: Stages, cand: Candidate) -> None:
+    """The feature-level head trained on the teacher data (its features) for the planned minutes."""
+    c = p.config
+    config = TrainFeatureConfig(
+        target=c.target,
+        data=str(p.folder("teacher")),
+        minutes=p.sizes.feature_minutes,
+        eval_prompts=16,
+        seed=c.seed,
+        **runtime_options(c),
+    )
+    p.stage(f"feature-{cand.name}", lambda f: feature.run(config, f))
+
+
+def prune_distill(p: Stages, cand: Candidate) -> None:
+    """A trained shape: pruned out of the target (calibrated on the teacher data), then distilled on it."""
+    c, opts, teacher = p.config, runtime_options(p.config), str(p.folder("teacher"))
+    prune_config = PruneConfig(
+        target=c.target,
+        shape=cand.prune_shape(),
+        data=teacher,
+        calib_tokens=1024,
+        elimination_tokens=p.sizes.elimination_tokens,
+        seed=c.seed,
+        **opts,
+    )
+    p.stage(f"prune-{cand.name}", lambda f: prune.run(prune_config, f))
+    distill_config = DistillConfig(
+        target=c.target,
+        drafter=str(p.folder(f"prune-{cand.name}")),
+        data=teacher,
+        loss=c.loss,
+        minutes=p.sizes.distill_minutes,
+        eval_prompts=16,
+        eval_every=50,
+        seed=c.seed,
+        **opts,
+    )
+    p.stage(f"distill-{cand.name}", lambda f: distill.run(distill_config, f))
 
 
 @dataclass(frozen=True)
@@ -107,10 +133,27 @@ class CandidateWork:
         return run_candidate
 
 
+def teacher_config(p: Pipeline) -> TeacherConfig:
+    """The teacher data every trained candidate learns from: the target's continuations (gen-data), the user's text,
+    then the packaged suites' train split, scored teacher-forced up to the planned tokens."""
+    c = p.config
+    return TeacherConfig(
+        target=c.target,
+        continuations=str(p.folder("gen-data")),
+        text=c.text,
+        tokens=p.sizes.teacher_tokens,
+        seed=c.seed,
+        device=c.device,
+        threads=c.threads,
+    )
+
+
 def build(p: Pipeline, cands: list[Candidate]) -> dict[str, str]:
     """Target data, then every candidate's own stages (each candidate an executor item); {name: drafter spec}."""
     opts = runtime_options(p.config)
     p.stage("gen-data", lambda f: gen_data.run(lookup.gen_data_config(p, opts, p.sizes.gen_prompts), f))
+    if any(x.trained or x.role == FEATURE for x in cands):
+        p.stage("teacher", lambda f: teacher.run(teacher_config(p), f))
     p.replan("train")
     todo = [(cand, dict(p.done)) for cand in cands if f"agree-{cand.name}" not in p.done]
     work = CandidateWork(p.config, str(p.stages), p.sizes)
@@ -212,10 +255,12 @@ def measure_costs(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str], 
 
 
 def screen(cands: list[Candidate], best: dict[str, tuple[int, float]]) -> list[Candidate]:
-    """The model candidates worth a benchmark: trained ones and the user's always (the wide-vs-deep comparison, the
-    user's question), untrained baselines only when the cost model cannot rule them out (≥ SCREEN of the best)."""
+    """The model candidates worth a benchmark: trained ones, the feature head and the user's always (the wide-vs-deep
+    comparison, the feature-level family, the user's question), untrained baselines only when the cost model cannot
+    rule them out (≥ SCREEN of the best)."""
     top = max(v for _, v in best.values())
-    return [x for x in cands if x.trained or x.role == "user" or best[x.name][1] >= SCREEN * top]
+    always = ("user", FEATURE)
+    return [x for x in cands if x.trained or x.role in always or best[x.name][1] >= SCREEN * top]
 
 
 def lookup_candidates(

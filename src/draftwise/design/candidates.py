@@ -8,6 +8,8 @@ wide-shallow       k layers of the target at full width (the paper's recommendat
 deep-narrow        the same non-embedding parameters spread over f·k layers of 1/f width (heads, KV heads, FFN ÷ f)
 self-speculative   the target with its middle half skipped, no training (Draft & Verify / LayerSkip style)
 first-k            the target's first k layers, untrained (what naive truncation gives)
+feature            a feature-level drafter (EAGLE-style head on the target's features, `models.feature_head`),
+                   trained on the teacher data
 user               a drafter the user names, benchmarked as it is
 """
 
@@ -19,11 +21,13 @@ from dataclasses import dataclass, replace
 from .. import cost
 from ..errors import DraftwiseError
 
+FEATURE = "feature"  # the role (and name) of the feature-level candidate
+
 
 @dataclass(frozen=True)
 class Candidate:
     name: str  # folder-safe: wide-L2, narrow-L6, self-spec, first-2, user
-    role: str  # wide-shallow | deep-narrow | self-speculative | first-k | user
+    role: str  # wide-shallow | deep-narrow | self-speculative | first-k | feature | user
     shape: cost.Shape | None = None  # pruned candidates: the exact shape to carve out
     spec: str = ""  # drafters taken as they are: layers:i,j,... of the target or a checkpoint
 
@@ -108,9 +112,11 @@ def candidates(
     factor: int,
     user: str | None = None,
     shapes: tuple[cost.Shape, cost.Shape] | None = None,
+    feature: bool = False,
 ) -> list[Candidate]:
     """The trained shapes (`shapes` chosen by the cost model, else k full-width layers and their twin per k of
-    `wide_layers`), then the untrained baselines (first-k at the shallower depth, self-speculative) and the user's."""
+    `wide_layers`), then the untrained baselines (first-k at the shallower depth, self-speculative), the feature-level
+    head (`feature`) and the user's."""
     out = []
     if shapes is not None:
         out += trained(target, list(shapes))
@@ -131,6 +137,8 @@ def candidates(
                 spec="layers:" + ",".join(map(str, self_speculative_layers(target.layers))),
             )
         )
+    if feature:
+        out.append(Candidate(FEATURE, FEATURE))
     if user:
         out.append(Candidate("user", "user", spec=user))
     return out

@@ -49,6 +49,7 @@ class Outline:
     built: bool = False  # the candidates are known: `training` and `control` no longer change anything
     serve: bool = True  # the deploy command is measured through `draftwise serve` (`served`; False once settled)
     serve_token_s: float | None = None  # its seconds per new token, served and llama-server's, from the last grid
+    features: int = 1  # feature-level drafters trained (on the teacher data)
 
     @classmethod
     def of(cls, config: DesignConfig) -> Outline:
@@ -64,6 +65,7 @@ class Outline:
             rows,
             int8_row=int8,
             trained_control=not config.wide_layers,
+            features=int(config.feature_drafter),
         )
 
 
@@ -90,6 +92,7 @@ class Counts:
     chosen: float
     lookups: float
     row_models: int
+    features: int = 0
 
     @classmethod
     def of(cls, o: Outline, d: set[str], cfg: DesignConfig) -> Counts:
@@ -100,7 +103,9 @@ class Counts:
         chosen = 1.2 if o.chosen_model or not o.lookups else 0.8
         lookups = 0.8 * min(2, o.lookups) + 0.9 * max(0, o.lookups - 2)  # n-gram and suffix, then the hybrid
         sched = 2 if cfg.scheduler and o.lookups else 0
-        return cls(trained, benched, trained + o.untrained, sched, chosen, lookups, 0 if o.lookups else benched)
+        features = o.features if o.built or "training" not in d else 0
+        cands = trained + o.untrained + features
+        return cls(trained, benched, cands, sched, chosen, lookups, 0 if o.lookups else benched, features)
 
 
 def items(o: Outline, s: Sizes, c: DesignConfig) -> list[Item]:
@@ -121,8 +126,11 @@ def _building(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) -> 
     out = [
         Item("sweep", 0 if "training" in d and not o.built else 1, 300),
         Item("gen-data", 1, 100 + 52 * s.gen_prompts),
+        # teacher-forced scoring: ~1,300 tokens/s at bf16 on 2 cores, about 40 tokens per fp32 AR step
+        Item("teacher", 0 if "training" in d and not o.built else 1, 300 + 0.025 * s.teacher_tokens),
         Item("prune", n.trained, 600 + 1100 * math.ceil(s.elimination_tokens / 64)),  # per calibration row
         Item("distill", n.trained, 400, 60 * s.distill_minutes),  # its minutes, then loading and evaluations
+        Item("feature", n.features, 400, 60 * s.feature_minutes),
         Item("agree", n.cands, 100 + 32 * s.agree_limit * t),
         Item("profile", 1, 100 + 80 * n.cands + (0 if "batch" in d else 500 * n.trained)),
     ]
@@ -229,13 +237,14 @@ def kind_of(stage: str) -> str | None:
         return "bench-batch"
     if stage in ("bench-vocab", "bench-adaptive"):
         return "reduced-heads"
-    if stage.startswith(("prune-", "distill-")):
+    if stage.startswith(("prune-", "distill-", "feature-")):
         return stage.split("-")[0]
     if stage.startswith("agree-") and stage != "agree-lookup":
         return "agree"
     known = {
         "sweep",
         "gen-data",
+        "teacher",
         "gen-data-more",
         "profile",
         "agree-lookup",

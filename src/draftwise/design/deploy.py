@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..config.serve import PLACEHOLDER, SERVE_FILE, ServeConfig
 from ..models.source import resolve
-from ..sd.families import drafter_kind, family_of, hybrid
+from ..sd.families import drafter_kind, family_of, feature, hybrid
 
 PORT = ServeConfig.default_port()  # the port the README's calls name
 PENDING = "Through `draftwise serve` (HTTP, streamed, client wall time): not measured yet."  # `served` replaces it
@@ -34,8 +34,8 @@ ORDER = ("target", "backend", "dtype", "drafter", "gamma", "schedule", "calibrat
 
 def local_drafter(spec: str, out: Path | None) -> str:
     """`spec` as serve.json names it: a lookup's data copied into `out` (a hybrid's under `out/lookup`), a model
-    drafter's checkpoint into `out/drafter` (a `layers:` subset of the target stays a spec), each named through the
-    placeholder; `out` None: the name only, nothing copied."""
+    drafter's or a feature head's checkpoint into `out/drafter` (a `layers:` subset of the target stays a spec), each
+    named through the placeholder; `out` None: the name only, nothing copied."""
     kind = drafter_kind(spec)
     if kind == "lookup":
         if out is not None:
@@ -47,6 +47,10 @@ def local_drafter(spec: str, out: Path | None) -> str:
         return hybrid.compose(local_drafter(model, out), inner, model_gamma)
     if spec.startswith("layers:"):
         return spec
+    if kind == "feature":  # its head's checkpoint (the target's embedding and head rows are read from the target)
+        if out is not None and not (out / "drafter" / "config.json").exists():
+            shutil.copytree(feature.checkpoint_folder(spec), out / "drafter", dirs_exist_ok=True)
+        return f"{feature.NAME}:{PLACEHOLDER}/drafter"
     if out is not None and not (out / "drafter" / "config.json").exists():
         shutil.copytree(resolve(spec), out / "drafter", dirs_exist_ok=True)
     return PLACEHOLDER + "/drafter"

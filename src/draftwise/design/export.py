@@ -176,6 +176,25 @@ def export_schedule(pipeline, out: Path, spec: str, gamma: int, chosen: bool) ->
         )
 
 
+FEATURE = """# Exported drafter: {name} (a feature-level head, γ* = {gamma})
+
+`drafter/` is a draftwise feature head (safetensors and config.json): a small head on the target's own features,
+trained on the teacher data (docs/feature.md). It reads the target's embedding and LM head rows from the target at
+load time, so it runs with this target only, on the draftwise engine (lean fp32 or int8):
+
+    draftwise serve --target {target_spec} --drafter feature:drafter --gamma {gamma}
+
+vLLM, SGLang and llama.cpp cannot load it as it is: their EAGLE-3 loaders expect a head with self-attention over three
+intermediate layers' features; docs/feature.md says exactly what maps and what does not.
+"""
+
+
+def export_feature(out: Path, spec: str, name: str, gamma: int) -> None:
+    """A feature head's checkpoint and a README that says where it runs (the draftwise engine only)."""
+    deploy.local_drafter(spec, out)
+    (out / "README.md").write_text(FEATURE.format(name=name, gamma=gamma, target_spec="<target>"))
+
+
 def export_model(out: Path, target, spec: str) -> Path:
     ckpt = out / "drafter"
     if not (ckpt / "config.json").exists():
@@ -230,6 +249,9 @@ def serve_json(pipeline, top: Path, verdict: dict) -> dict:
 def export_parts(pipeline, target, out: Path, spec: str, name: str, gamma: int, scheduled: bool = False) -> Path | None:
     """`scheduled`: the verdict's method is the round scheduler (a lookup's `schedule/` says so)."""
     kind = drafter_kind(spec)
+    if kind == "feature":
+        export_feature(out, spec, name, gamma)
+        return None
     if kind == "lookup":
         local = export_lookup(out, spec, name, gamma)
         if "calibrate-lookup" in pipeline.done:

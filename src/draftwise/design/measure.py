@@ -218,7 +218,8 @@ def temperatures(p, spec: str, gamma: int) -> None:
 def headline(p, spec: str, gamma: int, method: str = "sd") -> None:
     """spec_bench: SD (and the scheduled variant, when that is the chosen method) against draftwise AR, transformers
     generate() and transformers' own SD with the same means."""
-    own = ("hf-assisted",) if drafter_kind(spec) == "model" else ("hf-prompt-lookup",)
+    # transformers' own SD with the same means (a feature head has none: transformers cannot hand it the features)
+    own = {"model": ("hf-assisted",), "feature": ()}.get(drafter_kind(spec), ("hf-prompt-lookup",))
     config = base_config(
         p,
         spec,

@@ -17,8 +17,10 @@ FLOORS = {
     "refine_limit": 3,
     "headline_limit": 3,
     "accuracy_items": 10,
+    "teacher_tokens": 20_000,
+    "feature_minutes": 0.5,
 }
-TRAINING = ("gen_prompts", "distill_minutes")  # the sizes σ > 1 grows
+TRAINING = ("gen_prompts", "distill_minutes", "teacher_tokens", "feature_minutes")  # the sizes σ > 1 grows
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,8 @@ class Sizes:
     refine_limit: int
     headline_limit: int
     accuracy_items: int
+    teacher_tokens: int = 0  # positions the target scores teacher-forced (`stages.teacher`), shared by every trainee
+    feature_minutes: float = 0.0  # the feature-level drafter's training
     sigma: float = 1.0
     dropped: tuple[str, ...] = ()
 
@@ -58,10 +62,12 @@ class Sizes:
 
 
 def nominal(config: DesignConfig, trained: int) -> Sizes:
-    """The sizes at σ = 1: the config's counts; data ~3 prompts and distillation ~28 % of the budget per minute."""
+    """The sizes at σ = 1: the config's counts; per minute of budget ~3 prompts generated and ~8k tokens scored
+    teacher-forced (about 10 % of the budget at bf16 on 2 cores), distillation ~22 % of the budget shared by the
+    pruned candidates, the feature-level drafter ~8 %."""
     return Sizes(
         gen_prompts=max(8, round(3 * config.minutes)),
-        distill_minutes=round(0.28 * config.minutes / max(1, trained), 2),
+        distill_minutes=round(0.22 * config.minutes / max(1, trained), 2),
         elimination_tokens=96,
         agree_limit=24,
         tune_prompts=config.tune_prompts,
@@ -69,6 +75,8 @@ def nominal(config: DesignConfig, trained: int) -> Sizes:
         refine_limit=config.refine_limit,
         headline_limit=config.headline_limit,
         accuracy_items=config.accuracy_items,
+        teacher_tokens=round(8000 * config.minutes),
+        feature_minutes=round(0.08 * config.minutes, 2) if config.feature_drafter else 0.0,
     )
 
 

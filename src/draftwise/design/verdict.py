@@ -8,16 +8,23 @@ its sections and the export all say the same thing.
                draft time per drafting round, in AR steps), α and proposal statistics, and the cost model's break-even
                (`cost.break_even_tar`, `break_even_alpha`, `break_even_draft`): the TAR (and the i.i.d. α) it would
                need at its measured draft cost and proposal lengths, and the draft cost it could afford at its TAR
+  learning     for every trained candidate (its `distill-<name>` or `feature-<name>` stage logged evaluations): its
+               learning curve and when more training would pay (`learning.predict`): the teacher tokens and minutes
+               of training here after which its agreement (≈ greedy α) reaches its break-even α, and the α at which
+               the cost model predicts it as fast as the best lookup measured (`cost.alpha_for_speedup`)
 """
 
 from __future__ import annotations
 
 import json
 
-from .. import cost
-from ..sd.families import drafter_kind
+from .. import cost, learning
+from ..rundir import read_records
+from ..sd.families import SERIAL, drafter_kind
 from ..stages.bench_grid import as_method, label
 from .measure import grid_points, method_of, summary
+
+TRAINING = ("distill", "feature")  # the stages that train a candidate, each logging its learning curve
 
 
 def verify_steps(p):
@@ -31,17 +38,16 @@ def candidate(point: dict, kind: str, speedup: list[float], t_verify, method: st
     """One benchmarked candidate's measured costs and its break-even, from its selection-grid point (`method`: static
     SD, or the scheduled variant measured in the same point; its proposal lengths are what the scheduler verified)."""
     sd = point["methods"][method]
-    lengths = {int(g): n for g, n in sd["proposal_lengths"].items()}
+    lengths = _lengths(sd)
     drafting = sum(n for g, n in lengths.items() if g)
     ar_s = point["ar_step_ms"] / 1e3
     afford = cost.break_even_draft(lengths, sd["tar"], t_verify)  # per drafting round, at its measured TAR
-    if kind == "model":  # γ serial steps: c per token
+    if kind in SERIAL:  # γ serial steps (a model's forwards, a feature head's passes): c per token
         c = sd["draft_step_ms"] / point["ar_step_ms"]
-        t_draft = lambda g: g * c  # noqa: E731
         afford = afford / max((g for g in lengths if g), key=lengths.get) if afford is not None else None  # per token
     else:  # one proposal per drafting round, whatever its length
         c = sd["draft_s"] / drafting / ar_s if drafting else 0.0
-        t_draft = lambda g: c if g else 0.0  # noqa: E731
+    t_draft = _draft_time(kind, c)
     return {
         "kind": kind,
         "method": method,
@@ -58,6 +64,59 @@ def candidate(point: dict, kind: str, speedup: list[float], t_verify, method: st
     }
 
 
+def _lengths(sd: dict) -> dict[int, int]:
+    """Rounds per proposal length of a bench method's summary."""
+    return {int(g): n for g, n in sd["proposal_lengths"].items()}
+
+
+def _draft_time(kind: str, c: float):
+    """Draft time of a round proposing g tokens, in AR steps: g serial steps of c (a model or a feature head), else one
+    proposal."""
+    return (lambda g: g * c) if kind in SERIAL else (lambda g: c if g else 0.0)
+
+
+def training_records(p, name: str) -> list[dict]:
+    """The records of the stage that trained candidate `name` — `distill-<name>` (pruned + distilled) or
+    `feature-<name>` (a feature-level head), whichever logged evaluations; [] for a candidate not trained here."""
+    for stage in TRAINING:
+        records = read_records(p.folder(f"{stage}-{name}") / "records.jsonl")
+        if any(r.get("event") == "eval" for r in records):
+            return records
+    return []
+
+
+def rival(cands: dict) -> tuple[str, float] | None:
+    """The lookup candidate with the best measured speedup, when it beats plain decoding (a slower lookup is beaten
+    by any drafter that pays, so it sets no target of its own)."""
+    lookups = {n: x["speedup"][0] for n, x in cands.items() if x["kind"] == "lookup"}
+    best = max(lookups, key=lookups.get, default=None)
+    return (best, lookups[best]) if best is not None and lookups[best] > 1.0 else None
+
+
+def outlook(name: str, entry: dict, point: dict, t_verify, records: list[dict], best: tuple[str, float] | None):
+    """A trained candidate's learning-curve outlook (`learning.predict`), from its training records and its verdict
+    entry: its break-even α, and the α at which the cost model — at its measured draft cost and proposal lengths —
+    predicts it `best`'s measured speedup (prefill included in that figure, so the target is a little generous)."""
+    beat = (
+        cost.alpha_for_speedup(
+            _lengths(point["methods"][entry["method"]]), _draft_time(entry["kind"], entry["c"]), t_verify, best[1]
+        )
+        if best
+        else None
+    )
+    where = f"the best lookup ({best[0]}, {best[1]:.2f}×)" if best else None
+    return learning.predict(records, entry["alpha_needed"], beat, name=name, rival=where)
+
+
+def _add_learning(p, cands: dict, points: dict, specs: dict, t_verify) -> None:
+    """Each trained candidate's `learning` entry, beside its break-even."""
+    best = rival(cands)
+    for n, x in cands.items():
+        records = training_records(p, n) if x["kind"] not in ("lookup", "hybrid") else []
+        if records:
+            x["learning"] = outlook(n, x, points[specs[n]], t_verify, records, best)
+
+
 def decide(p, gamma: int) -> dict:
     decision = p.done["select-drafter"]
     chosen, specs = decision["chosen"], p.done["bench-select"]["drafters"]
@@ -67,6 +126,7 @@ def decide(p, gamma: int) -> dict:
         n: candidate(points[specs[n]], drafter_kind(specs[n]), decision["speedup"][n], t_verify, method_of(p, n))
         for n in decision["speedup"]
     }
+    _add_learning(p, cands, points, specs, t_verify)
     speedup, method = decision["speedup"][chosen], method_of(p, chosen)
     headline = summary(p, "bench-headline")["methods"][method]["speedup_vs_ar"] if "bench-headline" in p.done else None
     return {

@@ -192,6 +192,22 @@ def write_fingerprint(folder: Path, tokenizer) -> None:
     )
 
 
+def check_fingerprint(folder: Path, target: Model, what: str) -> None:
+    """Refuse, in one line, a folder of token ids written with another tokenizer than the target's (or by no
+    draftwise stage: no fingerprint)."""
+    path = Path(folder) / FINGERPRINT_FILE
+    if not path.exists():
+        raise DraftwiseError(
+            f"{what} {folder}: not a gen-data run folder of this draftwise (no {FINGERPRINT_FILE}); run `draftwise "
+            f"gen-data` (or `draftwise teacher`) to make one"
+        )
+    if json.loads(path.read_text())["fingerprint"] != fingerprint(target.tokenizer):
+        raise DraftwiseError(
+            f"{what} {folder} was written with another tokenizer than the target's ({target.name}): its token ids "
+            f"mean other text"
+        )
+
+
 def save_checkpoint(path: Path, config, state_dict: dict[str, torch.Tensor], tokenizer) -> Path:
     """A standard transformers checkpoint (config, safetensors, tokenizer with its chat template) that
     `AutoModelForCausalLM.from_pretrained`, draftwise and assisted generation all load."""
@@ -262,6 +278,7 @@ __all__ = [
     "describe",
     "read_weights",
     "save_checkpoint",
+    "check_fingerprint",
     "fingerprint",
     "write_fingerprint",
     "FINGERPRINT_FILE",

@@ -189,6 +189,7 @@ class LeanLM(nn.Module):
                 layer.compile(dynamic=True)
         self._rot = {key: rope_table(config, self.shape, 0, key) for key in {layer.rope_key for layer in self.layers}}
         self.k_cache = self.v_cache = None
+        self.last_hidden: torch.Tensor | None = None  # the last forward's hidden states (see `features`)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -263,6 +264,7 @@ class LeanLM(nn.Module):
                 start,
                 positions,
             )
+        self.last_hidden = x  # [B, T, D] before the final norm: what a feature-level drafter reads (`features`)
         if n_logits == 0:  # prefill that only fills the cache
             return x.new_empty(B, 0, self.vocab_size)
         if n_logits is not None:
@@ -297,9 +299,14 @@ class LeanLM(nn.Module):
                 mask = mask & (keys > queries - window)
         return (mask | (keys == queries))[:, None]
 
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """The target's feature at each position: the final-normed hidden state the LM head reads, [..., D] (from
+        `last_hidden` or any hidden states); feature-level drafters and the teacher cache read these."""
+        return rms_norm(x, self.norm, self.shape.rms_eps)
+
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """The final norm and LM head (and the family's soft-capping): hidden states [B, T, D] -> logits [B, T, V]."""
-        logits = linear(rms_norm(x, self.norm, self.shape.rms_eps), self.head)
+        logits = linear(self.features(x), self.head)
         return logits if self.shape.final_softcap is None else kernels.softcap(logits, self.shape.final_softcap)
 
     def subset(self, layer_ids: list[int], config) -> LeanLM:

@@ -160,3 +160,29 @@ def plot_learning_curve(records: list[dict], folder: Path) -> Path:
     ax2.set_ylim(0, 1)
     fig.legend(loc="upper center", fontsize=7, ncol=2)
     return _save(fig, folder / "learning_curve.png", f"draftwise distill; {folder}")
+
+
+def plot_learning_fits(series: list[dict], path: Path, footer: str) -> Path:
+    """Held-out agreement against teacher tokens per trained drafter (`series`: name, points [(tokens, agreement)],
+    fit [(tokens, agreement)] or None, alpha_needed, alpha_to_beat), its fitted curve extended to the tokens the
+    predictions need, and its break-even α (dotted) and the α that would beat the best lookup (dash-dot) as lines."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, s in enumerate(series):
+        color = f"C{i}"
+        ax.plot(*zip(*s["points"]), "o", color=color, label=f"{s['name']}, measured")
+        if s.get("fit"):
+            ax.plot(*zip(*s["fit"]), "-", color=color, lw=1, label=f"{s['name']}, fitted curve")
+        for key, style, what in (("alpha_needed", ":", "break-even α"), ("alpha_to_beat", "-.", "α to beat lookup")):
+            if s.get(key) is not None:
+                ax.axhline(s[key], ls=style, color=color, lw=1, label=f"{s['name']}, {what} {s[key]:.2f}")
+    first = min((t for s in series for t, _ in s["points"] if t > 0), default=1.0)
+    ax.set_xscale("symlog", linthresh=first)  # step 0 (no tokens) stays on the axis
+    ax.set(
+        xlabel="teacher tokens trained",
+        ylabel="held-out top-1 agreement (≈ greedy α)",
+        title="When would training pay?",
+    )
+    ax.set_xlim(left=0)
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=6)
+    return _save(fig, path, footer)

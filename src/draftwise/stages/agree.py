@@ -21,6 +21,8 @@ from .. import continuations, metrics, specs
 from ..config import AgreeConfig
 from ..models import ModelOptions, load
 from ..rundir import RunDir
+from ..sd.families import feature
+from ..sd.roles import Draft
 
 
 def replay_rounds(
@@ -61,6 +63,35 @@ def replay_rounds(
     return rounds
 
 
+class _Drafts:
+    """Drafts known in advance per continuation index (a feature drafter's, unrolled along the text), offered to
+    `replay_rounds` as a lookup offers its proposals: the round that starts at index t drafts drafts[t][:γ]."""
+
+    def __init__(self, drafts: list[list[int]], prompt_len: int):
+        self.drafts, self.prompt_len = drafts, prompt_len
+
+    def start(self, prompts):
+        return self
+
+    def propose(self, seqs, gamma, *args):
+        return {0: Draft(self.drafts[len(seqs[0]) - self.prompt_len][:gamma])}
+
+    def keep(self, row, length):
+        pass
+
+
+def feature_score(drafter, seq: continuations.Sequence, gammas, features=None) -> tuple[list[bool], dict]:
+    """A feature drafter (`sd.families.feature.FeatureDrafter`) on one continuation: its first draft step's matches
+    (the target's feature at P−2 and the true token at P−1 against the target's token at P) and, per γ, the greedy
+    rounds replayed with its drafts unrolled from each round's start (`unrolled_drafts`: the head's own features
+    after the first step). `features`: the target's over seq.tokens, teacher-forced (computed when not given)."""
+    features = feature.target_features(drafter.lm, seq.tokens) if features is None else features
+    drafts = feature.unrolled_drafts(drafter.head, features, seq.tokens, seq.prompt_len, max(gammas))
+    matches = [bool(d) and d[0] == t for d, t in zip(drafts, seq.continuation)]
+    lookup = _Drafts(drafts, seq.prompt_len)
+    return matches, {g: replay_rounds(seq.tokens[: seq.prompt_len], seq.continuation, g, lookup) for g in gammas}
+
+
 def greedy_rounds(matches: list[bool], gamma: int) -> tuple[int, int]:
     """(rounds, tokens) of greedy SD with lookahead γ over a continuation whose position t the drafter gets right
     iff matches[t]: each round accepts the leading matches (≤ γ) and emits one more token."""
@@ -89,7 +120,10 @@ def run(config: AgreeConfig, out: str | Path) -> Path:
         chunk = todo[i : i + config.batch_size]
         seqs = continuations.generate(target, chunk, config.max_new_tokens, batch_size=config.batch_size, desc="target")
         matches = continuations.top1_matches(drafter.model.lm, seqs, len(seqs)) if drafter.model else [None] * len(seqs)
-        for (p, ids), seq, match in zip(chunk, seqs, matches):
+        scored = (
+            [feature_score(drafter.loop_drafter, s, config.gammas) for s in seqs] if drafter.kind == "feature" else None
+        )
+        for i, ((p, ids), seq, match) in enumerate(zip(chunk, seqs, matches)):
             rec = {
                 "prompt_id": p.id,
                 "suite": p.suite,
@@ -100,6 +134,9 @@ def run(config: AgreeConfig, out: str | Path) -> Path:
             }
             if match is not None:
                 rec["matches"] = [int(m) for m in match]
+            if scored is not None:  # a feature drafter: its first steps' matches, its unrolled drafts' rounds per γ
+                rec["matches"] = [int(m) for m in scored[i][0]]
+                rec["rounds"] = {g: [[r["drafted"], r["accepted"]] for r in rs] for g, rs in scored[i][1].items()}
             if drafter.lookup is not None:  # a lookup proposes from the text itself: its rounds, replayed per γ
                 rec["rounds"] = {
                     g: [
@@ -137,9 +174,11 @@ def summarize(records: list[dict], config: AgreeConfig) -> dict:
 
     out = {
         "definitions": "agreement: fraction of continuation positions where the drafter's argmax (teacher-forced on "
-        "the target's greedy continuation) equals the target's token (model drafters). "
+        "the target's greedy continuation) equals the target's token (model drafters; a feature drafter's first "
+        "step, from the target's feature). "
         "predicted_greedy_tar[γ]: tokens per round of greedy SD replayed over those match patterns, or, "
-        "for a lookup or hybrid drafter, over its own proposals on the same text (counts the "
+        "for a lookup, hybrid or feature drafter (its steps unrolled on its own features), over its own "
+        "proposals on the same text (counts the "
         "recovered/bonus token). alpha and proposed_fraction: of those replayed rounds.",
         "prompts": len(records),
         "positions": sum(len(r["continuation"]) for r in records),
@@ -171,7 +210,7 @@ def format_agree(summary: dict) -> str:
     )
     if "proposed_fraction" in summary:
         lines.append(
-            "rounds with a lookup proposal: "
+            "rounds that drafted: "
             + ", ".join(f"γ={g}: {100 * f:.0f} %" for g, f in summary["proposed_fraction"].items() if f is not None)
         )
     lines += [f"  {s:<12} {a:.3f}" for s, a in summary["agreement_by_suite"].items() if a is not None]

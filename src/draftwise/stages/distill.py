@@ -139,12 +139,20 @@ def _load_state(path: Path, model, opt, gen: torch.Generator) -> dict:
         return json.loads(f.metadata()["meta"])
 
 
-def _step(model, opt, micro_batches: list[list[dict]], loss_name: str) -> tuple[float, int]:
+def use_autocast(setting: str, device: str) -> bool:
+    """Whether distillation's matmuls run in bf16 (autocast): where the hardware computes bf16 natively."""
+    from .teacher import native_bf16
+
+    return setting == "on" or (setting == "auto" and (device.startswith("cuda") or native_bf16()))
+
+
+def _step(model, opt, micro_batches: list[list[dict]], loss_name: str, bf16: bool = False) -> tuple[float, int]:
     """One optimizer step over accumulated micro-batches (a seam tests use to simulate a kill)."""
     opt.zero_grad()
     total, tokens = 0.0, 0
     for rows in micro_batches:
-        value, n = batch_loss(model, rows, loss_name)
+        with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
+            value, n = batch_loss(model, rows, loss_name)
         (value / len(micro_batches)).backward()
         total, tokens = total + value.item() / len(micro_batches), tokens + n
     opt.step()
@@ -207,6 +215,7 @@ def run(config: DistillConfig, out: str | Path) -> Path:
         dynamic_ncols=True,
     )
     prompts = [r["tokens"][: r["prompt_len"]].tolist() for r in rows]
+    bf16 = use_autocast(config.autocast, config.device)
     while (config.tokens and meta["tokens"] < config.tokens) or (budget_s and meta["seconds"] < budget_s):
         start = time.perf_counter()
         step = meta["step"]
@@ -219,7 +228,7 @@ def run(config: DistillConfig, out: str | Path) -> Path:
                 [rows[i] for i in order(len(rows), step * config.grad_accum + a, config.batch_size, config.seed)]
                 for a in range(config.grad_accum)
             ]
-        value, tokens = _step(model, opt, micro, config.loss)
+        value, tokens = _step(model, opt, micro, config.loss, bf16)
         seconds = time.perf_counter() - start
         meta = {"step": step + 1, "tokens": meta["tokens"] + tokens, "seconds": meta["seconds"] + seconds}
         record(

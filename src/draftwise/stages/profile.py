@@ -35,7 +35,8 @@ DEFINITIONS = """\
 ar_step_ms: the target's forward over 1 new token (batch b, `context` positions cached), median of repeats.
 verify_ms[γ]: the target's forward over γ+1 new tokens, returning all γ+1 logits.
 verify_over_ar_step[γ] = median verify / median AR step, both timed interleaved in the same point.
-step_ms (drafter): one serial drafter forward over 1 token; for a lookup drafter, one round's whole proposal (up to
+step_ms (drafter): one serial drafter forward over 1 token (a feature drafter: one step of its head, which reads the
+target's feature and no cache); for a lookup drafter, one round's whole proposal (up to
 the largest γ) at `context` tokens. head_ms: final norm + LM head over 1 token per sequence.
 head_share = head_ms / step_ms. c = median drafter step / median AR step, timed interleaved.
 cycle[γ]: a round's time split, draft_share = γ·t_q / (γ·t_q + verify_ms[γ]), target_share = 1 − draft_share.
@@ -99,10 +100,12 @@ def load_models(config: ProfileConfig) -> dict[str, Model]:
     ):
         if drafter_kind(spec) == "model":
             models[spec] = load_drafter(spec, target, options)
-        elif drafter_kind(spec) == "lookup":
+        elif drafter_kind(spec) in ("lookup", "feature"):
             models[spec] = specs.load(spec, target, options)
         else:
-            raise DraftwiseError(f"profile times model and lookup drafters; profile a hybrid's parts instead ({spec})")
+            raise DraftwiseError(
+                f"profile times model, feature and lookup drafters; profile a hybrid's parts instead ({spec})"
+            )
     return models
 
 
@@ -142,6 +145,8 @@ class Timer:
         """A zero-argument function that runs the point once."""
         if point["kind"] == "propose":
             return self.propose(self.models[point["model"]].loop_drafter, max(self.config.gammas))
+        if point["model"] != "target" and drafter_kind(point["model"]) == "feature":
+            return self.feature_step(self.models[point["model"]].loop_drafter.head, point["batch"])
         lm = self.models[point["model"]].lm
         b, t, ctx = point["batch"], point["tokens"], self.config.context
         dev = lm.device
@@ -151,6 +156,20 @@ class Timer:
         fill_cache(lm, b, ctx, max(self.config.gammas) + 1, self.gen)
         ids = torch.randint(0, lm.vocab_size, (b, t), generator=self.gen).to(dev)
         return lambda: lm.forward(ids, ctx, t)  # a lean cache is preallocated: garbage in it costs what real keys do
+
+    def feature_step(self, head, batch: int):
+        """One draft step of a feature head (`models.feature_head`): a feature and a token per row in, the next
+        feature and the drafted token out; it reads no cache, so `context` does not change it."""
+        dev = head.d2t.device
+        features = torch.randn(batch, head.config.hidden, generator=self.gen).to(dev)
+        tokens = torch.randint(0, head.config.vocab_size, (batch,), generator=self.gen).to(dev)
+
+        def step():
+            with torch.no_grad():
+                logits, _ = head(features, tokens)
+                return head.d2t[logits.argmax(-1)]
+
+        return step
 
     def propose(self, lookup, gamma: int):
         """One round of a lookup drafter at `context` tokens: the newest token indexed, a proposal, the token rolled
@@ -245,7 +264,7 @@ def summarize(records: list[dict], configs: dict, config: ProfileConfig) -> dict
             head = get.get(("head", spec, 1)) or (entry["head_ms"] if spec.startswith("layers:") else None)
             shape = cost.Shape.of(configs[spec]) if spec in configs else None
             entry["drafters"][spec] = {
-                "kind": "model",
+                "kind": drafter_kind(spec),  # model, or feature (a feature head's step)
                 "layers": shape.layers if shape else None,
                 "shape": shape.__dict__ if shape else None,
                 "params": shape.params() if shape else None,

@@ -19,7 +19,7 @@ from ..measure import SCHEDULED as SCHEDULED_NAME
 from ..measure import limit_of
 from ..pipeline import CANDIDATES, DesignFolder
 from ..verdict import sentence
-from . import budget, charts, lookup, models, per_row, schedule, served
+from . import budget, charts, learning, lookup, models, per_row, schedule, served
 from .costs import accuracy_section, time_section
 from .models import LEFT_OUT, decision_text, read_json, stage_records
 
@@ -60,6 +60,7 @@ def write(p: DesignFolder) -> Path:
     _chosen_section(doc, p, tasks, points, chosen, plots, footer)
     acc_points, kv = models.section(doc, p, cands, specs, prof, (chosen, gamma), plots, footer)
     models.batch_dividend(doc, p, cands)
+    learning.section(doc, p, plots, footer)
     time_section(doc, p, prof, kv, plots, footer)
     accuracy_section(doc, p, acc_points, plots, footer)
     if "select-vocab" in p.done:

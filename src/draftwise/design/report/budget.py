@@ -26,7 +26,9 @@ DROPPED = {
 }
 SHOWN = (
     "gen_prompts",
+    "teacher_tokens",
     "distill_minutes",
+    "feature_minutes",
     "elimination_tokens",
     "agree_limit",
     "tune_prompts",

@@ -114,8 +114,8 @@ def _bars(p, points: dict[str, dict], chosen: str, gamma: int) -> list[dict]:
 def _model_row(p, cand, spec: str, b1: dict, points: dict, acc: dict) -> tuple[list, float, list[dict], dict]:
     """One model candidate's table row, KV MB per sequence, predicted-vs-measured point and accuracy point."""
     d = b1["drafters"][spec]
-    shape = cost.Shape(**d["shape"])
-    kv = shape.kv_bytes(KV_CONTEXT) / 1e6
+    shape = cost.Shape(**d["shape"]) if d.get("shape") else None  # None: a feature head (no decoder stack, no cache)
+    kv = shape.kv_bytes(KV_CONTEXT) / 1e6 if shape else 0.0
     agree_summary = read_json(p.folder(f"agree-{cand.name}") / "agree.json")
     pred = predicted(p, spec, cand.name)
     g_pred = max(pred, key=pred.get) if pred else None
@@ -131,20 +131,22 @@ def _model_row(p, cand, spec: str, b1: dict, points: dict, acc: dict) -> tuple[l
             }
         )
     before = after = None
-    if cand.trained:
-        evals = [r for r in stage_records(p.folder(f"distill-{cand.name}")) if r.get("event") == "eval"]
+    trained = cand.trained or cand.role == "feature"
+    if trained:
+        stage = "distill" if cand.trained else "feature"
+        evals = [r for r in stage_records(p.folder(f"{stage}-{cand.name}")) if r.get("event") == "eval"]
         before, after = evals[0]["agreement"], evals[-1]["agreement"]
     tar4 = agree_summary["predicted_greedy_tar"].get("4")
     mmlu, hellaswag = acc.get((cand.name, "mmlu")), acc.get((cand.name, "hellaswag"))
     row = [
         cand.name,
         cand.role,
-        shape.describe(),
-        _f(d["params"]["non_embedding"] / 1e6, ".2f", "M"),
+        shape.describe() if shape else "head on the target's features",
+        _f(d["params"]["non_embedding"] / 1e6, ".2f", "M") if d.get("params") else "-",
         _f(kv, ".1f"),
         _f(d["step_ms"]),
         _f(d["step_ms"] / b1["ar_step_ms"], ".2f"),
-        f"{_f(before, '.3f')} → {_f(after, '.3f')}" if cand.trained else "untrained",
+        f"{_f(before, '.3f')} → {_f(after, '.3f')}" if trained else "untrained",
         _f(agree_summary["agreement"], ".3f"),
         _f(tar4),
         f"{g_pred} ({_f(pred.get(g_pred), '.1f')})",

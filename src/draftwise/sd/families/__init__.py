@@ -3,6 +3,7 @@
   ngram    lookup   prompt lookup over the request
   suffix   lookup   the request's n-grams plus a suffix index over the target's own outputs
   hybrid   hybrid   a lookup where it has a proposal, a model drafter elsewhere
+  feature  feature  a small head on the target's own features (EAGLE-style; lean targets only)
   model    model    a small LM (checkpoint, GGUF, layers:, random:): what no other family claims
 
 A family (`base.Family`) owns its spec (`name[:body]`), kind, description, how its drafter is built, and what the
@@ -17,10 +18,11 @@ from __future__ import annotations
 from ...errors import DraftwiseError
 from ...models import Model, ModelOptions
 from ..roles import Drafter
-from . import hybrid, model, ngram, suffix
+from . import feature, hybrid, model, ngram, suffix
 from .base import (
     MODEL,
     REGISTRY,
+    SERIAL,
     Builtin,
     Family,
     Loaded,
@@ -32,12 +34,13 @@ from .base import (
     register,
 )
 
-for _family in (ngram.FAMILY, suffix.FAMILY, hybrid.FAMILY, model.FAMILY):
+for _family in (ngram.FAMILY, suffix.FAMILY, hybrid.FAMILY, feature.FAMILY, model.FAMILY):
     register(_family)
 
 __all__ = [
     "MODEL",
     "REGISTRY",
+    "SERIAL",
     "Builtin",
     "Family",
     "Loaded",

@@ -21,6 +21,7 @@ from ...models import describe as describe_model
 from ..roles import Drafter
 
 MODEL = "model"  # the family of model drafters: every spec no other family claims
+SERIAL = ("model", "feature")  # kinds that spend one serial step per drafted token (lookups propose a run at once)
 NGRAM_MIN, NGRAM_MAX = 1, 4  # prompt lookup's n-gram lengths by default (draftwise's, and its vLLM export's)
 
 
@@ -29,7 +30,7 @@ class Loaded:
     """A loaded drafter: what the loop drafts with, and its parts."""
 
     spec: str
-    kind: str  # model | lookup | hybrid
+    kind: str  # model | lookup | hybrid | feature
     loop_drafter: Drafter  # what the loop drafts with (`sd.roles.Drafter`)
     model: Model | None = None  # the model part (transformers baselines, shapes, accuracy)
     lookup: Drafter | None = None  # the lookup part
@@ -66,7 +67,7 @@ class Setting:
 
 class Family(Protocol):
     name: str  # the spec's head
-    kind: str  # model | lookup | hybrid
+    kind: str  # model | lookup | hybrid | feature
     description: str  # one line
     usage: str  # the spec's form, as an error message lists it
     batched: bool  # whether batched SD can run it (False: batch size 1 only)
@@ -97,7 +98,7 @@ def family_of(spec: str) -> Family:
 
 
 def drafter_kind(spec: str) -> str:
-    """model | lookup | hybrid, from a drafter spec's text alone."""
+    """model | lookup | hybrid | feature, from a drafter spec's text alone."""
     return family_of(spec).kind
 
 

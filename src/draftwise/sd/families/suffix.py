@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from ... import data
 from ...errors import DraftwiseError
-from ...models import FINGERPRINT_FILE, Model, fingerprint
+from ...models import Model, check_fingerprint
 from ...rundir import read_records
 from ...shards import read_shard
 from ..lookup import SuffixDrafter
@@ -115,25 +115,10 @@ def read_corpus(folder: Path, target: Model | None) -> list[list[int]]:
     if not folder.is_dir():
         raise DraftwiseError(f"suffix corpus {folder}: no such folder (give a gen-data run folder)")
     if target is not None:
-        _check_tokenizer(folder, target)
+        check_fingerprint(folder, target, "suffix corpus")
     if (folder / CORPUS_FILE).exists():
         return load_corpus(folder / CORPUS_FILE)
     return gen_data_corpus(folder)
-
-
-def _check_tokenizer(folder: Path, target: Model) -> None:
-    path = folder / FINGERPRINT_FILE
-    if not path.exists():
-        raise DraftwiseError(
-            f"suffix corpus {folder}: not a gen-data run folder of this draftwise "
-            f"(no {FINGERPRINT_FILE}); run `draftwise gen-data` to make one"
-        )
-    saved = json.loads(path.read_text())["fingerprint"]
-    if saved != fingerprint(target.tokenizer):
-        raise DraftwiseError(
-            f"suffix corpus {folder} was written with another tokenizer than the target's "
-            f"({target.name}): its token ids mean other text"
-        )
 
 
 def gen_data_corpus(folder: Path) -> list[list[int]]:

@@ -1,6 +1,7 @@
 """`draftwise prune`: carve a drafter of an exact shape out of the target.
 
-  calibration   the target's continuations of `train` prompts (never `eval`), saved as calibration.jsonl
+  calibration   the target's continuations of `train` prompts (never `eval`), or with `--data` the sequences of a
+                teacher folder (`draftwise teacher`: scored at prefill speed), saved as calibration.jsonl
   scores        importance: greedy layer elimination by output TVD (or KL), then Taylor scores of heads, FFN channels
                 and hidden dimensions (scores.py); l0: hard-concrete gates under a Lagrangian shape constraint (l0.py)
   selection     exactly the requested count per dimension, GQA groups kept whole (slicing.select)
@@ -19,27 +20,44 @@ import torch
 
 from ... import continuations, cost
 from ...config import PruneConfig
-from ...models import ModelOptions, load, read_weights, save_checkpoint
+from ...models import ModelOptions, check_fingerprint, load, read_weights, save_checkpoint
 from ...rundir import RunDir
+from ...shards import load_rows
 from ..draft_vocab import ensure_reduced
 from . import l0, scores
 from .slicing import PruneShape, select, slice_checkpoint
+
+
+def from_teacher(folder: str, target, n_tokens: int, max_len: int) -> list[continuations.Sequence]:
+    """The first sequences of a teacher (or gen-data) folder holding `n_tokens` scored positions: text the target
+    scored at prefill speed, so calibration needs no generation and can be as large as the cache."""
+    check_fingerprint(Path(folder), target, "calibration data")
+    out, total = [], 0
+    for row in load_rows(Path(folder), max_len):
+        out.append(continuations.Sequence("", row["tokens"].tolist(), row["prompt_len"]))
+        total += len(row["topk_ids"])
+        if total >= n_tokens:
+            break
+    return out
 
 
 def calibration(run_dir: RunDir, target, config: PruneConfig) -> list[continuations.Sequence]:
     path = run_dir.path / "calibration.jsonl"
     if path.exists():
         return [continuations.Sequence(**json.loads(line)) for line in path.read_text().splitlines()]
-    prompts = continuations.prompts_for(target, "train", config.calib_suites, config.max_prompt_tokens)
-    seqs = continuations.generate(
-        target,
-        prompts,
-        config.max_new_tokens,
-        config.calib_tokens,
-        batch_size=config.batch_size,
-        seed=config.seed,
-        desc="calibration",
-    )
+    if config.data:
+        seqs = from_teacher(config.data, target, config.calib_tokens, config.max_prompt_tokens + config.max_new_tokens)
+    else:
+        prompts = continuations.prompts_for(target, "train", config.calib_suites, config.max_prompt_tokens)
+        seqs = continuations.generate(
+            target,
+            prompts,
+            config.max_new_tokens,
+            config.calib_tokens,
+            batch_size=config.batch_size,
+            seed=config.seed,
+            desc="calibration",
+        )
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(s.__dict__) + "\n" for s in seqs))
     tmp.replace(path)
@@ -105,7 +123,12 @@ def run(config: PruneConfig, out: str | Path) -> Path:
     info.update(
         kept=kept.as_dict(),
         params=cost.Shape.of(new_config).params(),
-        calibration={"split": "train", "sequences": len(seqs), "new_tokens": sum(len(s.continuation) for s in seqs)},
+        calibration={
+            "split": "train",
+            "source": config.data or "generated",
+            "sequences": len(seqs),
+            "new_tokens": sum(len(s.continuation) for s in seqs),
+        },
     )
     run_dir.write_json("prune.json", info)
     p = info["params"]

@@ -1,0 +1,63 @@
+"""The design report's "When would training pay?": for each trained candidate, the learning-curve outlook its verdict
+entry recorded (`verdict.outlook`) in one sentence, and its held-out agreement against teacher tokens with the fitted
+curve extended to the tokens its predictions need, its break-even α and the α that would beat the best lookup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ... import learning
+from ...report.doc import Doc
+from ...report.plots import plot_learning_fits
+from ..verdict import training_records
+
+NOTE = (
+    "Teacher-forced top-1 agreement on held-out text is the greedy per-token acceptance α, so the curve of agreement "
+    "against teacher tokens predicts α after more training. Fitted: a(t) = a_inf − b·(t + t0)^(−c), a power law "
+    "saturating at a plateau a_inf that the drafter's shape sets (fewer than 3 evaluations, or no rise: no "
+    "prediction). Break-even α: the cost model's, at the candidate's measured draft cost and proposal lengths (the "
+    "verdict table); the α to beat a lookup: where the same cost model predicts the lookup's measured speedup. Minutes "
+    "at the training rate measured here (the train steps' own time, evaluations left out)."
+)
+
+
+def section(doc: Doc, p, plots: Path, footer: str) -> None:
+    """One sentence per trained candidate and one plot; nothing when no candidate was trained (or the verdict was
+    recorded before learning curves were)."""
+    entries = {n: x["learning"] for n, x in p.done["verdict"]["candidates"].items() if x.get("learning")}
+    if not entries:
+        return
+    doc.h("When would training pay?")
+    for x in entries.values():
+        doc.p(x["sentence"])
+    doc.p(NOTE)
+    series = [series_of(n, x, training_records(p, n)) for n, x in entries.items()]
+    doc.img(
+        plot_learning_fits(series, plots / "learning_fits.png", footer),
+        "Held-out agreement vs teacher tokens, fitted curves extended to the predictions, break-even α (dotted) and "
+        "the α that would beat the best lookup (dash-dot)",
+    )
+
+
+def series_of(name: str, entry: dict, records: list[dict]) -> dict:
+    """What the plot draws for one candidate: its measured points and its fitted curve from 0 to the furthest
+    predicted token count (at least 3× the tokens trained, to show its bend; at most `learning.HORIZON`× them; none
+    for an invalid curve)."""
+    curve = learning.Curve.from_dict(entry["curve"])
+    pts = learning.points(records)
+    predicted = [x["tokens"] for x in entry["predictions"] if x["tokens"] is not None]
+    until = min(max([3 * curve.tokens_seen, *predicted]), learning.HORIZON * curve.tokens_seen)
+    first = min((t for t, _ in pts if t > 0), default=None)
+    fit = None
+    if curve.valid and first is not None:
+        ts = np.concatenate([[0.0], np.geomspace(first / 10, until, 120)])
+        fit = list(zip(ts.tolist(), np.asarray(curve.predict(ts)).tolist()))
+    return {
+        "name": name,
+        "points": pts,
+        "fit": fit,
+        "alpha_needed": entry.get("alpha_needed"),
+        "alpha_to_beat": entry.get("alpha_to_beat"),
+    }
