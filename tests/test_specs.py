@@ -54,7 +54,7 @@ def test_kinds_and_options():
         ("suffix:,factor=0", "factor > 0"),
         ("suffix:,min_prob=x", "min_prob takes a float"),
         ("hybrid:ngram", "expected hybrid:<model drafter>"),
-        ("hybrid:ngram+suffix", "must be a model drafter"),
+        ("hybrid:ngram+suffix", "must be a model or feature drafter"),
         ("hybrid:layers:0+ngram,model_gamma=0", "model_gamma must be >= 1"),
     ],
 )

@@ -944,3 +944,41 @@ def test_the_answers_serve_command_is_measured_through_http_beside_llama_server(
     assert sum(r["drafted"] for r in records if r["method"] == command) > 0
     loaded = from_export(ServeConfig(export=str(top), given=("export",)))
     assert (loaded.drafter, loaded.gamma, loaded.target) == ("ngram:min=1,max=3", 3, "<target>")
+
+
+def test_the_feature_head_is_built_tuned_in_a_hybrid_and_kept_off_llama_cpp_rows(tiny_dir, tmp_path, monkeypatch):
+    """The feature-level candidate end to end: trained on the teacher data, the top model of the hybrid's tuning (its
+    prediction forced highest here), benchmarked alone and in the hybrid beside every other candidate, kept off the
+    llama.cpp rows (no hidden states there); when the selection chooses it, exported as a head only the draftwise
+    engine runs."""
+    monkeypatch.setattr(design, "best_gamma", lambda p, spec, name, **k: (2, 99.0 if "feature:" in spec else 1.0))
+    config = DesignConfig(
+        target=tiny_dir,
+        minutes=0.3,
+        plan=False,
+        wide_layers=(1,),
+        narrow_factor=2,
+        bench_limit=3,
+        refine_limit=2,
+        headline_limit=2,
+        tune_prompts=6,
+        max_new_tokens=8,
+        accuracy_items=3,
+        draft_vocabs=(),
+        temperatures=(0.0,),
+        serve=False,
+        threads=1,
+    )
+    out = design.run(config, tmp_path / "design")
+    records = {r["stage"]: r for r in map(json.loads, (out / "records.jsonl").read_text().splitlines())}
+    assert {"teacher", "feature-feature", "agree-feature"} <= set(records)
+    hybrid = json.loads((out / "candidates.json").read_text())["specs"]["hybrid"]
+    assert hybrid.startswith("hybrid:feature:")  # the hybrid's model part: the top predicted model, the head
+    assert {"feature", "hybrid"} <= set(records["select-drafter"]["speedup"])
+    for name, r in records.items():
+        if name.startswith(("verdict@llama.cpp", "bench-select@llama.cpp")):
+            assert "feature:" not in json.dumps(r)  # llama.cpp hands out no hidden states
+    if records["select-drafter"]["chosen"] in ("feature", "hybrid"):
+        assert not (out / "export" / "vllm_speculative_config.json").exists()
+        assert "feature:{export}/drafter" in json.loads((out / "export" / "serve.json").read_text())["drafter"]
+    assert "When would training pay?" in (out / "report.md").read_text()

@@ -197,3 +197,26 @@ def test_the_design_exports_a_feature_head_with_a_command_that_loads_it(saved, t
     assert local == f"feature:{PLACEHOLDER}/drafter"
     loaded = specs.load(local.replace(PLACEHOLDER, str(tmp_path)), target)
     assert loaded.loop_drafter.head.d2t.tolist() == list(range(0, 64, 2))
+
+
+def test_a_hybrid_of_a_feature_head_and_a_lookup_loads_drafts_losslessly_and_exports(saved, tmp_path):
+    from draftwise.config.serve import PLACEHOLDER
+    from draftwise.design import deploy, export
+    from draftwise.sd.loop import generate
+    from draftwise.sd.sampling import SamplingParams
+
+    target, run = saved
+    spec = f"hybrid:feature:{run}+ngram:max=3"
+    loaded = specs.load(spec, target)
+    assert loaded.kind == "hybrid" and loaded.model is None
+    prompt = [1, 5, 9, 5, 9, 5, 9, 2, 7]
+    gen = torch.Generator()
+    ar = generate(target.lm, prompt, SamplingParams(), 24, gen)
+    sd = generate(target.lm, prompt, SamplingParams(), 24, gen, loaded.loop_drafter, 3)
+    assert sd.tokens == ar.tokens and any(r.drafted for r in sd.rounds)
+    assert export.export_parts(None, target, tmp_path, spec, "hybrid", 3) is None
+    assert (tmp_path / "drafter" / "config.json").exists()
+    assert "This is a hybrid" in (tmp_path / "README.md").read_text()
+    local = deploy.local_drafter(spec, tmp_path)
+    assert local.startswith(f"hybrid:feature:{PLACEHOLDER}/drafter+ngram")
+    assert specs.load(local.replace(PLACEHOLDER, str(tmp_path)), target).kind == "hybrid"

@@ -176,6 +176,12 @@ def export_schedule(pipeline, out: Path, spec: str, gamma: int, chosen: bool) ->
         )
 
 
+HYBRID = """
+This is a hybrid: draftwise proposes with the lookup in `lookup/` (γ = {gamma}) where it has a match and with this
+drafter (γ = {model_gamma}) elsewhere. Neither vLLM nor transformers combines the two in one request; each part's
+settings are exported for them.
+"""
+
 FEATURE = """# Exported drafter: {name} (a feature-level head, γ* = {gamma})
 
 `drafter/` is a draftwise feature head (safetensors and config.json): a small head on the target's own features,
@@ -249,29 +255,26 @@ def serve_json(pipeline, top: Path, verdict: dict) -> dict:
 def export_parts(pipeline, target, out: Path, spec: str, name: str, gamma: int, scheduled: bool = False) -> Path | None:
     """`scheduled`: the verdict's method is the round scheduler (a lookup's `schedule/` says so)."""
     kind = drafter_kind(spec)
-    if kind == "feature":
-        export_feature(out, spec, name, gamma)
-        return None
     if kind == "lookup":
         local = export_lookup(out, spec, name, gamma)
         if "calibrate-lookup" in pipeline.done:
             export_schedule(pipeline, out, local, gamma, scheduled)
         return None
     model_spec, lookup_spec, model_gamma = specs.split_hybrid(spec) if kind == "hybrid" else (spec, None, None)
-    ckpt = export_model(out, target, model_spec)
     if lookup_spec:
         (out / "lookup").mkdir(exist_ok=True)
         export_lookup(out / "lookup", lookup_spec, f"{name} (its lookup part)", gamma)
+    hybrid = HYBRID.format(gamma=gamma, model_gamma=model_gamma) if lookup_spec else ""
+    if drafter_kind(model_spec) == "feature":  # a head only the draftwise engine runs: no vLLM config
+        export_feature(out, model_spec, name, model_gamma or gamma)
+        with open(out / "README.md", "a") as f:
+            f.write(hybrid)
+        return None
+    ckpt = export_model(out, target, model_spec)
     vllm = {"model": "drafter", "num_speculative_tokens": model_gamma or gamma}
     (out / "vllm_speculative_config.json").write_text(json.dumps(vllm, indent=2) + "\n")
     readme = MODEL.format(
         name=name, gamma=model_gamma or gamma, target_spec=target_spec(pipeline), vllm=json.dumps(vllm)
     )
-    if lookup_spec:
-        readme += (
-            f"\nThis is a hybrid: draftwise proposes with the lookup in `lookup/` (γ = {gamma}) where it has a "
-            f"match and with this model (γ = {model_gamma}) elsewhere. Neither vLLM nor transformers combines "
-            "the two in one request; each part's settings are exported for them.\n"
-        )
-    (out / "README.md").write_text(readme)
+    (out / "README.md").write_text(readme + hybrid)
     return ckpt

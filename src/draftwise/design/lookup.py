@@ -203,12 +203,21 @@ def settings_rows(docs: list[dict], t_verify, data: Path | None, target: Model |
     return rows
 
 
+def first_step_matches(drafter, seqs: list[continuations.Sequence]) -> list[list[bool]]:
+    """Per sequence, whether the drafter's first draft step after each true prefix is the next token: a model's
+    teacher-forced top-1, a feature head's from the target's own feature (its later steps read its own estimate, so
+    the replay prices them as if they matched as often: an estimate, the benchmark measures the real rounds)."""
+    if drafter.model is not None:
+        return continuations.top1_matches(drafter.model.lm, seqs)
+    return [agree.feature_score(drafter.loop_drafter, s, (1,))[0] for s in seqs]
+
+
 def hybrid_row(p, target, model: tuple[str, str, int], lookup: dict, docs: list[dict], t_verify, profile: str) -> dict:
     """The best model drafter (by its own prediction, at its γ) where the best lookup (its row) has nothing."""
     name, spec, g_model = model
     drafter = families.load(spec, target)
     seqs = [continuations.Sequence(d["prompt_id"], d["prompt"] + d["continuation"], len(d["prompt"])) for d in docs]
-    matches = continuations.top1_matches(drafter.model.lm, seqs)
+    matches = first_step_matches(drafter, seqs)
     step = json.loads((p.folder(profile) / "profile.json").read_text())["batches"]["1"]["drafters"][spec]["step_ms"]
     rounds = replay(docs, families.lookup(lookup["spec"], target), lookup["gamma"], matches, g_model)
     return row(

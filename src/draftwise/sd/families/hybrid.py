@@ -1,6 +1,7 @@
 """`hybrid:<model spec>+<lookup spec>[,model_gamma=k]`: the lookup's proposal where it has one, the model drafter
-(at most k steps) elsewhere; batch 1 (the drafter is `sd.drafters.HybridDrafter`). Any registered lookup family may
-be its lookup part; its counterparts elsewhere are its two parts' (llama-server tries them in turn).
+(at most k steps; a model or a feature head: a drafter that drafts in serial steps) elsewhere; batch 1 (the drafter
+is `sd.drafters.HybridDrafter`). Any registered lookup family may be its lookup part; its counterparts elsewhere are
+its two parts' (llama-server tries them in turn).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 from ...errors import DraftwiseError
 from ...models import Model, ModelOptions
 from ..drafters import HybridDrafter
-from .base import MODEL, REGISTRY, Builtin, Loaded, drafter_kind, family_of, lookup_names
+from .base import SERIAL, Builtin, Loaded, drafter_kind, family_of, lookup_names
 
 
 def split(spec: str) -> tuple[str, str, int | None]:
@@ -31,8 +32,8 @@ def split(spec: str) -> tuple[str, str, int | None]:
             raise DraftwiseError(f"bad drafter spec {spec!r}: model_gamma takes an integer") from None
         if gamma < 1:
             raise DraftwiseError(f"bad drafter spec {spec!r}: model_gamma must be >= 1")
-    if drafter_kind(model) != MODEL:
-        raise DraftwiseError(f"bad drafter spec {spec!r}: the part before '+' must be a model drafter")
+    if drafter_kind(model) not in SERIAL:
+        raise DraftwiseError(f"bad drafter spec {spec!r}: the part before '+' must be a model or feature drafter")
     return model, lookup, gamma
 
 
@@ -53,19 +54,19 @@ class Hybrid:
 
     def load(self, spec: str, target: Model | None, options: ModelOptions = ModelOptions()) -> Loaded:
         model_spec, lookup_spec, gamma = split(spec)
-        model = REGISTRY[MODEL].load(model_spec, target, options)
+        model = family_of(model_spec).load(model_spec, target, options)
         lookup = family_of(lookup_spec).lookup(lookup_spec, target)
         return Loaded(spec, self.kind, HybridDrafter(model.loop_drafter, lookup, gamma), model.model, lookup)
 
     def vllm(self, spec: str, gamma: int) -> dict:
         """The model part's (vLLM runs one method per request; the lookup part's is exported beside it)."""
         model, _, model_gamma = split(spec)
-        return REGISTRY[MODEL].vllm(model, model_gamma or gamma)
+        return family_of(model).vllm(model, model_gamma or gamma)
 
     def llama_server(self, spec: str, gamma: int, gguf: Callable[[str], Path]) -> Builtin:
         model, lookup, model_gamma = split(spec)
         first = family_of(lookup).llama_server(lookup, gamma, gguf)
-        then = REGISTRY[MODEL].llama_server(model, model_gamma or gamma, gguf)
+        then = family_of(model).llama_server(model, model_gamma or gamma, gguf)
         return Builtin(f"{first.type},{then.type}", f"{first.args} {then.args}")
 
 
