@@ -19,7 +19,6 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from tqdm import tqdm
 
 from .. import continuations
 from ..config import DistillConfig
@@ -31,6 +30,7 @@ from ..sd.sampling import SamplingParams
 from ..shards import load_rows
 from . import losses
 from .agree import greedy_tar
+from .budget import Budget, Log
 from .draft_vocab import ensure_reduced
 
 
@@ -194,29 +194,13 @@ def run(config: DistillConfig, out: str | Path) -> Path:
             f"resuming at step {meta['step']} ({meta['tokens']} tokens, {meta['seconds']:.0f} s trained)",
             file=sys.stderr,
         )
-    recorded = {(r["event"], r["step"]) for r in run_dir.records()}
-
-    def record(rec: dict) -> None:
-        """Append once per (event, step): steps redone after a resume from an earlier checkpoint (the same data order
-        and generator state, so the same step) are already in the records."""
-        if (rec["event"], rec["step"]) not in recorded:
-            recorded.add((rec["event"], rec["step"]))
-            run_dir.append(rec)
-
-    if not recorded:
+    record = Log(run_dir)  # once per (event, step): a resume redoes steps past its checkpoint (same data order)
+    if record.empty():
         record({"event": "eval", "step": 0, "tokens": 0, **evaluate(model, eval_seqs)})
-    budget_s = 60 * config.minutes if config.minutes else None
-    bar = tqdm(
-        total=config.tokens or int(budget_s),
-        initial=meta["tokens"] if config.tokens else int(meta["seconds"]),
-        desc="distill",
-        unit="tok" if config.tokens else "s",
-        file=sys.stderr,
-        dynamic_ncols=True,
-    )
+    budget = Budget(config.minutes, config.tokens, meta, "distill", "tok")
     prompts = [r["tokens"][: r["prompt_len"]].tolist() for r in rows]
     bf16 = use_autocast(config.autocast, config.device)
-    while (config.tokens and meta["tokens"] < config.tokens) or (budget_s and meta["seconds"] < budget_s):
+    while budget.left(meta):
         start = time.perf_counter()
         step = meta["step"]
         on_policy = bool(config.on_policy_every) and (step + 1) % config.on_policy_every == 0
@@ -241,13 +225,12 @@ def run(config: DistillConfig, out: str | Path) -> Path:
                 "on_policy": on_policy,
             }
         )
-        bar.update(tokens if config.tokens else int(meta["seconds"]) - bar.n)
-        bar.set_postfix_str(f"loss {value:.4f}, {tokens / seconds:.0f} tok/s")
-        if meta["step"] % config.eval_every == 0 and ("eval", meta["step"]) not in recorded:  # not re-evaluated
+        budget.advance(meta, tokens, f"loss {value:.4f}, {tokens / seconds:.0f} tok/s")
+        if meta["step"] % config.eval_every == 0 and not record.has("eval", meta["step"]):  # not re-evaluated
             record({"event": "eval", "step": meta["step"], "tokens": meta["tokens"], **evaluate(model, eval_seqs)})
         if meta["step"] % config.checkpoint_every == 0:
             _save_state(run_dir.path / "state", model, opt, gen, meta)
-    bar.close()
+    budget.close()
     final = evaluate(model, eval_seqs)
     record({"event": "eval", "step": meta["step"], "tokens": meta["tokens"], **final})
     _save_state(run_dir.path / "state", model, opt, gen, meta)

@@ -36,7 +36,6 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from tqdm import tqdm
 
 from .. import continuations
 from ..config import TrainFeatureConfig
@@ -48,6 +47,7 @@ from ..sd.families.feature import FeatureDrafter, target_features
 from ..shards import load_rows
 from . import losses
 from .agree import feature_score
+from .budget import Budget, Log
 
 GAMMA = 4  # the lookahead of the recorded TAR
 
@@ -219,18 +219,11 @@ def run(config: TrainFeatureConfig, out: str | Path) -> Path:
     if (run_dir.path / "state" / "state.safetensors").exists():
         meta = _load_state(run_dir.path / "state", head, opt)
         print(f"resuming at step {meta['step']} ({meta['tokens']} positions trained)", file=sys.stderr)
-    recorded = {(r["event"], r["step"]) for r in run_dir.records()}
-
-    def record(rec: dict) -> None:
-        """Once per (event, step): steps redone after a resume from an earlier checkpoint are the same steps."""
-        if (rec["event"], rec["step"]) not in recorded:
-            recorded.add((rec["event"], rec["step"]))
-            run_dir.append(rec)
-
+    record = Log(run_dir)
     evals = (FeatureDrafter(head, target.lm), seqs, feats)
-    if not recorded:
+    if record.empty():
         record({"event": "eval", "step": 0, "tokens": 0, **evaluate(*evals)})
-    meta = train(head, opt, data, config, meta, record, run_dir.path, recorded, evals)
+    meta = train(head, opt, data, config, meta, record, run_dir.path, evals)
     final = evaluate(*evals)
     record({"event": "eval", "step": meta["step"], "tokens": meta["tokens"], **final})
     _save_state(run_dir.path / "state", head, opt, meta)
@@ -247,30 +240,21 @@ def run(config: TrainFeatureConfig, out: str | Path) -> Path:
     return run_dir.path
 
 
-def train(head, opt, data: Positions, config: TrainFeatureConfig, meta: dict, record, folder: Path, recorded, evals):
+def train(head, opt, data: Positions, config: TrainFeatureConfig, meta: dict, record: Log, folder: Path, evals):
     """Steps until the budget is spent (an eval every `eval_every`, a checkpoint every `checkpoint_every` steps);
     returns the final counters."""
-    budget_s = 60 * config.minutes if config.minutes else None
-    bar = tqdm(
-        total=config.tokens or int(budget_s),
-        initial=meta["tokens"] if config.tokens else int(meta["seconds"]),
-        desc="train-feature",
-        unit="pos" if config.tokens else "s",
-        file=sys.stderr,
-        dynamic_ncols=True,
-    )
-    while (config.tokens and meta["tokens"] < config.tokens) or (budget_s and meta["seconds"] < budget_s):
+    budget = Budget(config.minutes, config.tokens, meta, "train-feature", "pos")
+    while budget.left(meta):
         start = time.perf_counter()
         starts = data.batch(meta["step"], config.batch_size, config.seed)
         value = _step(head, opt, data, starts, config)
         seconds = time.perf_counter() - start
         meta = {"step": meta["step"] + 1, "tokens": meta["tokens"] + len(starts), "seconds": meta["seconds"] + seconds}
         record({"event": "train", "step": meta["step"], "loss": value, "tokens": meta["tokens"], "seconds": seconds})
-        bar.update(len(starts) if config.tokens else int(meta["seconds"]) - bar.n)
-        bar.set_postfix_str(f"loss {value:.4f}, {len(starts) / seconds:.0f} pos/s")
-        if meta["step"] % config.eval_every == 0 and ("eval", meta["step"]) not in recorded:  # not re-evaluated
+        budget.advance(meta, len(starts), f"loss {value:.4f}, {len(starts) / seconds:.0f} pos/s")
+        if meta["step"] % config.eval_every == 0 and not record.has("eval", meta["step"]):  # not re-evaluated
             record({"event": "eval", "step": meta["step"], "tokens": meta["tokens"], **evaluate(*evals)})
         if meta["step"] % config.checkpoint_every == 0:
             _save_state(folder / "state", head, opt, meta)
-    bar.close()
+    budget.close()
     return meta
