@@ -220,3 +220,24 @@ def test_a_hybrid_of_a_feature_head_and_a_lookup_loads_drafts_losslessly_and_exp
     local = deploy.local_drafter(spec, tmp_path)
     assert local.startswith(f"hybrid:feature:{PLACEHOLDER}/drafter+ngram")
     assert specs.load(local.replace(PLACEHOLDER, str(tmp_path)), target).kind == "hybrid"
+
+
+def test_the_reports_export_section_describes_a_feature_head_without_a_vllm_config(saved, tmp_path):
+    """A design whose chosen drafter is the feature head, recommended or not: the report says no vLLM config exists
+    rather than reading one (found by CI: a feature head chosen but not recommended)."""
+    from types import SimpleNamespace
+
+    from draftwise.design import export
+    from draftwise.design.report import _export_section
+    from draftwise.report.doc import Doc
+
+    target, run = saved
+    for recommend in (True, False):
+        top = tmp_path / str(recommend) / "export"
+        folder = top if recommend else top / "not-recommended-feature"
+        folder.mkdir(parents=True)
+        export.export_parts(None, target, folder, f"feature:{run}", "feature", 2)
+        doc = Doc()
+        _export_section(doc, SimpleNamespace(path=top.parent, done={"verdict": {"recommend": recommend}}))
+        text = doc.markdown(top.parent)
+        assert "No vLLM config" in text and "`drafter/`" in text

@@ -143,9 +143,13 @@ def _export_section(doc: Doc, p) -> None:
             "for reference only, "
         )
         + "how to run the chosen drafter elsewhere (transformers, vLLM, draftwise; every path relative to "
-        "its folder)" + (", with the model drafter's transformers checkpoint." if (where / "drafter").exists() else ".")
+        "its folder)" + (", with the drafter's checkpoint in `drafter/`." if (where / "drafter").exists() else ".")
     )
-    doc.code((where / "vllm_speculative_config.json").read_text().strip())
+    vllm = where / "vllm_speculative_config.json"
+    if vllm.exists():
+        doc.code(vllm.read_text().strip())
+    else:  # a feature head: nothing but the draftwise engine loads it (docs/feature.md)
+        doc.p("No vLLM config: a feature-level head runs on the draftwise engine only (docs/feature.md).")
 
 
 def _headline(doc: Doc, p, chosen: str, gamma: int, specs: dict[str, str]) -> None:
