@@ -128,7 +128,7 @@ def test_prediction_gives_tokens_and_minutes_at_the_measured_rate():
 def test_a_drafter_that_already_pays_says_so():
     out = learning.predict(evals(TOKENS) + train(3), 0.30, name="wide-L2")
     assert out["predictions"][0]["status"] == "already"
-    assert out["sentence"] == "wide-L2 already pays: agreement 0.38 ≥ the break-even α 0.30."
+    assert out["sentence"] == "wide-L2 is past its break-even by the cost model: agreement 0.38 ≥ α 0.30."
 
 
 def test_no_break_even_and_an_unbeatable_rival_are_said():

@@ -212,7 +212,8 @@ def sentence(name: str, curve: Curve, pay: Prediction | None, beat: Prediction |
             "of this shape will not pay."
         )
     if pay.status == "already":
-        first = f"{name} already pays: agreement {now:.2f} ≥ the break-even α {pay.alpha:.2f}"
+        # the cost model prices decode alone: whether it pays on this machine is the measured speedup's to say
+        first = f"{name} is past its break-even by the cost model: agreement {now:.2f} ≥ α {pay.alpha:.2f}"
     else:
         first = f"{name} would pay (α {pay.alpha:.2f}) after {_when(pay, curve)}"
     return first + ("." if rival is None else "; " + _beat_clause(curve, beat, rival) + ".")
