@@ -9,14 +9,18 @@ each continuation position), which distillation and a suffix drafter's corpus re
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from . import data
 from .errors import DraftwiseError
+from .rundir import write_atomic
 from .sd.batched import generate_batch
 from .sd.sampling import SamplingParams, argmax
 
@@ -86,6 +90,24 @@ def generate(
             break
     bar.close()
     return out
+
+
+def cached(path: Path, make: Callable[[], list[Sequence]]) -> list[Sequence]:
+    """The sequences saved at `path` (JSONL), or `make()`'s, written atomically first: a rerun reads the same ones."""
+    if path.exists():
+        return [Sequence(**json.loads(line)) for line in path.read_text().splitlines()]
+    seqs = make()
+    write_atomic(path, "".join(json.dumps(s.__dict__) + "\n" for s in seqs))
+    return seqs
+
+
+def held_out(path: Path, target, suites: str, prompts: int, tokens: int) -> list[Sequence]:
+    """The target's greedy continuations of `prompts` eval prompts (`tokens` each), cached at `path`: what a training
+    stage measures held-out agreement on."""
+    return cached(
+        path,
+        lambda: generate(target, prompts_for(target, "eval", suites, 256, prompts), tokens, desc="eval continuations"),
+    )
 
 
 def batches(seqs: list[Sequence], batch_size: int, pad_id: int = 0):

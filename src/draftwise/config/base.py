@@ -35,6 +35,15 @@ def internal(default, why: str) -> Any:
     return dataclasses.field(default=default, metadata={"internal": why})
 
 
+def check_budget(config) -> None:
+    """A training budget (`minutes` or `tokens`, an exclusive pair of options): `tokens` wins when given (it is
+    deterministic), and one of them must be set."""
+    if config.tokens is not None:
+        object.__setattr__(config, "minutes", None)
+    if not (config.tokens or config.minutes):
+        raise DraftwiseError("give a budget: --minutes M or --tokens N")
+
+
 def user_fields(cls) -> list[dataclasses.Field]:
     """The fields of a config class that are user options (each a flag of its command)."""
     return [f for f in dataclasses.fields(cls) if "internal" not in f.metadata]

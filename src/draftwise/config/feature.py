@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import DraftwiseError
-from .base import LOSSES, check_trainable, opt, opt_device, opt_dtype, opt_seed, opt_target, opt_threads
+from .base import LOSSES, check_budget, check_trainable, opt, opt_device, opt_dtype, opt_seed, opt_target, opt_threads
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,7 @@ class TrainFeatureConfig:
             raise DraftwiseError(f"unknown loss {self.loss!r}: choose from {', '.join(LOSSES)}")
         if not self.data:
             raise DraftwiseError("train-feature needs --data (a `draftwise teacher` run folder with features)")
-        if self.tokens is not None:
-            object.__setattr__(self, "minutes", None)
-        if not (self.tokens or self.minutes):
-            raise DraftwiseError("give a budget: --minutes M or --tokens N")
+        check_budget(self)
         counts = (self.batch_size, self.blocks, self.draft_vocab, self.unroll, self.eval_every, self.checkpoint_every)
         if min(counts) < 1 or min(self.eval_prompts, self.eval_tokens) < 1 or self.lr <= 0:
             raise DraftwiseError(

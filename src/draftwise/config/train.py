@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..errors import DraftwiseError
 from .base import (
     LOSSES,
+    check_budget,
     check_gguf_quant,
     check_positive,
     check_trainable,
@@ -171,10 +172,7 @@ class DistillConfig:
             raise DraftwiseError("distill needs --drafter and --data (a gen-data or teacher run folder)")
         if self.autocast not in ("auto", "on", "off"):
             raise DraftwiseError(f"autocast must be auto, on or off, got {self.autocast!r}")
-        if self.tokens is not None:
-            object.__setattr__(self, "minutes", None)
-        if not (self.tokens or self.minutes):
-            raise DraftwiseError("give a budget: --minutes M or --tokens N")
+        check_budget(self)
         if (
             min(self.batch_size, self.grad_accum, self.max_len, self.eval_every, self.checkpoint_every) < 1
             or self.lr <= 0

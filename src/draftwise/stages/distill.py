@@ -24,10 +24,11 @@ from .. import continuations
 from ..config import DistillConfig
 from ..models import ModelOptions, load, load_drafter
 from ..models.hf import HFCausalLM
-from ..rundir import RunDir, write_atomic
+from ..rundir import RunDir
 from ..sd.batched import generate_batch
 from ..sd.sampling import SamplingParams
 from ..shards import load_rows
+from ..timing import native_bf16
 from . import losses
 from .agree import greedy_tar
 from .budget import Budget, Log
@@ -141,9 +142,7 @@ def _load_state(path: Path, model, opt, gen: torch.Generator) -> dict:
 
 def use_autocast(setting: str, device: str) -> bool:
     """Whether distillation's matmuls run in bf16 (autocast): where the hardware computes bf16 natively."""
-    from .teacher import native_bf16
-
-    return setting == "on" or (setting == "auto" and (device.startswith("cuda") or native_bf16()))
+    return setting == "on" or (setting == "auto" and native_bf16(device))
 
 
 def _step(model, opt, micro_batches: list[list[dict]], loss_name: str, bf16: bool = False) -> tuple[float, int]:
@@ -179,13 +178,9 @@ def run(config: DistillConfig, out: str | Path) -> Path:
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
     rows = load_rows(Path(config.data), config.max_len)
-    eval_path = run_dir.path / "eval.jsonl"
-    if eval_path.exists():
-        eval_seqs = [continuations.Sequence(**json.loads(line)) for line in eval_path.read_text().splitlines()]
-    else:
-        prompts = continuations.prompts_for(target, "eval", config.eval_suites, 256, config.eval_prompts)
-        eval_seqs = continuations.generate(target, prompts, config.eval_tokens, desc="eval continuations")
-        write_atomic(eval_path, "".join(json.dumps(s.__dict__) + "\n" for s in eval_seqs))
+    eval_seqs = continuations.held_out(
+        run_dir.path / "eval.jsonl", target, config.eval_suites, config.eval_prompts, config.eval_tokens
+    )
     gen = torch.Generator().manual_seed(config.seed)
     meta = {"step": 0, "tokens": 0, "seconds": 0.0}
     if (run_dir.path / "state" / "state.safetensors").exists():

@@ -42,7 +42,7 @@ from ..config import TrainFeatureConfig
 from ..errors import DraftwiseError
 from ..models import ModelOptions, fingerprint, load
 from ..models import feature_head as fh
-from ..rundir import RunDir, write_atomic
+from ..rundir import RunDir
 from ..sd.families.feature import FeatureDrafter, target_features
 from ..shards import load_rows
 from . import losses
@@ -92,9 +92,7 @@ def draft_loss(name: str, topk_ids, topk_probs, logits: torch.Tensor) -> torch.T
     probability 0 where an id has none: q is zeroed there too, so that mass stays in both rest bins)."""
     live = topk_probs > 0
     q_k = F.softmax(logits.float(), -1).gather(-1, topk_ids) * live
-    p = torch.cat([topk_probs, (1 - topk_probs.sum(-1, keepdim=True)).clamp_min(0)], -1)
-    q = torch.cat([q_k, (1 - q_k.sum(-1, keepdim=True)).clamp_min(0)], -1)
-    return losses.divergence(name, p, q).mean()
+    return losses.divergence(name, losses.with_rest(topk_probs), losses.with_rest(q_k)).mean()
 
 
 def step_loss(head, data: Positions, starts: torch.Tensor, config: TrainFeatureConfig) -> torch.Tensor:
@@ -134,13 +132,10 @@ def evaluate(drafter: FeatureDrafter, seqs: list[continuations.Sequence], featur
 
 def eval_set(run_dir: RunDir, target, config: TrainFeatureConfig):
     """The eval continuations and the target's features over them, computed once and cached in the run folder."""
-    seq_path, feat_path = run_dir.path / "eval.jsonl", run_dir.path / "eval_features.safetensors"
-    if seq_path.exists():
-        seqs = [continuations.Sequence(**json.loads(line)) for line in seq_path.read_text().splitlines()]
-    else:
-        prompts = continuations.prompts_for(target, "eval", config.eval_suites, 256, config.eval_prompts)
-        seqs = continuations.generate(target, prompts, config.eval_tokens, desc="eval continuations")
-        write_atomic(seq_path, "".join(json.dumps(s.__dict__) + "\n" for s in seqs))
+    feat_path = run_dir.path / "eval_features.safetensors"
+    seqs = continuations.held_out(
+        run_dir.path / "eval.jsonl", target, config.eval_suites, config.eval_prompts, config.eval_tokens
+    )
     if not feat_path.exists():
         feats = {str(i): target_features(target.lm, s.tokens).cpu().contiguous() for i, s in enumerate(seqs)}
         save_file(feats, feat_path.with_suffix(".tmp"))

@@ -23,12 +23,13 @@ def binned(
     topk_ids: torch.Tensor, topk_probs: torch.Tensor, student_logits: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """p and q on k+1 bins: topk_ids/topk_probs [N, k], student_logits [N, V] -> ([N, k+1], [N, k+1])."""
-    q_full = F.softmax(student_logits.float(), -1)
-    q_k = q_full.gather(-1, topk_ids)
-    p_k = topk_probs.float()
-    p = torch.cat([p_k, (1 - p_k.sum(-1, keepdim=True)).clamp_min(0)], -1)
-    q = torch.cat([q_k, (1 - q_k.sum(-1, keepdim=True)).clamp_min(0)], -1)
-    return p, q
+    q_k = F.softmax(student_logits.float(), -1).gather(-1, topk_ids)
+    return with_rest(topk_probs.float()), with_rest(q_k)
+
+
+def with_rest(top: torch.Tensor) -> torch.Tensor:
+    """Probabilities of k tokens [N, k] and the "rest" bin: [N, k+1]."""
+    return torch.cat([top, (1 - top.sum(-1, keepdim=True)).clamp_min(0)], -1)
 
 
 def divergence(name: str, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

@@ -39,6 +39,7 @@ from ..models import ModelOptions, check_fingerprint, fingerprint, load, write_f
 from ..paths import cache_dir
 from ..rundir import RunDir, read_records
 from ..shards import read_shard, write_shard
+from ..timing import native_bf16
 
 
 @dataclass(frozen=True)
@@ -54,19 +55,10 @@ class Piece:
         return len(self.tokens) - self.prompt_len
 
 
-def native_bf16() -> bool:
-    """Whether this CPU computes bf16 matmuls natively (AVX-512 BF16 or AMX), from /proc/cpuinfo's flags."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 def precision(config: TeacherConfig) -> str:
     if config.precision != "auto":
         return config.precision
-    return "bf16" if config.device.startswith("cuda") or native_bf16() else "fp32"
+    return "bf16" if native_bf16(config.device) else "fp32"
 
 
 def _cut(tokens: list[int], config: TeacherConfig, source: str) -> list[Piece]:

@@ -13,6 +13,7 @@ from ...report.fmt import num as _f
 from ...rundir import read_records
 from .. import decide, measure
 from ..estimate import predicted
+from ..verdict import training_records
 from . import charts, lookup
 
 KV_CONTEXT = 1024
@@ -131,10 +132,9 @@ def _model_row(p, cand, spec: str, b1: dict, points: dict, acc: dict) -> tuple[l
             }
         )
     before = after = None
-    trained = cand.trained or cand.role == "feature"
+    evals = [r for r in training_records(p, cand.name) if r.get("event") == "eval"]
+    trained = bool(evals)  # pruned + distilled, or a feature head
     if trained:
-        stage = "distill" if cand.trained else "feature"
-        evals = [r for r in stage_records(p.folder(f"{stage}-{cand.name}")) if r.get("event") == "eval"]
         before, after = evals[0]["agreement"], evals[-1]["agreement"]
     tar4 = agree_summary["predicted_greedy_tar"].get("4")
     mmlu, hellaswag = acc.get((cand.name, "mmlu")), acc.get((cand.name, "hellaswag"))

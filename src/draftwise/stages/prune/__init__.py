@@ -12,7 +12,6 @@ L0 steps). A rerun skips calibration once saved and resumes the layer eliminatio
 
 from __future__ import annotations
 
-import json
 from itertools import accumulate
 from pathlib import Path
 
@@ -42,14 +41,14 @@ def from_teacher(folder: str, target, n_tokens: int, max_len: int) -> list[conti
 
 
 def calibration(run_dir: RunDir, target, config: PruneConfig) -> list[continuations.Sequence]:
-    path = run_dir.path / "calibration.jsonl"
-    if path.exists():
-        return [continuations.Sequence(**json.loads(line)) for line in path.read_text().splitlines()]
-    if config.data:
-        seqs = from_teacher(config.data, target, config.calib_tokens, config.max_prompt_tokens + config.max_new_tokens)
-    else:
+    """The calibration sequences, made once (calibration.jsonl): a teacher folder's, or continuations generated."""
+
+    def make() -> list[continuations.Sequence]:
+        if config.data:
+            max_len = config.max_prompt_tokens + config.max_new_tokens
+            return from_teacher(config.data, target, config.calib_tokens, max_len)
         prompts = continuations.prompts_for(target, "train", config.calib_suites, config.max_prompt_tokens)
-        seqs = continuations.generate(
+        return continuations.generate(
             target,
             prompts,
             config.max_new_tokens,
@@ -58,10 +57,8 @@ def calibration(run_dir: RunDir, target, config: PruneConfig) -> list[continuati
             seed=config.seed,
             desc="calibration",
         )
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(s.__dict__) + "\n" for s in seqs))
-    tmp.replace(path)
-    return seqs
+
+    return continuations.cached(run_dir.path / "calibration.jsonl", make)
 
 
 def _subset(calib, n_scored: int):
