@@ -271,3 +271,14 @@ def test_a_stage_that_takes_gradients_refuses_int8_in_one_line(command, capsys):
     )
     with pytest.raises(DraftwiseError, match="takes gradients through the models: run it at fp32"):
         config_of(argv)
+
+
+def test_a_native_crash_in_a_llama_cpp_bench_ends_it_in_one_line(capsys, tmp_path, tiny_dir, monkeypatch):
+    """The llama.cpp engine runs in a child: a segfault there (a stand-in: `isolate.fault_point`) is one line and
+    exit status 2, the caller alive; the run folder keeps what finished (nothing here) for a rerun."""
+    monkeypatch.setenv("DRAFTWISE_FAULT", "segv:llama.cpp")
+    code, err = run_cli(
+        capsys, "--target", tiny_dir, "--backend", "llama.cpp", "--limit", "1", "--out", str(tmp_path / "b")
+    )
+    assert code == 2
+    assert err.startswith("draftwise: error: llama.cpp (") and "the engine died with SIGSEGV in llama_decode" in err

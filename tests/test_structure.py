@@ -19,7 +19,7 @@ LAYERS = [
     ("report", "specs", "continuations"),
     ("sd",),
     ("models", "data", "cost", "learning", "shapes", "shards", "metrics", "timing"),
-    ("config", "rundir", "paths"),
+    ("config", "rundir", "paths", "machine", "isolate"),
     ("errors", "units", "__init__"),
 ]
 

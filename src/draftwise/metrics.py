@@ -12,6 +12,9 @@ folders keep raw records, and these functions recompute summaries from them.
                            serve's (a serve:ARGS baseline) the client's wall seconds through HTTP.
   decode tokens/s          new tokens / (wall − prefill) seconds: the steady state a cost model predicts (the draftwise
                            engine; llama-server: new tokens / its predicted ms).
+  bytes per step           plain decoding (draftwise AR, llama-server and llama-cpp-python plain, transformers'
+                           generate()): the weight bytes one step reads on that runtime (`machine`: the share of
+                           the bandwidth limit = decode tokens/s × bytes per step ÷ measured read bandwidth).
   wall tokens/s            llama-server and draftwise serve: new tokens / the client's wall seconds (HTTP included).
   drafted / accepted       for engines that report totals only (llama-server's draft_n / draft_n_accepted, llama-cpp's
                            prompt lookup): draft tokens proposed and accepted over all prompts; α = accepted / drafted.
@@ -75,6 +78,8 @@ def summarize_method(generations: Sequence[dict]) -> dict:
     }
     if all("prefill_s" in g for g in generations):
         out["decode_tokens_per_s"] = tokens_per_s({**g, "seconds": g["seconds"] - g["prefill_s"]} for g in generations)
+    if generations and all("bytes_per_step" in g for g in generations):
+        out["bytes_per_step"] = generations[0]["bytes_per_step"]
     if generations and all("wall_s" in g for g in generations):
         out["wall_tokens_per_s"] = tokens_per_s({**g, "seconds": g["wall_s"]} for g in generations)
     if generations and not rounds and all("drafted" in g for g in generations):

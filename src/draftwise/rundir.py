@@ -1,4 +1,5 @@
-"""A run folder: `config.json`, raw `records.jsonl` appended as work finishes, and derived artefacts.
+"""A run folder: `config.json`, raw `records.jsonl` appended as work finishes, `machine.json` (the machine its figures
+come from: `machine.facts`), and derived artefacts.
 
 Records are written one JSON line at a time and flushed, so a killed run loses at most the record in flight;
 reopening the folder with the same config resumes it (stages skip what `records()` already holds). A folder that
@@ -19,6 +20,7 @@ import signal
 from pathlib import Path
 
 from . import config as cfg
+from . import machine
 from .errors import DraftwiseError
 
 
@@ -62,6 +64,9 @@ class RunDir:
                 )
         else:
             self.write_json(saved.name, cfg.to_dict(config))
+        if not (self.path / "machine.json").exists():  # what its figures come from (`machine`)
+            threads = getattr(config, "threads", None) or getattr(getattr(config, "bench", None), "threads", None)
+            self.write_json("machine.json", machine.facts(threads))
         self._drop_partial_line()
 
     def records(self) -> list[dict]:

@@ -349,6 +349,7 @@ def test_batched_bench_runs_at_the_gamma_predicted_for_its_batch(tiny_dir, tmp_p
         context=32,
         batch_cap=3,
         lookups=False,
+        feature_drafter=False,  # model drafters only: whichever measures fastest has reduced heads to try
         memory=str(10 * target.weight_bytes() + 100 * target.kv_bytes(32)),
         serve=False,  # the end-to-end test measures the deploy command through a server
         threads=1,

@@ -191,3 +191,15 @@ def test_a_fused_layer_gives_the_bits_of_its_kernels_called_one_by_one(name, pre
     fused = run()
     monkeypatch.setattr(type(lean.layers[0]), "fused", lambda self: None)
     assert torch.equal(run(), fused)
+
+
+def test_weight_bytes_count_what_a_step_reads_once(tiny_dir):
+    """A tied fp32 model reads every parameter once a step (the embedding as the head); the same weights as an f32
+    GGUF read the same bytes in llama.cpp."""
+    from draftwise.models import hf, llamacpp, llamacpp_load, load
+
+    fp32 = load(tiny_dir)
+    params = sum(p.numel() for p in fp32.hf_model().parameters())  # tied: the embedding once
+    assert fp32.weight_bytes() == hf.step_bytes(fp32.hf_model()) == 4 * params
+    gguf = llamacpp_load.written(tiny_dir, tiny_dir, "f32")
+    assert llamacpp.step_bytes(gguf) == 4 * params

@@ -40,6 +40,25 @@ def test_bench_writes_run_folder_and_summary(tiny_dir, tmp_path, capsys):
     assert "hf-assisted" in capsys.readouterr().out
 
 
+def test_plain_decoding_is_set_against_the_machines_bandwidth_limit(tiny_dir, tmp_path, capsys):
+    """Plain methods' records carry the weight bytes a step reads; the summary, the measured bandwidth and each plain
+    method's share of its limit (decode tokens/s × bytes per step ÷ bandwidth); machine.json says where it ran."""
+    from draftwise.models import load
+
+    out = bench.run(config(tiny_dir, baselines=("ar", "hf-generate"), limit=2), tmp_path / "run")
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    fp32 = load(tiny_dir).weight_bytes()
+    assert {r["bytes_per_step"] for r in records if r["method"] in ("ar", "hf-generate")} == {fp32}
+    assert all("bytes_per_step" not in r for r in records if r["method"] == "sd")  # SD is no plain decoding
+    summary = json.loads((out / "summary.json").read_text())
+    here, ar = summary["machine"], summary["methods"]["ar"]
+    bw = here["bandwidth"]["read_gb_per_s"]
+    assert bw > 0 and json.loads((out / "machine.json").read_text())["bandwidth"] == here["bandwidth"]
+    assert ar["bandwidth_share"] == pytest.approx(ar["decode_tokens_per_s"] * fp32 / (bw * 1e9))
+    assert summary["methods"]["sd"]["bandwidth_share"] is None
+    assert "of the measured read bandwidth" in capsys.readouterr().out
+
+
 def test_bench_resumes_without_redoing_finished_work(tiny_dir, tmp_path):
     cfg = config(tiny_dir, baselines=("ar",))
     out = bench.run(cfg, tmp_path / "run")

@@ -162,8 +162,10 @@ def test_cli_baselines_repeat_and_keep_server_arguments_whole():
 
 
 def test_cli_passes_the_binary_and_the_backend(monkeypatch, tmp_path):
-    seen = {}
-    monkeypatch.setattr(bench, "run", lambda config, out, executor=None: seen.setdefault("config", config))
+    from draftwise.cli import bench as bench_command
+
+    seen = {}  # what the command would run (in a child process: the llama.cpp backend runs there)
+    monkeypatch.setattr(bench_command, "run_stage", lambda run, config, *a: seen.setdefault("config", config))
     assert (
         cli.main(
             [

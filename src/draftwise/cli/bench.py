@@ -7,7 +7,7 @@ from dataclasses import replace
 from ..config import BenchConfig, BenchGridConfig, split_baselines
 from ..errors import DraftwiseError
 from . import options
-from .command import Command, executor, executor_args, out_arg, subparser
+from .command import Command, executor, executor_args, out_arg, run_stage, subparser
 
 AXES = ("drafter", "gamma", "temperature", "batch_size")  # a comma list (a repeated --drafter): a grid's axis
 
@@ -65,7 +65,7 @@ def _run(config: BenchConfig | BenchGridConfig, args) -> None:
     from ..stages import bench, bench_grid
 
     stage = bench_grid if isinstance(config, BenchGridConfig) else bench
-    stage.run(config, args.out, executor(args))
+    run_stage(stage.run, config, args, executor(args) if args.executor != "inprocess" else None)
 
 
 def _own_gamma(spec: str) -> tuple[str, int | None]:

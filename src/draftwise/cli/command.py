@@ -56,6 +56,33 @@ def executor(args):
     return made
 
 
+def run_stage(run, config, args, executor_made=None) -> None:
+    """`run(config, out[, executor])`; in a child process (`isolate.run`) when the config runs llama.cpp inside the
+    process — its engine or llama-cpp-python's baselines — so that a fault in native code ends the command with one
+    line instead of a core dump (what finished is kept in the run folder: rerun to resume)."""
+    from .. import isolate
+
+    if executor_made is None and runs_llama_cpp(config):
+        isolate.run(run, config, args.out, label=f"llama.cpp ({getattr(config, 'target', '')})")
+    elif executor_made is None:
+        run(config, args.out)
+    else:
+        run(config, args.out, executor_made)
+
+
+def runs_llama_cpp(config) -> bool:
+    """Whether a stage config runs llama.cpp in its own process (the llama.cpp backend, a llama.cpp runtime of
+    `quality`, a llama-cpp-python baseline; llama-server runs in a process of its own)."""
+    bench = getattr(config, "bench", config)
+    runtimes = getattr(config, "runtimes", ())  # quality's runtimes (a grid's `runtimes()` is its rows' names)
+    runtimes = runtimes if isinstance(runtimes, tuple | list) else ()
+    return (
+        "llama.cpp" in (getattr(config, "backend", None), getattr(bench, "backend", None))
+        or any(str(r).startswith("llama.cpp") for r in runtimes)
+        or any(str(b).startswith("llama-cpp") for b in getattr(bench, "baselines", ()) or ())
+    )
+
+
 def close_executors() -> None:
     while _OPEN:
         _OPEN.pop().close()

@@ -15,6 +15,11 @@ def add(sub) -> dict[str, Command]:
     )
     executor_args(p)
     out_arg(p)
+    p.add_argument(
+        "--retry-died",
+        action="store_true",
+        help="measure again the rows whose engine died (by a signal) in an earlier run of this folder",
+    )
     design = simple(DesignConfig, _design, p)
     p = subparser(sub, "report", "render a finished design folder's report again, from the folder alone", ReportConfig)
     out_arg(p, "the design's run folder")
@@ -29,7 +34,7 @@ def add(sub) -> dict[str, Command]:
 def _design(config: DesignConfig, args) -> None:
     from .. import design
 
-    design.run(config, args.out, executor(args), started=args.started)
+    design.run(config, args.out, executor(args), started=args.started, retry_died=args.retry_died)
 
 
 def _report(config: ReportConfig, args) -> None:

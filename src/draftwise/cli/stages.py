@@ -14,7 +14,7 @@ from ..config import (
     TeacherConfig,
     TrainFeatureConfig,
 )
-from .command import Command, executor, executor_args, out_arg, simple, subparser
+from .command import Command, executor, executor_args, out_arg, run_stage, simple, subparser
 
 # command: (config, help), in the order `draftwise --help` lists them
 STAGES = {
@@ -74,10 +74,8 @@ def _run_stage(config, args) -> None:
         "distill": distill,
         "train-feature": feature,
     }[args.command]
-    if args.command in WITH_EXECUTOR:
-        stage.run(config, args.out, executor(args))
-    else:
-        stage.run(config, args.out)
+    made = executor(args) if args.command in WITH_EXECUTOR and args.executor != "inprocess" else None
+    run_stage(stage.run, config, args, made)
 
 
 def _predict(config: PredictConfig, args) -> None:

@@ -20,14 +20,16 @@ left, from timings measured as the run goes; each phase's plan is a record too.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from .. import cost
+from .. import cost, machine
 from ..config import DesignConfig, QualityConfig
 from ..executors import Executor
+from ..isolate import NativeCrash
 from ..models import ModelOptions, load
 from ..sd.families import drafter_kind
 from ..stages import quality
@@ -52,11 +54,20 @@ class Pool:
     best: dict[str, tuple[int, float]] = field(default_factory=dict)  # model candidates: (γ*, predicted tokens/s)
 
 
-def run(config: DesignConfig, out: str | Path, executor: Executor | None = None, started: float | None = None) -> Path:
-    """`started`: when the budget's clock started (`time.monotonic()`; the CLI's start, default now)."""
+def run(
+    config: DesignConfig,
+    out: str | Path,
+    executor: Executor | None = None,
+    started: float | None = None,
+    retry_died: bool = False,
+) -> Path:
+    """`started`: when the budget's clock started (`time.monotonic()`; the CLI's start, default now); `retry_died`:
+    measure again the rows that died in an earlier run (`pipeline`)."""
     if config.threads:
         torch.set_num_threads(config.threads)
-    p = Pipeline(config, out, executor, started)
+    p = Pipeline(config, out, executor, started, retry_died)
+    machine_facts(p)
+    rows.forget(p)  # rows that died in an earlier run are not planned for
     target = load(config.target, ModelOptions(config.dtype, config.device))
     if p.planner:
         p.planner.measure(target)
@@ -75,6 +86,8 @@ def run(config: DesignConfig, out: str | Path, executor: Executor | None = None,
     reduced_heads(p, pool.specs[chosen], full, shape.vocab, gamma)
     build.write_candidates(p, pool.cands, pool.specs)
     path = report.write(DesignFolder(p.path))
+    for row, d in sorted(p.dead.items()):
+        print(f"[design] {row} was not measured: {d['reason']} (rerun with --retry-died to measure it again)")
     print(f"report: {path}\nrun folder: {p.path}")
     return p.path
 
@@ -141,36 +154,49 @@ def select(p: Pipeline, pool: Pool, shape: cost.Shape) -> tuple[str, int]:
     return chosen, gamma
 
 
+def machine_facts(p: Pipeline) -> None:
+    """The machine with its measured bandwidth, once per run folder (machine.json; the report's machine section)."""
+    if "bandwidth" not in json.loads((p.path / "machine.json").read_text()):
+        p.dir.write_json("machine.json", machine.describe(p.base.threads))
+
+
 def per_row(p: Pipeline, target, pool: Pool) -> list[dict]:
     """Each further runtime's own verdict (lean-int8, llama.cpp's files), each planned with what the ones before
-    took."""
+    took. A row whose native code dies ends there (`pipeline`); the others go on."""
     lean_models = {x.name: pool.specs[x.name] for x in pool.benched if x.role not in ("lookup", "hybrid")}
     out = []
     p.replan("rows")
     for i, e in enumerate(rows.planned(p.config)):
         if i:
             p.replan(f"row-{e.name}")
-        if not rows.dropped(p, e):
+        if not rows.dropped(p, e) and e.name not in p.dead:
             # a feature head reads the target's hidden states, which only the lean engine hands out
             models = {n: s for n, s in lean_models.items() if e.backend == "lean" or drafter_kind(s) == "model"}
-            out.append(row_verdict.run_row(p, e, target, models, p.base.lookups))
+            try:
+                out.append(row_verdict.run_row(p, e, target, models, p.base.lookups))
+            except NativeCrash:
+                rows.forget(p)  # the plan no longer counts its stages
     return out
 
 
 def answer(p: Pipeline) -> dict:
     """What each lossy runtime costs in quality, then every runtime's plain decoding and each row's choice side by
-    side: the design's answer (`fastest`)."""
+    side: the design's answer (`fastest`). A row that dies in either is left out and the stage runs again without
+    it; a crash no row accounts for ends the design."""
     p.replan("fastest")
-    lossy = tuple(rows.quality_runtime(e) for e in rows.planned(p.base))
-    if lossy:
-        p.stage(
-            "quality",
-            lambda f: quality.run(
-                QualityConfig(target=p.base.target, runtimes=lossy, limit=p.sizes.agree_limit, threads=p.base.threads),
-                f,
-            ),
-        )
-    return fastest.run(p)
+    while True:
+        try:
+            lossy = {rows.quality_runtime(e): e.name for e in rows.live(p)}
+            if lossy:
+                config = QualityConfig(
+                    target=p.base.target, runtimes=tuple(lossy), limit=p.sizes.agree_limit, threads=p.base.threads
+                )
+                p.isolated("quality", quality.run, config, "quality", names=lossy, rows=lossy)
+            return fastest.run(p)
+        except NativeCrash as crash:
+            if crash.row not in {e.name for e in rows.planned(p.base)}:
+                raise
+            rows.forget(p)
 
 
 def accuracy(p: Pipeline, target, pool: Pool) -> None:

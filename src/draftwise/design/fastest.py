@@ -47,15 +47,16 @@ def lean_name(config) -> str:
 
 
 def entries(p) -> list[Entry]:
-    """Every runtime of the design (the base config's, whatever the budget dropped) with what its verdict chose."""
-    c, base = p.config, p.base
+    """Every runtime of the design (the base config's, whatever the budget dropped, less the rows that died) with
+    what its verdict chose."""
+    c = p.config
     v = p.done["verdict"]
     scheduled = measure.scheduling(p) if v["recommend"] and v["method"] != "sd" else {}
     main = measure.base_config(
         p, v["spec"] if v["recommend"] else None, v["gamma"], c.bench_limit, baselines=("ar",), **scheduled
     )
     out = [Entry(lean_name(c), main, v["method"] if v["recommend"] else None, v["drafter"] if v["recommend"] else None)]
-    for e in rows.planned(base):
+    for e in rows.live(p):
         done = p.done.get(f"verdict@{e.name}")
         pick = done if done and done["recommend"] else None
         scheduled = measure.scheduling(p, f"profile@{e.name}") if pick and pick["method"] != "sd" else {}
@@ -93,7 +94,7 @@ def option(entries: list[Entry]):
 def run(p) -> dict:
     """The grid, then the verdict record (module docstring)."""
     rs = entries(p)
-    measure.run_grid(p, STAGE, grid(rs), runtimes=[r.name for r in rs])
+    measure.run_grid(p, STAGE, grid(rs), runtime=rs[0].name, runtimes=[r.name for r in rs])
     return p.stage("fastest", lambda f: decide_fastest(p, rs))
 
 

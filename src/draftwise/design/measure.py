@@ -73,8 +73,12 @@ def run_bench(
     return p.stage(name, lambda f: bench.run(config, f, p.executor), drafter=spec, gamma=gamma, temperature=temperature)
 
 
-def run_grid(p, name: str, grid: BenchGridConfig, **decision) -> dict:
-    return p.stage(name, lambda f: bench_grid.run(grid, f, p.executor), **decision)
+def run_grid(p, name: str, grid: BenchGridConfig, runtime: str | None = None, **decision) -> dict:
+    """A grid stage; given the `runtime` it runs (a row's, or the first of a grid over rows), in a child process
+    (`pipeline.Stages.isolated`: native code that dies there costs its row, not the design)."""
+    if runtime is None:
+        return p.stage(name, lambda f: bench_grid.run(grid, f, p.executor), **decision)
+    return p.isolated(name, bench_grid.run, grid, runtime, **decision)
 
 
 def limit_of(p, stage: str) -> int:

@@ -5,16 +5,23 @@ Every stage writes its own run folder under `stages/` and, when finished, one `d
 records.jsonl; a rerun skips finished stages and resumes the unfinished one from its own folder, so a kill at any
 point loses no finished work. Decisions (chosen drafter, γ*, lookup settings, more gen-data) are records too, so a
 rerun never re-decides them.
+
+A stage that runs native code that can fault (a row's runtime: llama.cpp, the lean engine's int8 kernels) runs in a
+child process (`Stages.isolated`, `isolate.run`). When that child dies by a signal the row it was running *died*: a
+`died` record names it with the one-line reason, the stage's folder moves aside (`<stage>.died`), and the design goes
+on without the row; a rerun does not retry a row that died unless `--retry-died` asks (a `retry-died` record).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import isolate
 from ..config import DesignConfig, from_dict
 from ..executors import Executor, InProcess
 from ..rundir import RunDir, read_records, write_atomic
@@ -68,6 +75,68 @@ class Stages:
         self.on_done(record)
         return record
 
+    def isolated(
+        self, name: str, fn: Callable, config, runtime: str, names: dict[str, str] | None = None, **decision
+    ) -> dict:
+        """`stage(name, ...)` running `fn(config, folder)` in a child process. `runtime`: the row it runs, for a crash
+        whose child left no crumb naming one; `names`: the row of each runtime a crumb may name. A death there is
+        recorded (`died`) and raised as `isolate.NativeCrash`, its `row` set."""
+        try:
+            return self.stage(name, lambda f: isolate.run(fn, config, f, label=runtime), **decision)
+        except isolate.NativeCrash as crash:
+            crash.row = (names or {}).get(crash.runtime, crash.runtime) if crash.runtime else runtime
+            self.died(crash.row, name, crash)
+            raise
+
+    def died(self, runtime: str, stage: str, crash: isolate.NativeCrash) -> None:
+        """A runtime's native code died in `stage`: a worker only reports it (the driver records it)."""
+        print(f"[design] {crash}", file=sys.stderr, flush=True)
+
+
+# the stages after the rows whose outcome depends on which rows ran: redone when `--retry-died` brings a row back
+AFTER_ROWS = ("quality", "bench-fastest", "fastest", "bench-serve", "served")
+
+
+def _aside(folder: Path, suffix: str) -> None:
+    """Move a stage's folder out of the way (`<stage><suffix>`, replacing an older one): a rerun starts it afresh."""
+    if folder.exists():
+        aside = folder.with_name(folder.name + suffix)
+        shutil.rmtree(aside, ignore_errors=True)
+        folder.rename(aside)
+
+
+def done_records(records: list[dict]) -> dict[str, dict]:
+    """Each finished stage's done record, but those a later `retry-died` record sent back to be run again."""
+    done: dict[str, dict] = {}
+    for r in records:
+        if r.get("event") == "done":
+            done[r["stage"]] = r
+        elif r.get("event") == "retry-died":
+            for stage in r.get("redo", ()):
+                done.pop(stage, None)
+    return done
+
+
+def markers(stages: Path) -> list[dict]:
+    """The done.json of each stage folder (a folder moved aside, `<stage>.died`, is not its stage's)."""
+    out = []
+    for marker in sorted(stages.glob("*/done.json")):
+        record = json.loads(marker.read_text())
+        if record.get("stage") == marker.parent.name:
+            out.append(record)
+    return out
+
+
+def dead_rows(records: list[dict]) -> dict[str, dict]:
+    """The rows that died (their `died` records), but those a later `retry-died` record sent back to be measured."""
+    dead: dict[str, dict] = {}
+    for r in records:
+        if r.get("event") == "died":
+            dead[r["row"]] = r
+        elif r.get("event") == "retry-died":
+            dead = {k: v for k, v in dead.items() if k not in r["rows"]}
+    return dead
+
 
 class DesignFolder:
     """A design run folder as it stands on disk: `base`, the config the user gave (config.json); `done`, the done
@@ -78,10 +147,10 @@ class DesignFolder:
         self.path = Path(out)
         self.base: DesignConfig = from_dict(DesignConfig, json.loads((self.path / "config.json").read_text()))
         self.records = read_records(self.path / "records.jsonl")
-        self.done = {r["stage"]: r for r in self.records if r.get("event") == "done"}
+        self.done = done_records(self.records)
+        self.dead = dead_rows(self.records)
         self.stages = self.path / "stages"
-        for marker in sorted(self.stages.glob("*/done.json")):  # finished in an item that was killed before returning
-            record = json.loads(marker.read_text())
+        for record in markers(self.stages):  # finished in an item that was killed before returning
             self.done.setdefault(record["stage"], record)
         self.planner = Planner(self, self.records, time.monotonic()) if self.base.plan else None
         plans = self.planner.plans if self.planner else {}
@@ -109,21 +178,53 @@ class Pipeline(Stages):
     current phase's stages read (`replan` sets it from the phase's planned sizes)."""
 
     def __init__(
-        self, config: DesignConfig, out: str | Path, executor: Executor | None = None, started: float | None = None
+        self,
+        config: DesignConfig,
+        out: str | Path,
+        executor: Executor | None = None,
+        started: float | None = None,
+        retry_died: bool = False,
     ):
         self.dir, self.executor = RunDir(out, config), executor or InProcess()  # where every stage's items run
         self.path = self.dir.path
         self.base, records, self.trained = config, self.dir.records(), 2  # trained: `know` updates it
-        done = {r["stage"]: r for r in records if r.get("event") == "done"}
-        super().__init__(config, self.path / "stages", done, self._append, nominal(config, 2))
+        super().__init__(config, self.path / "stages", done_records(records), self._append, nominal(config, 2))
+        self.dead = dead_rows(records)  # row -> its died record
+        if retry_died and self.dead:
+            self._retry(self.done)
         self.planner = Planner(self, records, started) if config.plan else None
-        for marker in sorted(self.stages.glob("*/done.json")):  # finished in an item that was killed before returning
-            self.add(json.loads(marker.read_text()))
+        for record in markers(self.stages):  # finished in an item that was killed before returning
+            self.add(record)
 
     def _append(self, record: dict) -> None:
         if self.planner:  # its kind, prediction and time, which the planner's corrections learn from
             record = self.done[record["stage"]] = self.planner.stamp(record)
         self.dir.append(record)
+
+    def died(self, runtime: str, stage: str, crash: isolate.NativeCrash) -> None:
+        """Record that `runtime` died in `stage` (module docstring) and move the stage's folder aside."""
+        super().died(runtime, stage, crash)
+        _aside(self.folder(stage), ".died")
+        record = {
+            "event": "died",
+            "row": runtime,
+            "stage": stage,
+            "signal": crash.signal,
+            "where": crash.where,
+            "reason": str(crash),
+            **({"elapsed_s": self.planner.elapsed()} if self.planner else {}),
+        }
+        self.dead[runtime] = record
+        self.dir.append(record)
+
+    def _retry(self, done: dict[str, dict]) -> None:
+        """`--retry-died`: the rows that died are measured again, and what the set of rows decided is redone."""
+        redo = [s for s in AFTER_ROWS if s in done]
+        for stage in redo:
+            _aside(self.folder(stage), ".superseded")
+            del done[stage]
+        self.dir.append({"event": "retry-died", "rows": sorted(self.dead), "redo": redo})
+        self.dead = {}
 
     def add(self, record: dict) -> None:
         """A done record a worker returned."""

@@ -60,7 +60,7 @@ def run_row(p, e: rows.Row, target, models: dict[str, str], lookups: bool) -> di
     """One row's stages (module docstring); returns its verdict record. `models`: the model candidates benchmarked on
     the lean engine ({name: spec})."""
     prof = f"profile@{e.name}"
-    p.stage(prof, lambda f: profile.run(e.profile_config(p.config, tuple(models.values())), f, p.executor))
+    p.isolated(prof, profile.run, e.profile_config(p.config, tuple(models.values())), e.name)
     cands = candidates(p, e, target, models, lookups)
     nearest = {n: b for n, (s, g) in cands.items() if (b := e.nearest(s, g)) is not None}
     # each tuned lookup's scheduled variant, priced by E's verify curve, from the design's calibration
@@ -82,6 +82,7 @@ def run_row(p, e: rows.Row, target, models: dict[str, str], lookups: bool) -> di
         p,
         f"bench-select@{e.name}",
         grid,
+        runtime=e.name,
         drafters={n: s for n, (s, _) in cands.items()},
         gammas={n: g for n, (_, g) in cands.items()},
         scheduled=scheduled,

@@ -189,7 +189,9 @@ class LlamaCppRow(Row):
             suite="spec_bench",
             baselines=("llama-cpp", "llama-cpp-lookup"),
         )
-        measure.run_grid(p, f"bench-python@{self.name}", BenchGridConfig(bench=config), drafter=v["spec"])
+        measure.run_grid(
+            p, f"bench-python@{self.name}", BenchGridConfig(bench=config), runtime=self.name, drafter=v["spec"]
+        )
         return {**v, "python": python_figures(p, self)}
 
     @staticmethod
@@ -213,6 +215,18 @@ def planned(config) -> list[Row]:
     """The rows of a design beyond the lean engine at its own precision: lean-int8, then llama.cpp's — the target's
     own file, then each `gguf_quants` copy."""
     return [row for kind in KINDS.values() for row in kind.plan(config)]
+
+
+def live(p) -> list[Row]:
+    """The rows still measured: those planned, less those whose native code died (`pipeline`)."""
+    return [e for e in planned(p.base) if e.name not in p.dead]
+
+
+def forget(p) -> None:
+    """Plan without the rows that died: the budget stops counting their stages."""
+    if p.dead:
+        alive = live(p)
+        p.know(rows=sum(e.backend == LLAMA_CPP for e in alive), int8_row=any(e.backend == "lean" for e in alive))
 
 
 def quality_runtime(e: Row) -> str:

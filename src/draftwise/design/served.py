@@ -24,6 +24,7 @@ import statistics
 from pathlib import Path
 
 from ..errors import DraftwiseError
+from ..isolate import NativeCrash
 from ..metrics import tokens_per_s
 from ..models.llama_server import find_binary
 from ..models.llamacpp_load import gguf_file
@@ -89,9 +90,14 @@ def run(p, final: dict | None) -> dict:
         record = p.stage(DECISION, lambda f: {"applies": True, "measured": False, "why": why})
     else:
         baseline = "serve:" + shlex.join(args[2:])
-        measure_command(p, baseline)
-        readme = deploy.join(command(p, final))
-        record = p.stage(DECISION, lambda f: decide_served(p, baseline, readme))
+        try:
+            measure_command(p, baseline)
+        except NativeCrash as crash:  # a server process died by a signal: the figure is lost, not the design
+            why = f"{crash}."
+            record = p.stage(DECISION, lambda f: {"applies": True, "measured": False, "why": why})
+        else:
+            readme = deploy.join(command(p, final))
+            record = p.stage(DECISION, lambda f: decide_served(p, baseline, readme))
     p.know(serve=False)  # settled: later plans no longer price it
     annotate(p.path / "export", record)
     return record

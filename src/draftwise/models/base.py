@@ -77,6 +77,10 @@ class Model:
             ids.update(source if isinstance(source, (list, tuple)) else [source] if source is not None else [])
         return frozenset(ids)
 
+    def weight_bytes(self) -> int:
+        """Bytes of weights one plain decoding step reads on this runtime (the bandwidth limit's denominator)."""
+        return self.lm.weight_bytes()
+
     def parameter_count(self) -> int:
         """Total parameters, a tied head counted once (the convention used in every draftwise table)."""
         model = self.lm.model if isinstance(self.lm, hf.HFCausalLM) else self.hf_model()

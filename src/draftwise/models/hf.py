@@ -73,6 +73,19 @@ def route_linears(model) -> None:
             module.forward = functools.partial(_kernel_linear, module)
 
 
+def step_bytes(model) -> int:
+    """Bytes of weights one decoding step of a transformers model reads (see `LeanLM.weight_bytes`): the input
+    embedding only when it is the head too."""
+    embed = model.get_input_embeddings().weight
+    head = model.get_output_embeddings().weight
+    seen, total = set(), 0
+    for p in model.parameters():
+        if (p is not embed or embed is head) and p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            total += p.numel() * p.element_size()
+    return total
+
+
 class HFCausalLM:
     """The engine interface over a transformers causal LM (see `LeanLM` for the contract). Its linear layers run
     on draftwise's kernels (`route_linears`), so the model is the engine's own: baselines build their own twin."""
@@ -91,6 +104,9 @@ class HFCausalLM:
     @property
     def dtype(self) -> torch.dtype:
         return self.model.dtype
+
+    def weight_bytes(self) -> int:
+        return step_bytes(self.model)
 
     @property
     def device(self) -> torch.device:

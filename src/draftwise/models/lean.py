@@ -223,6 +223,16 @@ class LeanLM(nn.Module):
     def kv_bytes(self) -> int:
         return 0 if self.k_cache is None else 2 * self.k_cache.numel() * self.k_cache.element_size()
 
+    def weight_bytes(self) -> int:
+        """Bytes of weights one decoding step reads: every matrix, norm and the head; the embedding table only as the
+        head (a step gathers one row of it), each storage once."""
+        seen, total = set(), 0
+        for name, t in self.named_buffers(remove_duplicate=False):  # a tied head is the embedding's tensor itself
+            if name != "embed" and t is not None and t.data_ptr() not in seen:
+                seen.add(t.data_ptr())
+                total += t.numel() * t.element_size()
+        return total
+
     @torch.inference_mode()
     def forward(
         self,

@@ -20,6 +20,7 @@ line with llama.cpp's own reason.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from collections import deque
 from pathlib import Path
@@ -27,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import isolate
 from ..errors import DraftwiseError
 
 PINNED = "0.3.36"
@@ -80,6 +82,22 @@ def build_info() -> dict:
             info[name.removeprefix("ggml_")] = fn().decode()
     info["system_info"] = C.llama_print_system_info().decode().strip().rstrip("|").strip()
     return info
+
+
+def step_bytes(gguf: str | os.PathLike) -> int:
+    """Bytes of weights one decoding step of a GGUF file reads, at the file's own types: every tensor, the token
+    embedding only when it is the head too (a step gathers one row of it)."""
+    path = Path(gguf)
+    return _step_bytes(path, path.stat().st_size, path.stat().st_mtime_ns)
+
+
+@functools.cache
+def _step_bytes(path: Path, size: int, mtime: int) -> int:
+    import gguf as gg
+
+    tensors = {t.name: int(t.n_bytes) for t in gg.GGUFReader(str(path)).tensors}
+    untied = "output.weight" in tensors
+    return sum(n for name, n in tensors.items() if not (untied and name == "token_embd.weight"))
 
 
 class LlamaCppModel:
@@ -192,6 +210,8 @@ class LlamaCppLM:
             raise DraftwiseError(
                 f"a pass of {len(tokens)} tokens exceeds llama.cpp's batch of {C.llama_n_batch(self.ctx)}"
             )
+        isolate.crumb(call=f"llama_decode of {len(tokens)} token(s) on {self.model.path.name}")
+        isolate.fault_point("llama.cpp")
         rc = C.llama_decode(self.ctx, batch)
         if rc != 0:
             raise DraftwiseError(f"llama_decode failed ({rc}) on {self.model.path.name}: {last_error()}")
@@ -255,6 +275,10 @@ class LlamaCppLM:
             for i, (b, t) in enumerate(where):
                 out[b, t] = torch.from_numpy(logits[i])
         return out  # [B, n, V]
+
+    def weight_bytes(self) -> int:
+        """Bytes of weights one decoding step reads, at the file's own types (`step_bytes`)."""
+        return step_bytes(self.model.path)
 
     def kv_bytes(self) -> int:
         """Bytes of llama.cpp's KV cache as allocated for this context (its state size is a close stand-in)."""

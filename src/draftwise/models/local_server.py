@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DraftwiseError
+from ..isolate import NativeCrash
 
 HOST = "127.0.0.1"  # never anything else: the server is a local peer, not a service
 
@@ -120,6 +121,10 @@ class LocalServer:
                         )
                     self._keep_log = False
                     return False
+                if rc < 0:  # a native crash: the design drops what it was measuring, not the run (`isolate`)
+                    raise NativeCrash(
+                        self.name, signal.Signals(-rc).name, None, f"its start (log: {self.log_path})", self.name
+                    )
                 raise DraftwiseError(
                     f"{self.name} exited with code {rc} at start: {_reason(lines)} (log: {self.log_path})"
                 )
@@ -171,6 +176,11 @@ class LocalServer:
     def failure(self, e: Exception) -> DraftwiseError:
         """The one-line error of a request that got no answer: the server died (its log's reason) or did not reply."""
         rc = self.proc.poll() if self.proc else None
+        if rc is not None and rc < 0:
+            self._keep_log = True
+            return NativeCrash(
+                self.name, signal.Signals(-rc).name, None, f"a request (log: {self.log_path})", self.name
+            )
         if rc is not None:
             self._keep_log = True
             return DraftwiseError(

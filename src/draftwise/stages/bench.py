@@ -18,13 +18,13 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .. import data, metrics, specs
+from .. import data, machine, metrics, specs
 from ..config import BenchConfig
 from ..errors import DraftwiseError
 from ..executors import Executor, InProcess, exclusive
 from ..models import Model, describe, load
 from ..rundir import RunDir
-from .bench_methods import SCHEDULED, method_names, methods, model_options
+from .bench_methods import SCHEDULED, method_names, methods, model_options, plain_bytes
 
 
 def select_prompts(config: BenchConfig) -> list[data.Prompt]:
@@ -66,6 +66,7 @@ class Runner:
         longest = max(map(len, self.encoded), default=0)
         self.fns = methods(config, target, drafter, longest, Path(log_dir) if log_dir else None)
         self.warm: set[str] = set()
+        self.bytes: dict[str, int | None] = {}  # a plain method's weight bytes per step (`plain_bytes`), once each
         for rec in done:  # a resumed run: a learning corpus, a scheduler's calibration get back what requests added
             self.observe(rec)
 
@@ -107,6 +108,10 @@ class Runner:
             "batch": len(unit),
             **fn(self.input(unit), c.seed + unit[0]),
         }
+        if name not in self.bytes:
+            self.bytes[name] = plain_bytes(name, self.target)
+        if self.bytes[name] is not None:  # plain decoding: the share of the bandwidth limit it reached (`machine`)
+            rec["bytes_per_step"] = self.bytes[name]
         self.observe(rec)
         return rec
 
@@ -165,7 +170,9 @@ def run(config: BenchConfig, out: str | Path, executor: Executor | None = None) 
     finally:  # a crashed or interrupted bench leaves no llama-server behind
         runner.close()
         bar.close()
-    summary = summarize(run_dir.records(), config)
+    here = machine.describe(config.threads)  # the bandwidth measured once per process (seconds)
+    run_dir.write_json("machine.json", here)
+    summary = summarize(run_dir.records(), config, here)
     summary["target"] = describe(target)
     summary["drafter"] = drafter.describe() if drafter else None
     run_dir.write_json("summary.json", summary)
@@ -174,8 +181,9 @@ def run(config: BenchConfig, out: str | Path, executor: Executor | None = None) 
     return run_dir.path
 
 
-def summarize(records: list[dict], config: BenchConfig) -> dict:
-    """summary.json, derived from the raw records alone (see `metrics` for the definitions)."""
+def summarize(records: list[dict], config: BenchConfig, here: dict | None = None) -> dict:
+    """summary.json, derived from the raw records alone (see `metrics` for the definitions); `here`: the machine
+    (`machine.describe`), for each plain method's share of its bandwidth limit."""
     by_method: dict[str, list[dict]] = {}
     for r in records:
         by_method.setdefault(r["method"], []).append(r)
@@ -189,6 +197,7 @@ def summarize(records: list[dict], config: BenchConfig) -> dict:
         s["identical_to_ar"] = metrics.identical_fraction(by_method[name], by_method["ar"]) if greedy_pair else None
         if greedy_pair and s["identical_to_ar"] < 1:  # where the outputs part, not only how often
             s["divergence"] = metrics.divergence(by_method[name], by_method["ar"])
+        s["bandwidth_share"] = machine.share(s.get("decode_tokens_per_s"), s.get("bytes_per_step"), here)
     head = per.get("sd") or per.get("ar") or next(iter(per.values()), {})
     ar_step = per.get("ar", {}).get("verify_ms", {}).get(0)
     verify = per.get("sd", {}).get("verify_ms", {}).get(config.gamma)
@@ -218,6 +227,7 @@ def summarize(records: list[dict], config: BenchConfig) -> dict:
         },
         "methods": per,
         "by_suite": metrics.per_suite(by_method.get("sd", []), by_method.get("ar", [])),
+        "machine": here,
     }
 
 
@@ -259,6 +269,9 @@ def format_table(summary: dict) -> str:
                 + (f" ({s['alpha']:.1%})" if s["alpha"] is not None else "")
             )
     for name, s in summary["methods"].items():
+        if s.get("bandwidth_share") is not None:
+            notes.append(f"{name}: " + bandwidth_line(s, summary["machine"]))
+    for name, s in summary["methods"].items():
         if s.get("schedule"):
             notes.append(f"{name}: " + schedule_line(s["schedule"]))
     for name, s in summary["methods"].items():
@@ -276,4 +289,15 @@ def format_table(summary: dict) -> str:
                 for suite, v in summary["by_suite"].items()
             )
         )
+    if summary.get("machine"):
+        notes.append("machine: " + machine.line(summary["machine"]))
     return "\n".join(lines + notes)
+
+
+def bandwidth_line(s: dict, here: dict) -> str:
+    """A plain method's decode speed against this machine's bandwidth limit, in words."""
+    return (
+        f"decode {s['decode_tokens_per_s']:.1f} tokens/s × {s['bytes_per_step'] / 1e6:.0f} MB of weights a step = "
+        f"{100 * s['bandwidth_share']:.0f} % of the measured read bandwidth "
+        f"({here['bandwidth']['read_gb_per_s']:g} GB/s; limit {machine.limit(s['bytes_per_step'], here):.0f} tokens/s)"
+    )

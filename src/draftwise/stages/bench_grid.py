@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .. import specs
+from .. import isolate, machine, specs
 from ..config import BenchConfig, BenchGridConfig
 from ..executors import Executor, InProcess, exclusive
 from ..rundir import RunDir
@@ -55,6 +55,7 @@ class GridRunner:
 
     def __call__(self, item: tuple[int, tuple[int, ...], str]) -> dict:
         index, unit, method = item
+        isolate.crumb(runtime=self.names[index] or "")  # in an isolated child: the row a crash would cost
         if index not in self.runners:
             config = self.points[index]
             mine = [r for r in self.done if _same(r, self.point(index))]
@@ -111,7 +112,9 @@ def run(grid: BenchGridConfig, out: str | Path, executor: Executor | None = None
     finally:  # servers and llama.cpp models the baselines started are stopped, finished or not
         runner.close()
         bar.close()
-    summary = summarize(run_dir.records(), points, grid.runtimes())
+    here = machine.describe(grid.bench.threads)  # the bandwidth measured once per process (seconds)
+    run_dir.write_json("machine.json", here)
+    summary = summarize(run_dir.records(), points, grid.runtimes(), here)
     run_dir.write_json("grid.json", summary)
     print(format_grid(summary))
     print(f"run folder: {run_dir.path}")
@@ -134,9 +137,11 @@ def label(spec: str | None, width: int = 32) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def summarize(records: list[dict], points: list[BenchConfig], runtimes: list[str | None] | None = None) -> dict:
+def summarize(
+    records: list[dict], points: list[BenchConfig], runtimes: list[str | None] | None = None, here: dict | None = None
+) -> dict:
     """One `bench.summarize` per SD point, over its own records and its (temperature, batch size, runtime)'s
-    baselines."""
+    baselines; `here`: the machine (`machine.describe`), for the plain methods' share of the bandwidth limit."""
     rows = []
     for config, runtime in zip(points, runtimes or [None] * len(points)):
         if not config.drafter:
@@ -153,9 +158,9 @@ def summarize(records: list[dict], points: list[BenchConfig], runtimes: list[str
         ]
         if mine:
             rows.append(
-                {**point, "synthetic_alpha": config.synthetic_alpha, **bench.summarize(mine + baselines, config)}
+                {**point, "synthetic_alpha": config.synthetic_alpha, **bench.summarize(mine + baselines, config, here)}
             )
-    return {"definitions": rows[0]["definitions"] if rows else "", "points": rows}
+    return {"definitions": rows[0]["definitions"] if rows else "", "points": rows, "machine": here}
 
 
 def as_method(point: dict, method: str) -> dict:

@@ -25,7 +25,7 @@ import torch
 from .. import specs
 from ..config import BenchConfig
 from ..errors import DraftwiseError
-from ..models import Model, ModelOptions, stamp
+from ..models import Model, ModelOptions, hf, llamacpp, stamp
 from ..rundir import read_records
 from ..sd import calibrate
 from ..sd.batched_sd import generate_batch_sd
@@ -179,6 +179,21 @@ def methods(
         }
     )
     return out
+
+
+PLAIN = ("ar", "llama-server", "llama-cpp", "hf-generate")  # plain decoding: one full weight read per new token
+
+
+def plain_bytes(name: str, target: Model) -> int | None:
+    """Bytes of weights one step of a plain-decoding method reads (None: not a plain method): the target on the
+    draftwise engine, its GGUF file in llama.cpp's, its transformers twin in generate()."""
+    if name == "ar":
+        return target.weight_bytes()
+    if name in ("llama-server", "llama-cpp"):
+        return llamacpp.step_bytes(peers.target_gguf(target))
+    if name == "hf-generate":
+        return hf.step_bytes(target.hf_model())
+    return None
 
 
 def round_scheduler(config: BenchConfig, target: Model) -> Scheduler:

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import isolate
 from ..config import BenchConfig, llama_server_args
 from ..config.bench import serve_args
 from ..errors import DraftwiseError
@@ -122,6 +123,7 @@ class LlamaCppMethod:
         max_new_tokens = max_new_tokens or self.config.max_new_tokens
         llm, c = self._load(), self.config
         llm.reset()  # an empty KV cache: generate() would otherwise reuse a prefix left by the previous call
+        isolate.crumb(call=f"llama-cpp-python's generate() on {self.gguf.name}")
         llm.set_seed(seed)
         draft, accepted, k = self.draft, 0, 0
         tokens: list[int] = []

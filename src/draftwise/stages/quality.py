@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .. import continuations
+from .. import continuations, isolate
 from ..config import QualityConfig, check_runtime
 from ..models import ModelOptions, load
 from ..models.llamacpp_load import LLAMA_CPP, gguf_file, written
@@ -95,6 +95,7 @@ def run(config: QualityConfig, out: str | Path) -> Path:
         if not pairs:
             continue
         bar.set_description(f"quality {rt}")
+        isolate.crumb(runtime=rt)  # in an isolated child: the runtime a crash would cost
         label, options, spec = parse_runtime(rt, config.target)
         model = load(spec, options)
         for p, ids in pairs:

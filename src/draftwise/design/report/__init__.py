@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ... import metrics
 from ...errors import DraftwiseError
+from ...report import machine as machine_section
 from ...report.doc import Doc
 from ...report.fmt import interval as _interval
 from ...report.fmt import num as _f
@@ -53,6 +54,7 @@ def write(p: DesignFolder) -> Path:
     doc.h(f"draftwise design: {c.target}", 1)
     _verdict(doc, p)
     per_row.section(doc, p, plots, footer)
+    _machine(doc, p)
     doc.p(f"Reproduce: `{command}`. Every stage's raw records are in `stages/`. {DEFINITIONS}")
     budget.section(doc, p, plots, footer)
     _headline(doc, p, chosen, gamma, specs)
@@ -70,6 +72,18 @@ def write(p: DesignFolder) -> Path:
     (out / "report.md").write_text(doc.markdown(out))
     (out / "report.html").write_text(doc.html(f"draftwise design: {c.target}"))
     return out / "report.md"
+
+
+def _machine(doc: Doc, p) -> None:
+    """The machine (machine.json) and every runtime's plain decoding in the last grid against its bandwidth limit."""
+    path = p.path / "machine.json"
+    m = read_json(path) if path.exists() else None
+    lean = fastest.lean_name(p.config)
+    recs = stage_records(p.folder(fastest.STAGE)) if fastest.STAGE in p.done else []
+    plain = machine_section.plain_speeds(
+        [r for r in recs if r["method"] in fastest.PLAIN], lambda r: f"{r.get('runtime') or lean}/{r['method']}"
+    )
+    machine_section.section(doc, m, plain, fastest.describe)
 
 
 def _chosen_section(doc: Doc, p, tasks: dict, points: dict, chosen: str, plots: Path, footer: str) -> None:

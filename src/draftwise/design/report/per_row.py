@@ -56,13 +56,26 @@ def section(doc, p, plots: Path, footer: str) -> None:
     """The rows' table, each row's own verdict and candidates, and the verify curves (nothing when the design ran on
     the lean runtime alone)."""
     verdicts = rows_of(p)
-    if not verdicts:
+    if not verdicts and not p.dead:
         return
     doc.h("Per runtime: where the verdict is deployed")
-    _summary(doc, p, verdicts)
+    if verdicts:
+        _summary(doc, p, verdicts)
+    died(doc, p)
     for v in verdicts:
         _row(doc, p, v)
-    _curves(doc, p, verdicts, plots, footer)
+    if verdicts:
+        _curves(doc, p, verdicts, plots, footer)
+
+
+def died(doc, p) -> None:
+    """The rows whose engine died (by a signal, in a child process): what they cost, and how to measure them again."""
+    for row, d in sorted(p.dead.items()):
+        doc.p(
+            f"**{row}: not measured.** {d['reason']} (in `{d['stage']}`; its folder is kept as "
+            f"`stages/{d['stage']}.died`). The crash cost this row only: the design went on and its verdict comes "
+            "from the rows that ran. A rerun skips it; `draftwise design ... --retry-died` measures it again."
+        )
 
 
 def _summary(doc, p, verdicts: list[dict]) -> None:
