@@ -73,7 +73,7 @@ def descendants(pid: int) -> list[int]:
         return []
     try:
         return [p.pid for p in psutil.Process(pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
+    except psutil.Error:  # the driver gone, or a child vanishing mid-scan: the next poll sees the rest
         return []
 
 
@@ -264,11 +264,12 @@ def names(pids: list[int]) -> dict[int, str]:
     out = {}
     for pid in pids:
         try:
-            argv = psutil.Process(pid).cmdline()
+            process = psutil.Process(pid)
+            argv = process.cmdline() or [process.name()]  # a process still starting may show no argv yet
         except psutil.Error:
             continue
         scripts = [a for a in argv[1:] if a.endswith(".py")]
-        program = scripts[0] if scripts and "python" in argv[0] else (argv[0] if argv else "?")
+        program = scripts[0] if scripts and "python" in argv[0] else argv[0]
         out[pid] = program.rsplit("/", 1)[-1]
     return out
 

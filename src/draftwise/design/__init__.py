@@ -80,7 +80,9 @@ def run(
     verdicts = per_row(p, target, pool)
     final = answer(p)
     full = export.export(p, target, outcome, final)
-    export_rows.export_rows(p.path / "export", verdicts, p.base, final, fastest.row_verdicts(p), rows.quality_of(p))
+    export_rows.export_rows(
+        p.path / "export", verdicts, p.base, final, fastest.row_verdicts(p), rows.quality_of(p), p.dead
+    )
     served.run(p, final)  # the answer's deploy command through draftwise serve's HTTP API, beside llama-server
     accuracy(p, target, pool)  # after the served figure: a sanity check absorbs an earlier overrun, not the deploy
     reduced_heads(p, pool.specs[chosen], full, shape.vocab, gamma)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from .. import machine
 from ..config.serve import SERVE_FILE
 from ..models.llamacpp_load import written
 from ..sd.families import family_of
@@ -62,19 +63,23 @@ def export_rows(
     final: dict | None = None,
     verdicts: dict[str, dict] | None = None,
     quality: dict[str, str] | None = None,
+    dead: dict[str, dict] | None = None,
 ) -> None:
     """Every engine row's folder, a pointer to each in the export's README, and the README's opening: the design's
     answer (`final`, see `fastest`; `verdicts`: every row's verdict by runtime name; `quality`: each lossy runtime's
-    cost against fp32) and how to run it."""
+    cost against fp32), how to run it and the machine it was measured on; `dead`: the rows whose engine died."""
     spec = "default" if config.target == "default" else "<target>"
     lines = ["\n## Per engine\n", "Each engine's own verdict (what to run if you deploy on that engine):\n"]
     for v in verdicts_done:
         folder = EXPORTS[rows.kind_of(v)].folder(top, v, config, spec, final)
         lines.append(f"- `{folder.relative_to(top)}/`: {row_verdict.sentence(v)}{_versus(final, v)}")
+    lines += [f"- {row}: not measured. {d['reason']}" for row, d in sorted((dead or {}).items())]
     readme = top / "README.md"
     how = _how(top, final, verdicts, spec, config)
-    head = fastest.readme_header(final, verdicts or {}, spec, config.threads, quality, how) if final else ""
-    readme.write_text(head + readme.read_text() + ("\n".join(lines) + "\n" if verdicts_done else ""))
+    where = top.parent / "machine.json"  # the design folder's
+    on = machine.line(json.loads(where.read_text())) if where.is_file() else None
+    head = fastest.readme_header(final, verdicts or {}, spec, config.threads, quality, how, on) if final else ""
+    readme.write_text(head + readme.read_text() + ("\n".join(lines) + "\n" if len(lines) > 2 else ""))
 
 
 def _how(top: Path, final: dict | None, verdicts: dict[str, dict] | None, target_spec: str, config) -> str | None:

@@ -205,9 +205,11 @@ def readme_header(
     threads: int | None,
     quality: dict[str, str] | None = None,
     how: str | None = None,
+    measured_on: str | None = None,
 ) -> str:
     """The export README's opening: the design's answer, and how to run it (`quality`: each lossy runtime's cost
-    against fp32, by runtime name; `how`: the command, where the export knows it better than `deploy_command`)."""
+    against fp32, by runtime name; `how`: the command, where the export knows it better than `deploy_command`;
+    `measured_on`: the machine, in a line)."""
     cost = (quality or {}).get(f["runtime"])
     return (
         f"# What to run on this machine\n\n**Verdict:** {sentence(f, rows_by_name)}"
@@ -221,5 +223,6 @@ def readme_header(
             + (f" (quality: {(quality or {})[n.split('/')[0]]})" if n.split("/")[0] in (quality or {}) else "")
             for n, o in sorted(f["options"].items(), key=lambda kv: -kv[1]["tokens_per_s"])
         )
+        + (f"\n\nMeasured on: {measured_on}." if measured_on else "")
         + "\n\n---\n\n"
     )
