@@ -225,7 +225,7 @@ class Build:
                 [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:"]
                 + [f"llama-cpp-python=={PINNED}", "-d", str(tarball.parent)],
                 "downloading llama-cpp-python",
-                self.dir,
+                self.dir.with_name("llama.cpp.download.log"),
             )
         if not (self.source / "vendor" / "llama.cpp" / "CMakeLists.txt").is_file():
             shutil.rmtree(self.source, ignore_errors=True)
