@@ -145,7 +145,7 @@ def run(fn, *args, label: str):
         try:
             code = proc.wait()
         except BaseException:  # Ctrl-C, SIGTERM turned into SystemExit: the child goes too
-            _stop(proc)
+            stop(proc)
             raise
         return _outcome(folder, code, label)
 
@@ -169,11 +169,12 @@ def _outcome(folder: Path, code: int, label: str):
     raise DraftwiseError(text if ours else f"{label}: {kind}: {text}")
 
 
-def _stop(proc) -> None:
+def stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Terminate, wait up to `grace_s`, kill: a child process never outlives the call that made it."""
     if proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(10)
+            proc.wait(grace_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

@@ -105,16 +105,20 @@ def _aside(folder: Path, suffix: str) -> None:
         folder.rename(aside)
 
 
-def done_records(records: list[dict]) -> dict[str, dict]:
-    """Each finished stage's done record, but those a later `retry-died` record sent back to be run again."""
+def history(records: list[dict]) -> tuple[dict[str, dict], dict[str, dict]]:
+    """(the done record of each finished stage, the died record of each row that died), but what a later
+    `retry-died` record sent back: its rows to be measured, its `redo` stages to be run again."""
     done: dict[str, dict] = {}
+    dead: dict[str, dict] = {}
     for r in records:
         if r.get("event") == "done":
             done[r["stage"]] = r
+        elif r.get("event") == "died":
+            dead[r["row"]] = r
         elif r.get("event") == "retry-died":
-            for stage in r.get("redo", ()):
-                done.pop(stage, None)
-    return done
+            done = {k: v for k, v in done.items() if k not in r.get("redo", ())}
+            dead = {k: v for k, v in dead.items() if k not in r["rows"]}
+    return done, dead
 
 
 def markers(stages: Path) -> list[dict]:
@@ -127,17 +131,6 @@ def markers(stages: Path) -> list[dict]:
     return out
 
 
-def dead_rows(records: list[dict]) -> dict[str, dict]:
-    """The rows that died (their `died` records), but those a later `retry-died` record sent back to be measured."""
-    dead: dict[str, dict] = {}
-    for r in records:
-        if r.get("event") == "died":
-            dead[r["row"]] = r
-        elif r.get("event") == "retry-died":
-            dead = {k: v for k, v in dead.items() if k not in r["rows"]}
-    return dead
-
-
 class DesignFolder:
     """A design run folder as it stands on disk: `base`, the config the user gave (config.json); `done`, the done
     record of every finished stage; `config`, the config the last planned phase's stages read (its sizes); `planner`,
@@ -147,8 +140,7 @@ class DesignFolder:
         self.path = Path(out)
         self.base: DesignConfig = from_dict(DesignConfig, json.loads((self.path / "config.json").read_text()))
         self.records = read_records(self.path / "records.jsonl")
-        self.done = done_records(self.records)
-        self.dead = dead_rows(self.records)
+        self.done, self.dead = history(self.records)
         self.stages = self.path / "stages"
         for record in markers(self.stages):  # finished in an item that was killed before returning
             self.done.setdefault(record["stage"], record)
@@ -188,8 +180,8 @@ class Pipeline(Stages):
         self.dir, self.executor = RunDir(out, config), executor or InProcess()  # where every stage's items run
         self.path = self.dir.path
         self.base, records, self.trained = config, self.dir.records(), 2  # trained: `know` updates it
-        super().__init__(config, self.path / "stages", done_records(records), self._append, nominal(config, 2))
-        self.dead = dead_rows(records)  # row -> its died record
+        done, self.dead = history(records)  # self.dead: row -> its died record
+        super().__init__(config, self.path / "stages", done, self._append, nominal(config, 2))
         if retry_died and self.dead:
             self._retry(self.done)
         self.planner = Planner(self, records, started) if config.plan else None

@@ -269,13 +269,13 @@ class Build:
         )
 
     def install(self) -> None:
-        """The bindings (once: they load whichever libraries sit in their lib/), then this build's libraries copied
-        there and the tools linked into .venv/bin."""
+        """The bindings (once, with their Python dependencies — the smoke test imports them; they load whichever
+        libraries sit in their lib/), then this build's libraries copied there and the tools linked into .venv/bin."""
         if _bindings_dir() is None:
             env = {**os.environ, "CMAKE_ARGS": "-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF"}
             tarball = self.source.with_name(self.source.name + ".tar.gz")
             _step(
-                [sys.executable, "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", str(tarball)],
+                [sys.executable, "-m", "pip", "install", "-q", str(tarball)],
                 "installing the llama.cpp bindings",
                 self.dir.with_name("llama.cpp.bindings.log"),
                 env,
@@ -302,11 +302,13 @@ class Build:
 
 
 def _bindings_dir() -> Path | None:
+    """The installed bindings' package folder (None: not installed; a folder left holding only our lib/ is not)."""
     import importlib.util
 
     importlib.invalidate_caches()
     spec = importlib.util.find_spec("llama_cpp")
-    return Path(list(spec.submodule_search_locations)[0]) if spec and spec.submodule_search_locations else None
+    found = Path(list(spec.submodule_search_locations)[0]) if spec and spec.submodule_search_locations else None
+    return found if found and (found / "__init__.py").is_file() else None
 
 
 def _step(cmd: list[str], what: str, log: Path, env: dict | None = None) -> None:
@@ -354,7 +356,7 @@ def main(root: Path, threads: int) -> dict:
         except DraftwiseError as e:
             print(f"setup: the existing llama.cpp build failed its smoke test ({e}); building again", file=sys.stderr)
     b.fetch()
-    model, flags = machine.cpuinfo()
+    _, flags = machine.cpuinfo()
 
     def build(f: Flavour) -> None:
         b.compile(f)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DraftwiseError
-from ..isolate import NativeCrash
+from ..isolate import NativeCrash, stop
 
 HOST = "127.0.0.1"  # never anything else: the server is a local peer, not a service
 
@@ -313,13 +313,7 @@ def _die_with_parent():
 def _stop(proc: subprocess.Popen, log) -> None:
     """Terminate, wait, kill: the server never outlives its `LlamaServer`."""
     try:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(proc)
     finally:
         log.close()
 
