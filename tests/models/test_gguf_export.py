@@ -239,7 +239,7 @@ def test_bad_inputs_are_refused_in_one_line(tiny_dir, tiny_drafter_dir, tiny_ggu
     gemma = tiny_config("gemma", tie_word_embeddings=False)
     gpt2 = __import__("transformers").GPT2Config(n_layer=1, n_embd=32, n_head=4, vocab_size=64)
     cases = {
-        "unknown GGUF quantization": lambda: export(tiny_drafter_dir, tmp_path / "x.gguf", "q4_0", target=tiny_dir),
+        "unknown GGUF quantization": lambda: export(tiny_drafter_dir, tmp_path / "x.gguf", "q3_k", target=tiny_dir),
         "reduced-vocabulary head": lambda: export(str(reduced), tmp_path / "x.gguf", target=tiny_dir),
         "vocabulary incompatible": lambda: export(other, tmp_path / "x.gguf", target=tiny_dir),
         "a vocabulary of 100": lambda: export("random:layers=1,vocab=100", tmp_path / "x.gguf", target=tiny_dir),

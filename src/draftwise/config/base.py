@@ -13,7 +13,7 @@ from ..errors import DraftwiseError
 
 GGUF_QUANTS = ("f32", "f16", "q8_0")
 # --dtype: a float dtype, or the lean engine's int8 (int8 weights, int16 activations per token; lossy, labelled)
-PRECISIONS = ("fp32", "bf16", "fp16", "int8")
+PRECISIONS = ("fp32", "bf16", "fp16", "int8", "q4")  # q4: a GGUF file's own 4-bit blocks on the lean engine
 BACKENDS = ("auto", "lean", "transformers", "llama.cpp")
 LOSSES = ("fkl", "rkl", "tvd", "jsd")  # distillation losses (stages.losses computes each)
 _CLI_KEYS = {"flag", "aliases", "parse", "choices", "metavar", "repeat", "required", "exclusive", "positional"}
@@ -69,8 +69,9 @@ def opt_seed():
 def opt_dtype():
     return opt(
         "fp32",
-        "precision: fp32, bf16, fp16, or int8 — the lean engine with int8 weights (blocks of 32) and "
-        "int16 activations per token, a lossy choice whose cost `draftwise quality` measures",
+        "precision: fp32, bf16, fp16, int8 — the lean engine with int8 weights (blocks of 32) and "
+        "int16 activations per token, a lossy choice whose cost `draftwise quality` measures — or q4: "
+        "the lean engine on a GGUF target's own 4-bit blocks (Q4_0, Q4_1, Q4_K), the rest at int8",
         choices=PRECISIONS,
     )
 
@@ -109,9 +110,9 @@ def check_gguf_quant(quant: str) -> None:
 
 def check_trainable(command: str, dtype: str) -> None:
     """A stage that takes gradients through its models runs at a float dtype: int8 is a deployment precision."""
-    if dtype == "int8":
+    if dtype in ("int8", "q4"):
         raise DraftwiseError(
-            f"{command} takes gradients through the models: run it at fp32, bf16 or fp16 (int8 is a "
+            f"{command} takes gradients through the models: run it at fp32, bf16 or fp16 ({dtype} is a "
             "deployment precision: bench, agree, profile, quality)"
         )
 

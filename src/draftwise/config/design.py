@@ -114,7 +114,7 @@ class DesignConfig:
             object.__setattr__(self, name, tuple(getattr(self, name)))
         for q in self.gguf_quants:
             check_gguf_quant(q)
-        if self.dtype == "int8":
+        if self.dtype in ("int8", "q4"):
             raise DraftwiseError(
                 "design builds and trains its candidates at a float precision (--dtype fp32, bf16 or "
                 "fp16); the lean engine at int8 is a row of its own: --rows lean,lean-int8"

@@ -8,6 +8,7 @@ target's vocabulary. Both are local only: nothing is fetched from a hub, and rem
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 import torch
 
 from ..errors import DraftwiseError
-from . import hf, int8, kernels, llamacpp_load, random, vocab
+from . import hf, int8, kernels, llamacpp_load, q4, random, vocab
 from .base import (  # noqa: F401
     Model,
     ModelOptions,
@@ -45,8 +46,8 @@ def _engine_lm(config, state_dict, options: ModelOptions, hf_factory) -> tuple[o
     reason = unsupported_reason(config)
     if options.backend == "lean" and reason:
         raise DraftwiseError(f"backend 'lean' cannot run this model: {reason}")
-    if options.dtype == int8.NAME and reason:
-        raise DraftwiseError(f"--dtype int8 runs on the lean engine, which cannot run this model: {reason}")
+    if options.dtype in (int8.NAME, q4.NAME) and reason:
+        raise DraftwiseError(f"--dtype {options.dtype} runs on the lean engine, which cannot run this model: {reason}")
     if options.backend == "transformers" or reason:
         if options.backend == "auto":
             print(f"draftwise: using the transformers backend ({reason})", file=sys.stderr)
@@ -68,8 +69,8 @@ def load(spec: str, options: ModelOptions = ModelOptions()) -> Model:
         raise DraftwiseError(f"unknown backend {options.backend!r}: choose one of {', '.join(BACKENDS)}")
     _check_device(options.device)
     hf.torch_dtype(options.dtype)  # an unknown precision: one line, before anything loads
-    if options.dtype == int8.NAME:
-        int8.check_supported(options.device, options.backend)
+    if options.dtype in (int8.NAME, q4.NAME):
+        int8.check_supported(options.device, options.backend, options.dtype)
     if options.backend == LLAMA_CPP:
         if options.device != "cpu":
             raise DraftwiseError("the llama.cpp backend runs on the CPU here (device cpu)")
@@ -78,6 +79,7 @@ def load(spec: str, options: ModelOptions = ModelOptions()) -> Model:
     if spec.startswith(random.PREFIX):
         return _random_model(spec, None, options)
     path = resolve(spec)
+    gguf = _q4_source(path, options)
     config, tokenizer = config_and_tokenizer(path, options)
     dtype = hf.torch_dtype(options.dtype)  # int8: the transformers twin (baselines) in fp32, as users run it
     factory = lambda: hf.from_pretrained(path, dtype, options.device, options.trust_remote_code)  # noqa: E731
@@ -87,7 +89,31 @@ def load(spec: str, options: ModelOptions = ModelOptions()) -> Model:
         return Model(spec, config, tokenizer, lm, "lean", path, time.perf_counter() - start, _no_hf_twin(path))
     state = _to(read_weights(path), options) if unsupported_reason(config) is None else {}
     lm, backend = _engine_lm(config, state, options, factory)
+    if gguf is not None:
+        del state  # the fp32 matrices go as their 4-bit blocks replace them
+        q4.apply(lm, gguf)
     return Model(spec, config, tokenizer, lm, backend, path, time.perf_counter() - start, factory)
+
+
+def _q4_source(path: Path, options: ModelOptions) -> Path | None:
+    """The GGUF file whose 4-bit blocks a q4 model runs (None at other precisions); one line where there is none."""
+    if options.dtype != q4.NAME:
+        return None
+    source = path / "draftwise-source.json"
+    if not source.is_file() or vocab.read_map(path) is not None:
+        raise DraftwiseError(
+            f"--dtype q4 runs a GGUF file's own 4-bit blocks, and {path} was not read from one "
+            "(give a .gguf file, or use --dtype int8)"
+        )
+    return Path(json.loads(source.read_text())["gguf"])
+
+
+def _drafter_q4(spec: str, options: ModelOptions) -> ModelOptions:
+    """A q4 target's drafter: its own file's 4-bit blocks where it is a GGUF file with some, else int8 (a pruned or
+    distilled checkpoint, a random shape: no blocks of a file to run)."""
+    if options.dtype != q4.NAME or (spec.endswith(".gguf") and q4.has_blocks(Path(spec))):
+        return options
+    return dataclasses.replace(options, dtype=int8.NAME)
 
 
 def _reduced_head_lm(path: Path, config, options: ModelOptions, ids: list[int], vocab_size: int) -> vocab.ReducedHead:
@@ -118,6 +144,8 @@ def _random_model(spec: str, target: Model | None, options: ModelOptions) -> Mod
     """`random:...` (see models.random): a target, or a drafter whose left-out dimensions are its target's."""
     if options.backend == "transformers":
         raise DraftwiseError(f"{spec}: random-weight models run on the lean engine only")
+    if options.dtype == q4.NAME:
+        raise DraftwiseError(f"{spec}: --dtype q4 runs a GGUF file's own 4-bit blocks, and a random model has none")
     start = time.perf_counter()
     shape = random.parse(spec, random.shape_of(target.config) if target else None)
     config = random.llama_config(shape, target.config if target else None)
@@ -169,9 +197,9 @@ def load_drafter(spec: str, target: Model, options: ModelOptions = ModelOptions(
     elif spec.startswith("layers:"):
         drafter = _layers_drafter(spec, target, options)
     elif spec.startswith(random.PREFIX):
-        drafter = _random_model(spec, target, options)
+        drafter = _random_model(spec, target, _drafter_q4(spec, options))
     else:
-        drafter = load(spec, options)
+        drafter = load(spec, _drafter_q4(spec, options))
     check_compatible(target, drafter)
     return drafter
 
@@ -222,8 +250,8 @@ def engine(model: Model, options: ModelOptions) -> str:
     name = model.backend
     if name == LLAMA_CPP:
         return name
-    if options.dtype == int8.NAME:  # which path the int8 matrices take (torch's is the same function, slower)
-        return f"{name}+int8-{kernels.INT8_ISAS.get(kernels.int8_isa(), 'torch')}"
+    if options.dtype in (int8.NAME, q4.NAME):  # which path the integer matrices take (torch's: the same, slower)
+        return f"{name}+{options.dtype}-{kernels.INT8_ISAS.get(kernels.int8_isa(), 'torch')}"
     if options.device == "cpu" and options.dtype == "fp32" and not options.compile and kernels.kernel_available():
         name += "+c-kernels"  # the transformers fallback's linear layers run on them too (`hf.route_linears`)
     return name + ("+compile" if options.compile else "")

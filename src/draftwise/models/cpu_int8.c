@@ -1,4 +1,5 @@
-/* Matrix product of the lean engine's int8 precision: y[M, N] = x[M, K] @ w[N, K]^T, int8 weights, int16 activations.
+/* Matrix product of the lean engine's int8 and q4 precisions: y[M, N] = x[M, K] @ w[N, K]^T, int8 or 4-bit weights,
+ * int16 activations.
  *
  * Weights (`int8.py` quantizes and packs them once, at load time): int8 in blocks of 32 along K, each block of each row
  * with its own scale s and offset z (fp16): w = s * q + z, q in [-128, 127]. Asymmetric blocks of 32 represent the
@@ -14,6 +15,11 @@
  * activation sum t = Σ xq, then acc = acc + ((float)d * s + (float)t * z) in fp32, blocks in order; y = acc * sx[m].
  * AVX-512 computes d with vpdpbusd (unsigned x signed bytes, 64 products an instruction): xq + 32768 = 256 hi + lo in
  * two unsigned bytes, d = 256 Σ hi q + Σ lo q − 32768 Σ q. AVX2 widens q to int16 and uses vpmaddwd.
+ * q4 (`q4.py`: a GGUF file's own Q4_0 / Q4_1 / Q4_K blocks, w = s * q + z, q in [0, 15]): the same function with q
+ * held as nibbles, 64 bytes for 8 consecutive k of 16 rows (low nibbles: k..k+3 in the int8 layout above, high
+ * nibbles: k+4..k+7), and s, z in fp32 (a Q4_K block's scale d * sc needs up to 17 bits). Unpacked to bytes in
+ * registers, the sums and every floating-point operation are the int8 path's: half the bytes read, the same bits as
+ * `int8.reference_linear` on the unpacked weight.
  * Every output is that same sequence of operations whatever M is, so a row's result is bitwise the same in a
  * one-token step and in a (γ+1)-token verify pass, on the AVX-512 path, the AVX2 path and torch's `reference_linear`.
  * (Compiled with -ffp-contract=off: a fused multiply-add would round differently from the reference.)
@@ -68,8 +74,8 @@ typedef struct {
     const uint8_t* hi;
     const int32_t* t;      /* their block sums [M, B] */
     const float* sx;       /* their scales */
-    const uint16_t* s;     /* block scales (fp16) [G, B, 16] */
-    const uint16_t* z;     /* block offsets (fp16) */
+    const void* s;         /* block scales [G, B, 16]: fp16 (int8) or fp32 (q4) */
+    const void* z;         /* block offsets, the same */
     const int16_t* qsum;   /* blocks' sums of q */
     float* y;              /* row 0 of this chunk's outputs */
     int64_t N, Kp;
@@ -78,8 +84,16 @@ typedef struct {
 /* ---- AVX-512: a tile of R groups (16 rows each, one per lane) against M inputs ---- */
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) inline
 
-static AVX512 void tile512(const int R, const int M, const int8_t* w, int64_t g, const operands* o) {
-    const int64_t Kp = o->Kp, B = Kp / BLOCK, group = Kp * 16;
+/* a block's scales or offsets of 16 rows, as fp32 */
+static AVX512 __m512 load16(const void* p, int64_t at, const int bits) {
+    return bits == 8 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)((const uint16_t*)p + at)))
+                     : _mm512_loadu_ps((const float*)p + at);
+}
+
+static AVX512 void tile512(const int R, const int M, const int bits, const int8_t* w, int64_t g, const operands* o) {
+    const int64_t Kp = o->Kp, B = Kp / BLOCK, group = Kp * 2 * bits;  /* bytes of a group of 16 rows */
+    const __m512i nibble = _mm512_set1_epi8(0x0F);
+    __m512i raw[4];
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++)
@@ -94,12 +108,23 @@ static AVX512 void tile512(const int R, const int M, const int8_t* w, int64_t g,
             for (int j = 0; j < M; j++) dl[i][j] = dh[i][j] = _mm512_setzero_si512();
         const int64_t k0 = b * BLOCK;
 #pragma GCC unroll 8
-        for (int64_t k = k0; k < k0 + BLOCK; k += 4) {
+        for (int kk = 0; kk < BLOCK; kk += 4) {
+            const int64_t k = k0 + kk;
             __m512i wv[4];
 #pragma GCC unroll 4  /* the next tile's lines: memory keeps streaming while this tile computes */
-            for (int i = 0; i < R; i++) _mm_prefetch((const char*)(wg + R * group + k * 16 * R + i * 64), _MM_HINT_T0);
+            for (int i = 0; i < R; i++)
+                _mm_prefetch((const char*)(wg + R * group + k * 2 * bits * R + i * 64), _MM_HINT_T0);
 #pragma GCC unroll 4
-            for (int i = 0; i < R; i++) wv[i] = _mm512_loadu_si512((const void*)(wg + i * group + k * 16));
+            for (int i = 0; i < R; i++) {
+                if (bits == 8) {
+                    wv[i] = _mm512_loadu_si512((const void*)(wg + i * group + k * 16));
+                } else if ((kk & 7) == 0) {  /* 8 k of 16 rows: this k's in the low nibbles, k + 4's in the high */
+                    raw[i] = _mm512_loadu_si512((const void*)(wg + i * group + k * 8));
+                    wv[i] = _mm512_and_si512(raw[i], nibble);
+                } else {
+                    wv[i] = _mm512_and_si512(_mm512_srli_epi16(raw[i], 4), nibble);
+                }
+            }
 #pragma GCC unroll 6
             for (int j = 0; j < M; j++) {
                 const __m512i xl = _mm512_set1_epi32(*(const int32_t*)(o->lo + j * Kp + k));
@@ -114,8 +139,7 @@ static AVX512 void tile512(const int R, const int M, const int8_t* w, int64_t g,
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++) {
             const int64_t at = ((g + i) * B + b) * 16;
-            const __m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(o->s + at)));
-            const __m512 z = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(o->z + at)));
+            const __m512 s = load16(o->s, at, bits), z = load16(o->z, at, bits);
             const __m512i corr = _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i*)(o->qsum + at))), 15);
 #pragma GCC unroll 6
             for (int j = 0; j < M; j++) {
@@ -137,28 +161,46 @@ static AVX512 void tile512(const int R, const int M, const int8_t* w, int64_t g,
     }
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vnni")))
-static void groups512(const int8_t* w, operands o, int64_t M, int64_t g) {
+static AVX512 void groups512(const int bits, const int8_t* w, operands o, int64_t M, int64_t g) {
     const int64_t B = o.Kp / BLOCK;
     if (M == 1) {  /* one-token steps: four groups (four weight streams) in flight */
-        tile512(4, 1, w, g, &o);
+        tile512(4, 1, bits, w, g, &o);
         return;
     }
     for (; M > 0; M -= 4, o.lo += 4 * o.Kp, o.hi += 4 * o.Kp, o.t += 4 * B, o.sx += 4, o.y += 4 * o.N) {
         for (int64_t g2 = g; g2 < g + 4; g2 += 2) {  /* after the first four inputs the groups come from L1/L2 */
             switch (M < 4 ? (int)M : 4) {
-                case 1: tile512(2, 1, w, g2, &o); break;
-                case 2: tile512(2, 2, w, g2, &o); break;
-                case 3: tile512(2, 3, w, g2, &o); break;
-                default: tile512(2, 4, w, g2, &o); break;
+                case 1: tile512(2, 1, bits, w, g2, &o); break;
+                case 2: tile512(2, 2, bits, w, g2, &o); break;
+                case 3: tile512(2, 3, bits, w, g2, &o); break;
+                default: tile512(2, 4, bits, w, g2, &o); break;
             }
         }
     }
 }
 
+/* one compiled body per weight width (bits a constant in each) */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void groups512_q8(const int8_t* w, operands o, int64_t M,
+                                                                               int64_t g) {
+    groups512(8, w, o, M, g);
+}
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void groups512_q4(const int8_t* w, operands o, int64_t M,
+                                                                               int64_t g) {
+    groups512(4, w, o, M, g);
+}
+
 /* ---- AVX2: one group (four 4-row quarters, lanes = (row, pair of k)) against M inputs ---- */
-static inline __attribute__((always_inline)) void tile256(const int M, const int8_t* w, int64_t g, const operands* o) {
-    const int64_t Kp = o->Kp, B = Kp / BLOCK, group = Kp * 16;
+#define INLINE static inline __attribute__((always_inline))
+
+INLINE __m256 load8(const void* p, int64_t at, const int bits) {
+    return bits == 8 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)((const uint16_t*)p + at)))
+                     : _mm256_loadu_ps((const float*)p + at);
+}
+
+INLINE void tile256(const int M, const int bits, const int8_t* w, int64_t g, const operands* o) {
+    const int64_t Kp = o->Kp, B = Kp / BLOCK, group = Kp * 2 * bits;
+    const __m128i nibble = _mm_set1_epi8(0x0F);
+    __m128i raw[4];
     __m256 acc[2][2];
     for (int h = 0; h < 2; h++)
         for (int j = 0; j < M; j++) acc[h][j] = _mm256_setzero_ps();
@@ -168,9 +210,19 @@ static inline __attribute__((always_inline)) void tile256(const int M, const int
         __m256i d[4][2];  /* quarter r: rows 4r..4r+3, each lane a row's partial sum over one pair of k */
         for (int r = 0; r < 4; r++)
             for (int j = 0; j < M; j++) d[r][j] = _mm256_setzero_si256();
-        for (int64_t k = b * BLOCK; k < (b + 1) * BLOCK; k += 4) {
+        for (int kk = 0; kk < BLOCK; kk += 4) {
+            const int64_t k = b * BLOCK + kk;
             __m256i wv[4];
-            for (int r = 0; r < 4; r++) wv[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(wg + k * 16 + r * 16)));
+            for (int r = 0; r < 4; r++) {
+                if (bits == 8) {
+                    wv[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(wg + k * 16 + r * 16)));
+                } else if ((kk & 7) == 0) {
+                    raw[r] = _mm_loadu_si128((const __m128i*)(wg + k * 8 + r * 16));
+                    wv[r] = _mm256_cvtepu8_epi16(_mm_and_si128(raw[r], nibble));
+                } else {
+                    wv[r] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw[r], 4), nibble));
+                }
+            }
             for (int j = 0; j < M; j++) {
                 const __m256i xb = _mm256_set1_epi64x(*(const int64_t*)(o->q + j * Kp + k));
                 for (int r = 0; r < 4; r++) d[r][j] = _mm256_add_epi32(d[r][j], _mm256_madd_epi16(xb, wv[r]));
@@ -178,8 +230,7 @@ static inline __attribute__((always_inline)) void tile256(const int M, const int
         }
         for (int h = 0; h < 2; h++) {  /* rows 8h..8h+7: the pairs of quarters 2h, 2h+1 summed, in row order */
             const int64_t at = (g * B + b) * 16 + h * 8;
-            const __m256 s = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(o->s + at)));
-            const __m256 z = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(o->z + at)));
+            const __m256 s = load8(o->s, at, bits), z = load8(o->z, at, bits);
             for (int j = 0; j < M; j++) {
                 const __m256i dd = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(d[2 * h][j], d[2 * h + 1][j]), order);
                 const __m256 term = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dd), s),
@@ -198,16 +249,19 @@ static inline __attribute__((always_inline)) void tile256(const int M, const int
     }
 }
 
-static void groups256(const int8_t* w, operands o, int64_t M, int64_t g) {
+INLINE void groups256(const int bits, const int8_t* w, operands o, int64_t M, int64_t g) {
     const int64_t B = o.Kp / BLOCK;
     for (; M > 0; M -= 2, o.q += 2 * o.Kp, o.t += 2 * B, o.sx += 2, o.y += 2 * o.N)
         for (int64_t g2 = g; g2 < g + 4; g2++) {
             if (M == 1)
-                tile256(1, w, g2, &o);
+                tile256(1, bits, w, g2, &o);
             else
-                tile256(2, w, g2, &o);
+                tile256(2, bits, w, g2, &o);
         }
 }
+
+static void groups256_q8(const int8_t* w, operands o, int64_t M, int64_t g) { groups256(8, w, o, M, g); }
+static void groups256_q4(const int8_t* w, operands o, int64_t M, int64_t g) { groups256(4, w, o, M, g); }
 
 /* ---- entry points ---- */
 
@@ -219,10 +273,11 @@ int draftwise_int8_isa(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") ? 1 : 0;
 }
 
-/* x [M, K] fp32 (contiguous), w packed as above, s and z [N / 16, Kp / 32, 16] fp16, qsum the same in int16, y [M, N]
- * fp32. isa: as draftwise_int8_isa() (a smaller one may be asked for: tests hold the paths to the same bits). */
-void draftwise_int8_gemm(const float* x, const int8_t* w, const uint16_t* s, const uint16_t* z, const int16_t* qsum,
-                         float* y, int64_t M, int64_t N, int64_t K, int64_t Kp, int nthreads, int isa) {
+/* x [M, K] fp32 (contiguous), w packed as above, s and z [N / 16, Kp / 32, 16] (fp16 at 8 bits, fp32 at 4), qsum the
+ * same in int16, y [M, N] fp32. isa: as draftwise_int8_isa() (a smaller one may be asked for: tests hold the paths to
+ * the same bits). bits: 8 (int8) or 4 (q4). */
+void draftwise_int8_gemm(const float* x, const int8_t* w, const void* s, const void* z, const int16_t* qsum, float* y,
+                         int64_t M, int64_t N, int64_t K, int64_t Kp, int nthreads, int isa, int bits) {
     const int64_t B = Kp / BLOCK;
     int16_t* q = (int16_t*)aligned_alloc(64, (size_t)(M * Kp * 2 + 63) / 64 * 64);
     uint8_t* bytes = isa == 2 ? (uint8_t*)aligned_alloc(64, (size_t)(2 * M * Kp + 63) / 64 * 64) : NULL;
@@ -234,9 +289,9 @@ void draftwise_int8_gemm(const float* x, const int8_t* w, const uint16_t* s, con
 #pragma omp parallel for schedule(static) num_threads(nthreads)
     for (int64_t g = 0; g < G; g += 4) {
         if (isa == 2)
-            groups512(w, o, M, g);
+            (bits == 4 ? groups512_q4 : groups512_q8)(w, o, M, g);
         else
-            groups256(w, o, M, g);
+            (bits == 4 ? groups256_q4 : groups256_q8)(w, o, M, g);
     }
     free(q);
     free(bytes);

@@ -58,7 +58,10 @@ QUANTS = {
     "f32": (GGMLQuantizationType.F32, LlamaFileType.ALL_F32),
     "f16": (GGMLQuantizationType.F16, LlamaFileType.MOSTLY_F16),
     "q8_0": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
+    "q4_0": (GGMLQuantizationType.Q4_0, LlamaFileType.MOSTLY_Q4_0),  # gguf-py's quantizers (the lean q4 precision's
+    "q4_1": (GGMLQuantizationType.Q4_1, LlamaFileType.MOSTLY_Q4_1),  # test files); Q4_K: llama-quantize
 }
+FLOATS = {GGMLQuantizationType.F32: np.float32, GGMLQuantizationType.F16: np.float16}
 ARCHS = {
     "llama": MODEL_ARCH.LLAMA,
     "mistral": MODEL_ARCH.LLAMA,
@@ -299,11 +302,11 @@ def _stored(t: torch.Tensor, name: str, qtype: GGMLQuantizationType) -> tuple[GG
     """The type a tensor is stored as (2-D matrices at `qtype`, the rest f32) and its shape in that type's bytes."""
     if t.ndim != 2 or not name.endswith(".weight") or qtype == GGMLQuantizationType.F32:
         return GGMLQuantizationType.F32, tuple(t.shape)
-    if qtype == GGMLQuantizationType.Q8_0:
+    if qtype not in FLOATS:
         block, size = GGML_QUANT_SIZES[qtype]
         if t.shape[1] % block == 0:
             return qtype, (t.shape[0], t.shape[1] // block * size)
-        qtype = GGMLQuantizationType.F16  # rows q8_0 cannot block, as llama.cpp's converter falls back
+        qtype = GGMLQuantizationType.F16  # rows the type cannot block, as llama.cpp's converter falls back
     return qtype, tuple(t.shape)
 
 
@@ -349,17 +352,8 @@ def write_gguf(
         stored = []
         for name, t in planned:
             qtype, shape = _stored(t, name, QUANTS[quant][0])
-            nbytes = int(np.prod(shape)) * (
-                1 if qtype == GGMLQuantizationType.Q8_0 else 2 if qtype == GGMLQuantizationType.F16 else 4
-            )
-            dtype = (
-                np.uint8
-                if qtype == GGMLQuantizationType.Q8_0
-                else np.float16
-                if qtype == GGMLQuantizationType.F16
-                else np.float32
-            )
-            writer.add_tensor_info(name, shape, np.dtype(dtype), nbytes, raw_dtype=qtype)
+            dtype = np.dtype(FLOATS.get(qtype, np.uint8))  # a block type's shape is in bytes
+            writer.add_tensor_info(name, shape, dtype, int(np.prod(shape)) * dtype.itemsize, raw_dtype=qtype)
             stored.append(qtype)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()

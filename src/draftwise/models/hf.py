@@ -14,14 +14,15 @@ import torch
 
 from ..config import PRECISIONS
 from ..errors import DraftwiseError
-from . import int8, kernels
+from . import int8, kernels, q4
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    """The dtype a model's activations, KV cache and float weights are held in (int8: fp32 around its int8 matrices)."""
-    if name == int8.NAME:
+    """The dtype a model's activations, KV cache and float weights are held in (int8, q4: fp32 around their integer
+    matrices)."""
+    if name in (int8.NAME, q4.NAME):
         return torch.float32
     if name not in DTYPES:
         raise DraftwiseError(f"unknown dtype {name!r}: choose one of {', '.join(PRECISIONS)}")

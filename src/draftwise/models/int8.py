@@ -43,6 +43,9 @@ class Int8Weight(nn.Module):
     packed for the kernel (`cpu_int8.c`: groups of 16 rows, K and N zero-padded to multiples of 64), with each
     block's sum of q (the kernel's correction for its unsigned activation bytes)."""
 
+    BITS = 8  # bits of q as stored (`q4.Q4Weight`: 4)
+    SCALES = torch.float16  # how s and z are stored
+
     def __init__(self, w: torch.Tensor):
         super().__init__()
         if w.dim() != 2 or not w.is_floating_point():
@@ -58,18 +61,26 @@ class Int8Weight(nn.Module):
         self._pack(q.clamp(-128, 127).to(torch.int8).view(_up(n), -1), s, z, n, k)
 
     def _pack(self, q: torch.Tensor, s: torch.Tensor, z: torch.Tensor, n: int, k: int) -> None:
-        """q [Np, Kp] int8, s and z [Np, B] fp16 -> the kernel's layout."""
+        """q [Np, Kp] int8, s and z [Np, B] (stored as `SCALES`) -> the kernel's layout."""
         self.in_features, self.out_features = k, n
         rows, cols = q.shape
         groups = rows // GROUP
-        self.register_buffer(
-            "q",
-            q.view(groups, GROUP, cols // 4, 4).permute(0, 2, 1, 3).reshape(groups, -1).contiguous(),
-            persistent=False,
-        )  # [Np/16, Kp*16]
+        self.register_buffer("q", self._packed(q.view(groups, GROUP, cols)), persistent=False)
         qsum = q.view(rows, -1, BLOCK).sum(-1, dtype=torch.int16)  # |Σ| <= 32 * 128
-        for name, t in (("s", s), ("z", z), ("qsum", qsum)):
+        for name, t in (("s", s.to(self.SCALES)), ("z", z.to(self.SCALES)), ("qsum", qsum)):
             self.register_buffer(name, t.view(groups, GROUP, -1).permute(0, 2, 1).contiguous(), persistent=False)
+
+    @staticmethod
+    def _packed(q: torch.Tensor) -> torch.Tensor:
+        """q [G, 16, Kp] -> [G, Kp*16]: 64 bytes hold 4 consecutive k of 16 rows."""
+        groups, _, cols = q.shape
+        return q.view(groups, GROUP, cols // 4, 4).permute(0, 2, 1, 3).reshape(groups, -1).contiguous()
+
+    @staticmethod
+    def _unpacked(q: torch.Tensor, cols: int) -> torch.Tensor:
+        """`_packed`'s inverse: [G, Kp*16] -> [G*16, Kp]."""
+        groups = q.shape[0]
+        return q.view(groups, cols // 4, GROUP, 4).permute(0, 2, 1, 3).reshape(groups * GROUP, cols)
 
     @property
     def padded_in(self) -> int:
@@ -85,9 +96,8 @@ class Int8Weight(nn.Module):
 
     def unpacked(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(q [Np, Kp] int8, s [Np, B], z [Np, B] as fp32), padding included."""
-        groups, cols = self.q.shape[0], self.padded_in
-        q = self.q.view(groups, cols // 4, GROUP, 4).permute(0, 2, 1, 3).reshape(groups * GROUP, cols)
-        s, z = (t.permute(0, 2, 1).reshape(groups * GROUP, -1).float() for t in (self.s, self.z))
+        q = self._unpacked(self.q, self.padded_in)
+        s, z = (t.permute(0, 2, 1).reshape(q.shape[0], -1).float() for t in (self.s, self.z))
         return q, s, z
 
     def dequantize(self) -> torch.Tensor:
@@ -100,11 +110,11 @@ class Int8Weight(nn.Module):
         """The weight of some output rows (a reduced head), quantized as they are here (blocks are per row)."""
         ids = torch.as_tensor(list(ids), dtype=torch.long)
         q, s, z = self.unpacked()
-        out = Int8Weight.__new__(Int8Weight)
+        out = type(self).__new__(type(self))
         nn.Module.__init__(out)
         rows = _up(len(ids))
         pad = lambda t: torch.cat([t[ids], t.new_zeros(rows - len(ids), t.shape[1])])  # noqa: E731
-        out._pack(pad(q), pad(s).half(), pad(z).half(), len(ids), self.in_features)
+        out._pack(pad(q), pad(s), pad(z), len(ids), self.in_features)
         return out
 
     def extra_repr(self) -> str:
@@ -136,15 +146,15 @@ def reference_linear(x2: torch.Tensor, w: Int8Weight) -> torch.Tensor:
     return (acc * sx[:, None])[:, : w.out_features]
 
 
-def check_supported(device: str, backend: str) -> None:
-    """The one-line refusal of an int8 model where this precision does not run."""
+def check_supported(device: str, backend: str, name: str = NAME) -> None:
+    """The one-line refusal of an int8 (or q4: `q4.py`) model where this precision does not run."""
     if device != "cpu":
         raise DraftwiseError(
-            f"--dtype int8 is a precision of the lean engine on the CPU; device {device!r} cannot "
+            f"--dtype {name} is a precision of the lean engine on the CPU; device {device!r} cannot "
             "run it (use fp32, bf16 or fp16 there)"
         )
     if backend not in ("auto", "lean"):
         raise DraftwiseError(
-            f"--dtype int8 is a precision of the lean engine, not of backend {backend!r} (llama.cpp "
+            f"--dtype {name} is a precision of the lean engine, not of backend {backend!r} (llama.cpp "
             "runs a GGUF file at its own quantization: --gguf-quant)"
         )

@@ -76,7 +76,7 @@ def _kernel():
     dll.draftwise_silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
     dll.draftwise_gelu_tanh_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
     dll.draftwise_softcap.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 2 + [ctypes.c_float]
-    dll.draftwise_int8_gemm.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 4 + [ctypes.c_int] * 2
+    dll.draftwise_int8_gemm.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 4 + [ctypes.c_int] * 3
     dll.draftwise_int8_isa.restype = ctypes.c_int
     dll.draftwise_layer.argtypes = (
         [ctypes.POINTER(LayerStruct)]
@@ -121,6 +121,7 @@ def int8_gemm(x: torch.Tensor, w, isa: int | None = None) -> torch.Tensor:
         w.padded_in,
         torch.get_num_threads(),
         isa or int8_isa(),
+        w.BITS,
     )
     return y
 
@@ -239,10 +240,10 @@ def attention(
 
 
 class _Matrix(ctypes.Structure):
-    """cpu_layer.c's dw_matrix: an fp32 weight (w) or an int8 one (q, s, z, qsum), its bias or NULL."""
+    """cpu_layer.c's dw_matrix: an fp32 weight (w) or an int8 / q4 one (q, s, z, qsum; bits), its bias or NULL."""
 
     _fields_ = [(n, ctypes.c_void_p) for n in ("w", "q", "s", "z", "qsum", "bias")] + [
-        (n, ctypes.c_int64) for n in ("N", "K", "Kp")
+        (n, ctypes.c_int64) for n in ("N", "K", "Kp", "bits")
     ]
 
 
@@ -276,6 +277,7 @@ def _matrix(w, b: torch.Tensor | None) -> _Matrix | None:
                 w.out_features,
                 w.in_features,
                 w.padded_in,
+                w.BITS,
             )
             if int8_available()
             else None
@@ -283,7 +285,7 @@ def _matrix(w, b: torch.Tensor | None) -> _Matrix | None:
     n, k = w.shape
     if w.dtype != torch.float32 or not w.is_contiguous() or k % 8 or n % 4 or w.requires_grad:
         return None
-    return _Matrix(w.data_ptr(), None, None, None, None, _ptr(b), n, k, k)
+    return _Matrix(w.data_ptr(), None, None, None, None, _ptr(b), n, k, k, 32)
 
 
 def layer_struct(layer, gelu: bool) -> LayerStruct | None:
