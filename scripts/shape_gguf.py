@@ -1,0 +1,37 @@
+"""Write a random-weight GGUF file of a real target's shape, with the default target's tokenizer and metadata, by
+draftwise's own GGUF writer: a target for cost measurements at the sizes people deploy (random weights serve for cost,
+never for acceptance). Generated on demand, never committed.
+
+    .venv/bin/python scripts/shape_gguf.py 360M q4_1 runs/shapes/smollm2-360m-shape-q4_1.gguf
+"""
+
+import argparse
+
+import torch
+
+from draftwise.models import load
+from draftwise.models.gguf_export import QUANTS, write_gguf
+from draftwise.models.random import llama_config, random_state_dict
+from draftwise.models.source import default_gguf
+
+# SmolLM2's published shapes (config.json of HuggingFaceTB/SmolLM2-360M and -1.7B), all with the 49,152-token vocabulary
+SHAPES = {
+    "360M": dict(layers=32, hidden=960, heads=15, kv_heads=5, head_dim=64, ffn=2560, vocab=49152, tied=True),
+    "1.7B": dict(layers=24, hidden=2048, heads=32, kv_heads=32, head_dim=64, ffn=8192, vocab=49152, tied=True),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("shape", choices=sorted(SHAPES))
+    parser.add_argument("quant", choices=sorted(QUANTS))
+    parser.add_argument("out")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    config = llama_config(SHAPES[args.shape], load("default").config)  # the default target's family and settings
+    state = random_state_dict(config, torch.float32, "cpu", args.seed)
+    print("wrote", write_gguf(config, state, None, args.out, quant=args.quant, tokenizer_gguf=default_gguf()))
+
+
+if __name__ == "__main__":
+    main()
