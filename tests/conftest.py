@@ -146,5 +146,27 @@ def tiny_drafter_gguf(tiny_dir, tiny_drafter_dir, tmp_path_factory):
     )
 
 
+def small_gguf(out, quant: str) -> str:
+    """A 2-layer Llama with the default target's tokenizer (49,152 tokens; transformers reads it back) whose
+    matrices all block (d 64, ffn 96), written at `quant` by the project's GGUF writer."""
+    from draftwise.errors import DraftwiseError
+    from draftwise.models.gguf_export import write_gguf
+    from draftwise.models.source import default_gguf
+
+    try:
+        tokenizer = default_gguf()
+    except DraftwiseError as e:
+        pytest.skip(str(e))
+    config = tiny_config(vocab=49152, layers=2, hidden_size=64, intermediate_size=96)
+    state = tiny_model(config, seed=5, std=0.3).state_dict()
+    return str(write_gguf(config, state, None, out / f"small-{quant}.gguf", quant=quant, tokenizer_gguf=tokenizer))
+
+
+@pytest.fixture(scope="session")
+def small_q4_gguf(tmp_path_factory):
+    """`small_gguf` at Q4_1: a target whose file has 4-bit blocks (the lean engine's q4, the design's lean-q4 row)."""
+    return small_gguf(tmp_path_factory.mktemp("q4-gguf"), "q4_1")
+
+
 def write_json(path, obj) -> None:
     path.write_text(json.dumps(obj))

@@ -983,3 +983,41 @@ def test_the_feature_head_is_built_tuned_in_a_hybrid_and_kept_off_llama_cpp_rows
         assert not (out / "export" / "vllm_speculative_config.json").exists()
         assert "feature:{export}/drafter" in json.loads((out / "export" / "serve.json").read_text())["drafter"]
     assert "When would training pay?" in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_gguf_target_with_4_bit_blocks_gets_a_lean_q4_row(small_q4_gguf, tmp_path):
+    """The lean engine on the target file's own blocks is a row like lean-int8: profiled, tuned, benched, its quality
+    measured against fp32 of the same file, in the last grid, in the report and exported with its `--dtype q4`."""
+    config = DesignConfig(
+        target=small_q4_gguf,
+        minutes=0.2,
+        plan=False,
+        wide_layers=(1,),
+        narrow_factor=2,
+        bench_limit=2,
+        refine_limit=2,
+        headline_limit=2,
+        tune_prompts=4,
+        max_new_tokens=6,
+        accuracy_items=2,
+        draft_vocabs=(),
+        adaptive=False,
+        temperatures=(0.0,),
+        feature_drafter=False,
+        serve=False,
+        threads=1,
+        rows=("lean", "lean-q4"),
+    )
+    out = tmp_path / "design"
+    design.run(config, out)
+    done = design.Pipeline(config, out).done
+    v = done["verdict@lean-q4"]
+    assert (v["backend"], v["dtype"], v["quant"], v["shipped"]) == ("lean", "q4", "Q4", True)
+    assert v["identical"] == 1  # greedy SD on the file's blocks gives AR's tokens
+    assert {"lean-fp32/ar", "lean-q4/ar"} <= set(done["fastest"]["options"])
+    quality = json.loads((out / "stages" / "quality" / "quality.json").read_text())
+    assert quality["lean:q4"]["agreement"] > 0.9  # the same file's function, activations quantized per token
+    report = (out / "report.md").read_text()
+    assert "lean-q4 (the target file's own 4-bit blocks)" in report
+    assert "--dtype q4" in (out / "export" / "engines" / "lean-q4" / "README.md").read_text()

@@ -1,5 +1,5 @@
-"""`design`'s rows: which rows a config asks for (lean-int8, llama.cpp's), and the built-in beside each draftwise
-method."""
+"""`design`'s rows: which rows a config asks for (lean-int8, lean-q4, llama.cpp's), and the built-in beside each
+draftwise method."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from draftwise.config import DesignConfig
-from draftwise.design import row_verdict, rows
+from draftwise.design import costs, row_verdict, rows
 from draftwise.errors import DraftwiseError
 from draftwise.models.source import default_gguf
 
@@ -18,20 +18,27 @@ def test_a_gguf_target_gets_its_own_file_then_each_requested_precision():
     planned = rows.planned(DesignConfig(target="default", gguf_quants=("q8_0",)))
     assert [(r.name, r.shipped, r.drafter_quant) for r in planned] == [
         ("lean-int8", False, "f32"),
+        ("lean-q4", True, "f32"),  # the Q4_1 file's own blocks
         ("llama.cpp-Q4_1", True, "q8_0"),
         ("llama.cpp-Q8_0", False, "q8_0"),
     ]
-    assert (planned[0].backend, planned[0].dtype, planned[0].target) == ("lean", "int8", "default")
-    assert planned[1].target == str(default_gguf())
-    assert [rows.quality_runtime(r) for r in planned] == ["lean:int8", "llama.cpp", "llama.cpp:q8_0"]
+    assert [(r.backend, r.dtype, r.target) for r in planned[:2]] == [
+        ("lean", "int8", "default"),
+        ("lean", "q4", "default"),
+    ]
+    assert planned[2].target == str(default_gguf())
+    assert [rows.quality_runtime(r) for r in planned] == ["lean:int8", "lean:q4", "llama.cpp", "llama.cpp:q8_0"]
     assert rows.planned(DesignConfig(target="default", rows=("lean",))) == []
     assert [r.name for r in rows.planned(DesignConfig(target="default", rows=("lean", "lean-int8")))] == ["lean-int8"]
-    assert rows.planned(DesignConfig(target="default", rows=("lean", "lean-int8"), device="cuda")) == []
+    assert rows.planned(DesignConfig(target="default", rows=("lean", "lean-int8", "lean-q4"), device="cuda")) == []
+    outline = costs.Outline.of(DesignConfig(target="default", rows=("lean", "lean-q4", "llama.cpp")))
+    assert (outline.lean_rows, outline.rows) == (("lean-q4",), 1)  # the plan prices the rows the design will have
 
 
 def test_an_hf_target_runs_in_llama_cpp_as_an_f32_copy(tiny_dir):
     planned = rows.planned(DesignConfig(target=tiny_dir, gguf_quants=("f32", "q8_0")))
     assert [(r.quant, r.shipped) for r in planned] == [("INT8", False), ("F32", False), ("Q8_0", False)]  # f32 once
+    assert costs.Outline.of(DesignConfig(target=tiny_dir)).lean_rows == ("lean-int8",)  # no 4-bit blocks: no lean-q4
 
 
 def test_engines_need_lean_and_gguf_quants_need_llama_cpp():
@@ -63,8 +70,13 @@ def test_nearest_builtins_carry_the_draftwise_settings(tiny_dir):
 
 def test_each_runtime_is_a_row_kind_behind_one_interface(tiny_dir):
     """lean and llama.cpp rows differ only through their kind: built-ins, peers, quality runtime, label, export."""
-    lean, own, copy = rows.planned(DesignConfig(target="default", gguf_quants=("q8_0",)))
-    assert (type(lean), type(own), type(copy)) == (rows.LeanRow, rows.LlamaCppRow, rows.LlamaCppRow)
+    lean, q4, own, copy = rows.planned(DesignConfig(target="default", gguf_quants=("q8_0",)))
+    assert (type(lean), type(q4), type(own), type(copy)) == (
+        rows.LeanRow,
+        rows.LeanRow,
+        rows.LlamaCppRow,
+        rows.LlamaCppRow,
+    )
     assert lean.nearest("ngram", 3) is None and lean.peers({}) == ()
     assert own.nearest("ngram:max=3", 2) == "llama-server:" + rows.nearest_builtin("ngram:max=3", 2, own.target, "q8_0")
     assert own.peers({"ngram": "llama-server:--spec-type ngram-simple"})[:2] == ("llama-cpp", "llama-server")
@@ -73,6 +85,7 @@ def test_each_runtime_is_a_row_kind_behind_one_interface(tiny_dir):
     assert rows.kind_of({}) is rows.LlamaCppRow  # a verdict written before lean rows existed
     assert rows.runtime_label({"quant": "Q4_1", "shipped": True}) == "llama.cpp Q4_1 (the file the target ships as)"
     assert rows.runtime_label({"backend": "lean", "dtype": "int8"}).startswith("the draftwise lean engine at int8")
+    assert "own 4-bit blocks" in rows.runtime_label({"backend": "lean", "dtype": "q4"})
     profile = lean.profile_config(SimpleNamespace(seed=0, threads=1), ("layers:0",))
     assert (profile.backend, profile.dtype, profile.drafters, profile.batches) == ("lean", "int8", ("layers:0",), (1,))
 

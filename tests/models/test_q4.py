@@ -9,7 +9,7 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-from conftest import tiny_config, tiny_model
+from conftest import small_gguf
 from draftwise.errors import DraftwiseError
 from draftwise.models import ModelOptions, kernels, load, load_drafter
 from draftwise.models.int8 import Int8Weight, reference_linear
@@ -61,27 +61,8 @@ def test_kernel_paths_equal_the_torch_reference_bitwise(n, k):
                 assert torch.equal(kernels.int8_gemm(x[i : i + 1].contiguous(), w, isa)[0], got[i])
 
 
-def small_gguf(out, quant: str) -> str:
-    """A 2-layer Llama with the default target's tokenizer (49,152 tokens; transformers reads it back) whose
-    matrices all block (d 64, ffn 96), written at `quant` by the project's GGUF writer."""
-    from draftwise.models.gguf_export import write_gguf
-    from draftwise.models.source import default_gguf
-
-    try:
-        tokenizer = default_gguf()
-    except DraftwiseError as e:
-        pytest.skip(str(e))
-    config = tiny_config(vocab=49152, layers=2, hidden_size=64, intermediate_size=96)
-    state = tiny_model(config, seed=5, std=0.3).state_dict()
-    return str(write_gguf(config, state, None, out / f"small-{quant}.gguf", quant=quant, tokenizer_gguf=tokenizer))
-
-
-@pytest.fixture(scope="module")
-def q4_gguf(tmp_path_factory):
-    return small_gguf(tmp_path_factory.mktemp("q4-gguf"), "q4_1")
-
-
-def test_loading_a_gguf_at_q4_runs_its_blocks(q4_gguf):
+def test_loading_a_gguf_at_q4_runs_its_blocks(small_q4_gguf):
+    q4_gguf = small_q4_gguf
     q4 = load(q4_gguf, ModelOptions(dtype="q4"))
     fp = load(q4_gguf, ModelOptions(dtype="fp32"))
     assert q4.lm.precision == "q4" and isinstance(q4.lm.head, Int8Weight) and not isinstance(q4.lm.head, Q4Weight)
@@ -95,7 +76,8 @@ def test_loading_a_gguf_at_q4_runs_its_blocks(q4_gguf):
     assert size(q4.lm) < 0.72 * size(int8)  # 26 bytes a block of 32 against 38
 
 
-def test_greedy_sd_on_q4_is_identical_to_q4_ar(q4_gguf):
+def test_greedy_sd_on_q4_is_identical_to_q4_ar(small_q4_gguf):
+    q4_gguf = small_q4_gguf
     model = load(q4_gguf, ModelOptions(dtype="q4"))
     target, drafter = model.lm, load_drafter("layers:0", model, ModelOptions(dtype="q4")).lm
     assert isinstance(drafter.layers[0].wqkv, Q4Weight)  # the target's own layers

@@ -84,9 +84,10 @@ class DesignConfig:
         8, "the largest batch benchmarked on this machine (the feasible batch is capped to it, and the report says so)"
     )
     rows: tuple[str, ...] = opt(
-        ("lean", "lean-int8", "llama.cpp"),
+        ("lean", "lean-int8", "lean-q4", "llama.cpp"),
         "where verdicts are measured: lean (draftwise's engine at --dtype, where candidates "
-        "are built), lean-int8 (the same engine at int8: a lossy choice, its quality measured) "
+        "are built), lean-int8 (the same engine at int8: a lossy choice, its quality measured), "
+        "lean-q4 (the same engine on the target file's own 4-bit blocks, where it is a GGUF file with some) "
         "and llama.cpp (the target's own GGUF, at its quantization); the design's answer "
         "compares every one's choice with the fastest plain decoding of any of them",
         aliases=("--engines",),
@@ -119,9 +120,9 @@ class DesignConfig:
                 "design builds and trains its candidates at a float precision (--dtype fp32, bf16 or "
                 "fp16); the lean engine at int8 is a row of its own: --rows lean,lean-int8"
             )
-        if "lean" not in self.rows or set(self.rows) - {"lean", "lean-int8", "llama.cpp"}:
+        if "lean" not in self.rows or set(self.rows) - {"lean", "lean-int8", "lean-q4", "llama.cpp"}:
             raise DraftwiseError(
-                f"rows must include lean (where candidates are built) and may add lean-int8 and "
+                f"rows must include lean (where candidates are built) and may add lean-int8, lean-q4 and "
                 f"llama.cpp, got {','.join(self.rows)}"
             )
         if self.gguf_quants and "llama.cpp" not in self.rows:

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 from ..config import DesignConfig
+from . import lean_rows
 from .sizes import Sizes
 
 REF_TOKENS = 96  # new tokens per prompt the token-based costs below were measured at
@@ -43,7 +44,7 @@ class Outline:
     benched: int  # model drafters in the selection grid
     lookups: int  # tuned n-gram, suffix and hybrid candidates
     rows: int  # llama.cpp rows
-    int8_row: bool = False  # the lean engine at int8 is a row of its own
+    lean_rows: tuple[str, ...] = ()  # the lean engine's rows of their own (lean-int8, lean-q4)
     chosen_model: bool = False  # the chosen drafter is a model (reduced heads follow)
     trained_control: bool = True  # the trained count includes the deep-narrow control (`control` drops it)
     built: bool = False  # the candidates are known: `training` and `control` no longer change anything
@@ -56,14 +57,13 @@ class Outline:
         trained = 2 * len(config.wide_layers) if config.wide_layers else 2
         user = 1 if config.drafter else 0
         rows = (1 + len(config.gguf_quants)) if "llama.cpp" in config.rows else 0
-        int8 = "lean-int8" in config.rows and config.device == "cpu"
         return cls(
             trained,
             2 + user,
             trained + user,
             3 if config.lookups else 0,
             rows,
-            int8_row=int8,
+            lean_rows=tuple(lean_rows.planned(config)),
             trained_control=not config.wide_layers,
             features=int(config.feature_drafter),
         )
@@ -165,7 +165,7 @@ def _selecting(s: Sizes, cfg: DesignConfig, d: set[str], n: Counts) -> list[Item
 
 
 def _rows(o: Outline, s: Sizes, d: set[str], n: Counts, tok: int) -> list[Item]:
-    """The llama.cpp rows and the lean-int8 row: profile, lookup tuning and one grid each."""
+    """The llama.cpp rows and the lean rows (lean-int8, lean-q4): profile, lookup tuning and one grid each."""
     rows = 0 if "llama.cpp" in d else 1 if "extra-rows" in d else o.rows
     # a row's grid: draftwise AR, llama-cpp-python, llama-server plain, --spec-default and 4 spec types, each
     # candidate and its nearest built-in (model drafters rarely within reach of a lookup there), the scheduled ones;
@@ -178,12 +178,13 @@ def _rows(o: Outline, s: Sizes, d: set[str], n: Counts, tok: int) -> list[Item]:
             Item("tune-lookup@", rows, 300),
             Item("bench-select@", rows, 200 + 0.7 * tok * s.bench_limit * row_methods),
         ]
-    if o.int8_row and "lean-int8" not in d:  # the lean engine at about a third of its fp32 step, no llama.cpp peers
-        int8_methods = 1 + 1.2 * n.row_models + n.lookups + n.sched
+    lean = sum(1 for e in o.lean_rows if e not in d)
+    if lean:  # the lean engine at about a third of its fp32 step, no llama.cpp peers
+        lean_methods = 1 + 1.2 * n.row_models + n.lookups + n.sched
         out += [
-            Item("profile@lean", 1, 300 + 80 * n.benched),
-            Item("tune-lookup@lean", 1, 300),
-            Item("bench-select@lean", 1, 100 + 0.35 * tok * s.bench_limit * int8_methods),
+            Item("profile@lean", lean, 300 + 80 * n.benched),
+            Item("tune-lookup@lean", lean, 300),
+            Item("bench-select@lean", lean, 100 + 0.35 * tok * s.bench_limit * lean_methods),
         ]
     return out
 
@@ -193,10 +194,10 @@ def _finishing(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) ->
     tok = c.max_new_tokens
     # the last grid, whatever was dropped: every runtime's plain decoding (draftwise AR, and llama-server on each
     # llama.cpp file) and each row's choice, about half an fp32 AR step per method and token on average
-    options = 2 * (1 + o.int8_row) + 3 * o.rows
+    options = 2 * (1 + len(o.lean_rows)) + 3 * o.rows
     out = [Item("bench-fastest", 1, 100 + 0.5 * tok * s.bench_limit * options)]
-    if o.int8_row or o.rows:  # teacher-forced passes over eval prompts, a few AR steps each, per runtime
-        out.append(Item("quality", 1, 50 + 5 * s.agree_limit * (1 + o.int8_row + o.rows)))
+    if o.lean_rows or o.rows:  # teacher-forced passes over eval prompts, a few AR steps each, per runtime
+        out.append(Item("quality", 1, 50 + 5 * s.agree_limit * (1 + len(o.lean_rows) + o.rows)))
     if "accuracy" not in d:
         out.append(Item("accuracy", 1, 9.2 * s.accuracy_items * 2 * (1 + n.cands)))
     if o.chosen_model and "reduced-heads" not in d:
@@ -224,7 +225,7 @@ def kind_of(stage: str) -> str | None:
     """The cost kind of a finished stage (None: a decision, free)."""
     for prefix in ("profile@", "tune-lookup@", "bench-select@"):
         if stage.startswith(prefix):
-            return prefix + "lean" if stage.endswith("@lean-int8") else prefix
+            return prefix + "lean" if stage.startswith(prefix + "lean-") else prefix
     if stage.startswith("bench-select-repeat"):
         return "bench-select-repeat"
     if stage.startswith("bench-gamma-repeat"):

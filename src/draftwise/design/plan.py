@@ -48,6 +48,7 @@ DROPS = (
     "scheduler",
     "llama.cpp",
     "lean-int8",
+    "lean-q4",
     "training",
 )
 # the phase whose plan a drop takes effect in (earlier phases' drops are provisional): `design.run` names them
@@ -63,6 +64,7 @@ DECIDED = {
     "llama.cpp": "rows",
     "extra-rows": "rows",
     "lean-int8": "rows",
+    "lean-q4": "rows",
     "accuracy": "accuracy",
     "serve": "serve",
     "reduced-heads": "reduced-heads",

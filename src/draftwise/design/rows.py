@@ -4,7 +4,9 @@ The pipeline (candidates, training, lookup tuning, the lean engine's verdict) ru
 measures the candidates where a user would run them (`row_verdict`: its stages and its verdict):
 
   rows             the lean engine at int8 (`lean-int8`: int8 weights, activations quantized per token — a lossy
-                   choice, its quality measured by the design's `quality` stage); llama.cpp running the target's own
+                   choice, its quality measured by the design's `quality` stage) and, where the target is a GGUF file
+                   with 4-bit blocks, at q4 (`lean-q4`: the file's own blocks, activations as at int8); llama.cpp
+                   running the target's own
                    GGUF (for `default`, the Q4_1 file it ships as), and one row per `--gguf-quants` precision: the
                    target written at that precision from the weights draftwise loads (a lossy choice the user makes;
                    F32 of a dequantised Q4_1 file computes that file's own function)
@@ -22,16 +24,15 @@ import json
 from dataclasses import dataclass
 
 from ..config import BenchConfig, BenchGridConfig, ProfileConfig
-from ..models.int8 import NAME as INT8
+from ..models import q4
 from ..models.llamacpp_load import LLAMA_CPP, gguf_file, quant_name, written
 from ..sd.families import family_of
-from . import decide, measure
+from . import decide, lean_rows, measure
 from .estimate import GAMMAS
 
 SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache")  # llama-server's draft-free built-ins
 
 
-LEAN_INT8 = "lean-int8"  # the lean engine at int8, a row of its own
 DRAFTER_QUANT = {"F32": "f32", "F16": "f16"}  # a drafter's precision beside a target file of this type (else q8_0)
 
 
@@ -117,24 +118,32 @@ class Row:
 
 @dataclass(frozen=True)
 class LeanRow(Row):
-    """The lean engine at a precision other than the design's own (int8: a lossy choice)."""
+    """The lean engine at a precision other than the design's own: int8 (a lossy choice), q4 (the target file's own
+    4-bit blocks, where it has them)."""
 
     backend: str = "lean"
 
     @classmethod
     def plan(cls, config) -> list[Row]:
-        if LEAN_INT8 in config.rows and config.device == "cpu":  # int8 is a CPU precision
-            return [cls(LEAN_INT8, config.target, INT8.upper(), "f32", False, dtype=INT8)]
-        return []
+        # q4 runs the file's weights bit for bit (shipped); int8 requantizes them
+        return [
+            cls(name, config.target, dtype.upper(), "f32", dtype == q4.NAME, dtype=dtype)
+            for name, dtype in lean_rows.planned(config).items()
+        ]
 
     def quality_runtime(self) -> str:
         return f"lean:{self.dtype}"
 
     def dropped(self, p) -> bool:
-        return p.dropped(LEAN_INT8)
+        return p.dropped(self.name)
 
     @staticmethod
     def label(v: dict) -> str:
+        if v["dtype"] == q4.NAME:
+            return (
+                "the draftwise lean engine on the target file's own 4-bit blocks (q4: its weights bit for bit, "
+                "activations quantized per token, its quality measured against fp32 of the same file)"
+            )
         return (
             "the draftwise lean engine at int8 (int8 weights, activations quantized per token: a lossy choice, "
             "its quality measured against fp32)"
@@ -212,8 +221,8 @@ def kind_of(v: dict) -> type[Row]:
 
 
 def planned(config) -> list[Row]:
-    """The rows of a design beyond the lean engine at its own precision: lean-int8, then llama.cpp's — the target's
-    own file, then each `gguf_quants` copy."""
+    """The rows of a design beyond the lean engine at its own precision: lean-int8 and lean-q4, then llama.cpp's — the
+    target's own file, then each `gguf_quants` copy."""
     return [row for kind in KINDS.values() for row in kind.plan(config)]
 
 
@@ -226,7 +235,10 @@ def forget(p) -> None:
     """Plan without the rows that died: the budget stops counting their stages."""
     if p.dead:
         alive = live(p)
-        p.know(rows=sum(e.backend == LLAMA_CPP for e in alive), int8_row=any(e.backend == "lean" for e in alive))
+        p.know(
+            rows=sum(e.backend == LLAMA_CPP for e in alive),
+            lean_rows=tuple(e.name for e in alive if e.backend == "lean"),
+        )
 
 
 def quality_runtime(e: Row) -> str:
@@ -257,7 +269,7 @@ def target_name(v: dict) -> str:
 
 
 def _cpu_options(config) -> dict:
-    """A row's stages run on the CPU whatever `--device` says: lean-int8 and llama.cpp are CPU runtimes here."""
+    """A row's stages run on the CPU whatever `--device` says: the lean rows and llama.cpp are CPU runtimes here."""
     return {"device": "cpu", "threads": config.threads}
 
 

@@ -115,9 +115,15 @@ def _digest(row: np.ndarray) -> bytes:
 
 def has_blocks(path: Path) -> bool:
     """Whether the GGUF file `path` holds a tensor of a type q4 runs."""
+    return path.is_file() and _has_blocks(str(path.resolve()), path.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=64)
+def _has_blocks(path: str, stamp: int) -> bool:
+    """`has_blocks`, once per version (`stamp`) of a file: the design asks for each row plan."""
     import gguf
 
-    return path.is_file() and any(t.tensor_type.name in TYPES for t in gguf.GGUFReader(str(path)).tensors)
+    return any(t.tensor_type.name in TYPES for t in gguf.GGUFReader(path).tensors)
 
 
 class Bank:

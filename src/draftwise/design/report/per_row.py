@@ -213,6 +213,8 @@ def _curves(doc, p, verdicts: list[dict], plots: Path, footer: str) -> None:
 
 def _written(v: dict) -> str:
     """How a row's file came to be: the target's own, an f32 copy (its weights as they are), or a requantization."""
+    if v.get("dtype") == "q4":
+        return " (the target file's own 4-bit blocks)"
     if v["shipped"]:
         return " (the file the target ships as)"
     return " (an F32 copy)" if v["quant"] == "F32" else " (requantized: a lossy choice)"

@@ -28,7 +28,7 @@ def scheduled_points(p) -> list[dict]:
         if stage not in p.done or not path.exists():
             continue
         for r in json.loads(path.read_text())["points"]:
-            if SCHEDULED in r["methods"]:
+            if (r["methods"].get(SCHEDULED) or {}).get("schedule"):  # none where no round had a proposal to price
                 out.append(
                     {
                         "engine": engine,
