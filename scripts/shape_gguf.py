@@ -30,7 +30,10 @@ def main() -> None:
     args = parser.parse_args()
     config = llama_config(SHAPES[args.shape], load("default").config)  # the default target's family and settings
     state = random_state_dict(config, torch.float32, "cpu", args.seed)
-    print("wrote", write_gguf(config, state, None, args.out, quant=args.quant, tokenizer_gguf=default_gguf()))
+    print(
+        "wrote",
+        write_gguf(config, state, None, args.out, quant=args.quant, tokenizer_gguf=default_gguf(), random_weights=True),
+    )
 
 
 if __name__ == "__main__":

@@ -148,7 +148,7 @@ def tiny_drafter_gguf(tiny_dir, tiny_drafter_dir, tmp_path_factory):
 
 def small_gguf(out, quant: str) -> str:
     """A 2-layer Llama with the default target's tokenizer (49,152 tokens; transformers reads it back) whose
-    matrices all block (d 64, ffn 96), written at `quant` by the project's GGUF writer."""
+    matrices all block (d 64, ffn 96), written at `quant` by the project's GGUF writer, marked as random weights."""
     from draftwise.errors import DraftwiseError
     from draftwise.models.gguf_export import write_gguf
     from draftwise.models.source import default_gguf
@@ -159,7 +159,11 @@ def small_gguf(out, quant: str) -> str:
         pytest.skip(str(e))
     config = tiny_config(vocab=49152, layers=2, hidden_size=64, intermediate_size=96)
     state = tiny_model(config, seed=5, std=0.3).state_dict()
-    return str(write_gguf(config, state, None, out / f"small-{quant}.gguf", quant=quant, tokenizer_gguf=tokenizer))
+    return str(
+        write_gguf(
+            config, state, None, out / f"small-{quant}.gguf", quant=quant, tokenizer_gguf=tokenizer, random_weights=True
+        )
+    )
 
 
 @pytest.fixture(scope="session")

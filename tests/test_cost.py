@@ -156,3 +156,14 @@ def test_budget_shapes_of_a_target_whose_width_is_not_its_attention_width():
     shapes = budget_shapes(gemma, 2 * gemma.layer_params())
     assert shapes and all(s.hidden == 640 and s.heads == 4 and s.ffn <= 2048 for s in shapes)
     assert shapes[0].layers == 2 and shapes[0].ffn == 2048
+
+
+def test_predicted_speedup_is_one_at_the_break_even_alpha_and_grows_with_alpha():
+    lengths, t_draft, t_verify = {3: 8, 0: 2}, lambda g: 0.1 * g, lambda g: 1.0 + 0.05 * g
+    alpha = cost.break_even_alpha(lengths, t_draft, t_verify)
+    assert cost.speedup_at(lengths, t_draft, t_verify, alpha) == pytest.approx(1.0, abs=1e-9)
+    at = [cost.speedup_at(lengths, t_draft, t_verify, a) for a in (0.3, 0.5, 0.7, 1.0)]
+    assert at == sorted(at) and at[0] < 1 < at[-1]
+    # α = 1: every round of 3 emits 4 tokens for 0.3 + 1.15 steps, a round of none 1 token for 1 step
+    assert at[-1] == pytest.approx((8 * 4 + 2) / (8 * 1.45 + 2))
+    assert cost.alpha_for_speedup(lengths, t_draft, t_verify, at[1]) == pytest.approx(0.5, abs=1e-9)

@@ -153,6 +153,13 @@ def alpha_for_speedup(lengths: dict[int, float], t_draft, t_verify, speedup: flo
     return hi
 
 
+def speedup_at(lengths: dict[int, float], t_draft, t_verify, alpha: float) -> float:
+    """The speedup over plain decoding the cost model predicts for a drafter (as in `break_even_alpha`) at i.i.d.
+    acceptance `alpha`: tokens per round over AR steps per round (batch 1, prefill left out)."""
+    tokens = sum(s * expected_tokens_iid(alpha, g) for g, s in lengths.items())
+    return tokens / sum(s * (t_draft(g) + t_verify(g)) for g, s in lengths.items())
+
+
 def break_even_tar(lengths: dict[int, float], t_draft, t_verify) -> float:
     """The tokens per round (TAR) at which a drafter with these proposal lengths and draft and verify times (AR steps)
     only matches plain decoding: a round must emit as many tokens as the AR steps it costs."""

@@ -988,7 +988,9 @@ def test_the_feature_head_is_built_tuned_in_a_hybrid_and_kept_off_llama_cpp_rows
 @pytest.mark.slow
 def test_a_gguf_target_with_4_bit_blocks_gets_a_lean_q4_row(small_q4_gguf, tmp_path):
     """The lean engine on the target file's own blocks is a row like lean-int8: profiled, tuned, benched, its quality
-    measured against fp32 of the same file, in the last grid, in the report and exported with its `--dtype q4`."""
+    measured against fp32 of the same file, in the last grid, in the report and exported with its `--dtype q4`. The
+    file's weights are random (so marked by the writer): no verdict chooses a drafter by its acceptance, each states
+    every candidate's break-even α and predicted speedups instead."""
     config = DesignConfig(
         target=small_q4_gguf,
         minutes=0.2,
@@ -1018,6 +1020,13 @@ def test_a_gguf_target_with_4_bit_blocks_gets_a_lean_q4_row(small_q4_gguf, tmp_p
     assert {"lean-fp32/ar", "lean-q4/ar"} <= set(done["fastest"]["options"])
     quality = json.loads((out / "stages" / "quality" / "quality.json").read_text())
     assert quality["lean:q4"]["agreement"] > 0.9  # the same file's function, activations quantized per token
+    for verdict in (done["verdict"], v):
+        assert verdict["random_weights"] and not verdict["recommend"]
+        for x in verdict["candidates"].values():
+            assert set(x["predicted"]) == {"0.3", "0.5", "0.7"}
+            assert x["predicted"]["0.3"] <= x["predicted"]["0.5"] <= x["predicted"]["0.7"]  # more accepted, faster
+        assert any(x["predicted"]["0.3"] < x["predicted"]["0.7"] for x in verdict["candidates"].values())
     report = (out / "report.md").read_text()
     assert "lean-q4 (the target file's own 4-bit blocks)" in report
+    assert report.count("The target's weights are random") >= 2 and "(predicted)" in report  # lean and lean-q4
     assert "--dtype q4" in (out / "export" / "engines" / "lean-q4" / "README.md").read_text()

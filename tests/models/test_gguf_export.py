@@ -269,3 +269,16 @@ def test_cli_writes_and_reports(tiny_dir, tiny_drafter_dir, tmp_path, capsys):
     assert main(["export-gguf", tiny_drafter_dir, "--target", tiny_dir, "--quant", "int4", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("draftwise: error: unknown GGUF quantization 'int4'") and err.count("\n") == 1
+
+
+def test_a_file_of_random_weights_says_so(tiny_dir, tiny_gguf, tmp_path):
+    """`random_weights` marks the file (`scripts/shape_gguf.py` writes its shapes so): a design on it states predicted
+    speedups, never its acceptance."""
+    from draftwise.models import random_weights
+
+    model = load(tiny_dir)
+    marked = write_gguf(
+        model.config, read_weights(model.path), model.tokenizer, tmp_path / "r.gguf", random_weights=True
+    )
+    assert random_weights(str(marked)) and random_weights("random:layers=1")
+    assert not random_weights(tiny_gguf) and not random_weights(tiny_dir)

@@ -25,12 +25,14 @@ from pathlib import Path
 
 from .. import metrics
 from ..config import BenchGridConfig
+from ..models import random_weights
 from ..sd.families import drafter_kind
 from ..stages import profile
 from ..stages.bench import SCHEDULED
 from ..stages.bench_grid import as_method, label
 from . import decide, lookup, measure, rows
 from .estimate import SCREEN, best_gamma
+from .verdict import candidate, predicted, verify_steps
 
 RULE = (
     "deploy when the chosen method's speedup over AR on this engine is above 1 beyond noise (95 % "
@@ -106,7 +108,8 @@ def verdict(
     ar, _ = mine.pop(None), peers.pop(None)
     decision = _decision(p, mine, ar, cands, points, scheduled)
     chosen = decision["chosen"]
-    recommend = decision["speedup"][chosen][1] > 1.0
+    random = random_weights(p.config.target)
+    recommend = decision["speedup"][chosen][1] > 1.0 and not random  # not chosen by acceptance on random weights
     spec, method = cands[chosen][0], _method(chosen, scheduled)
     any_point = next(iter(points.values()))
     side = _builtins(p, peers, ar, any_point["methods"])
@@ -120,7 +123,10 @@ def verdict(
         "verdict_over_best_builtin": _over(p, mine[chosen] if recommend else ar, peers, side["best_builtin"]),
         "llama_cpp_generate_tokens_per_s": any_point["methods"].get("llama-cpp", {}).get("tokens_per_s"),
         **_reproduced(recs, method, spec),
-        "candidates": _candidate_figures(decision, cands, nearest, points, scheduled),
+        "candidates": _candidate_figures(
+            decision, cands, nearest, points, scheduled, verify_steps(p, f"profile@{e.name}")
+        ),
+        "random_weights": random,
         "rule": RULE,
     }
 
@@ -216,13 +222,17 @@ def _reproduced(recs: list[dict], method: str, spec: str) -> dict:
 
 
 def _candidate_figures(
-    decision: dict, cands: dict, nearest: dict[str, str], points: dict, scheduled: dict[str, str]
+    decision: dict, cands: dict, nearest: dict[str, str], points: dict, scheduled: dict[str, str], t_verify
 ) -> dict:
-    """Each candidate's figures on the row: spec, γ, method, speedup, nearest built-in, TAR and α."""
+    """Each candidate's figures on the row: spec, γ, method, speedup, nearest built-in, TAR and α, and from its costs
+    on the row (`t_verify`: its verify curve) its break-even α and predicted speedups (`verdict.candidate`)."""
     out = {}
     for n, (s, g) in cands.items():
         point = as_method(points[s], _method(n, scheduled))
+        costs = candidate(points[s], drafter_kind(s), decision["speedup"][n], t_verify, _method(n, scheduled))
         out[n] = {
+            "alpha_needed": costs["alpha_needed"],
+            "predicted": costs["predicted"],
             "spec": s,
             "gamma": g,
             "method": _method(n, scheduled),
@@ -250,6 +260,8 @@ def sentence(v: dict) -> str:
     pt, lo, hi = v["speedup"]
     builtin = _builtin_sentence(v) if v["best_builtin"] else ""
     what = rows.runtime_label(v) + (" with the round scheduler" if v.get("method", "sd") != "sd" else "")
+    if v.get("random_weights"):
+        return f"On {what}: {predicted(v, lambda spec: label(spec, 60))}{builtin}"
     if v["recommend"]:
         return (
             f"On {what}: deploy {v['drafter']} ({label(v['spec'], 60)}, γ = {v['gamma']}), "

@@ -7,7 +7,10 @@ its sections and the export all say the same thing.
   candidates   for every benchmarked candidate: measured c (a model's draft step / AR step; for a lookup or a hybrid the
                draft time per drafting round, in AR steps), α and proposal statistics, and the cost model's break-even
                (`cost.break_even_tar`, `break_even_alpha`, `break_even_draft`): the TAR (and the i.i.d. α) it would
-               need at its measured draft cost and proposal lengths, and the draft cost it could afford at its TAR
+               need at its measured draft cost and proposal lengths, and the draft cost it could afford at its TAR;
+               its predicted speedup at i.i.d. α = 0.3 / 0.5 / 0.7 (`cost.speedup_at`) — what the verdict states
+               instead of acceptance when the target's weights are random (`random_weights`: a real model's shape, whose
+               costs are real and whose acceptance means nothing)
   learning     for every trained candidate (its `distill-<name>` or `feature-<name>` stage logged evaluations): its
                learning curve and when more training would pay (`learning.predict`): the teacher tokens and minutes
                of training here after which its agreement (≈ greedy α) reaches its break-even α, and the α at which
@@ -19,17 +22,19 @@ from __future__ import annotations
 import json
 
 from .. import cost, learning
+from ..models import random_weights
 from ..rundir import read_records
 from ..sd.families import SERIAL, drafter_kind
 from ..stages.bench_grid import as_method, label
 from .measure import grid_points, method_of, summary
 
 TRAINING = ("distill", "feature")  # the stages that train a candidate, each logging its learning curve
+ALPHAS = (0.3, 0.5, 0.7)  # the acceptances a candidate's speedup is predicted at, from its measured costs
 
 
-def verify_steps(p):
-    """t_verify(g) in AR steps at batch 1 (the profile's interleaved ratios; g = 0: one AR step)."""
-    entry = json.loads((p.folder("profile") / "profile.json").read_text())["batches"]["1"]
+def verify_steps(p, stage: str = "profile"):
+    """t_verify(g) in AR steps at batch 1 (a profile stage's interleaved ratios; g = 0: one AR step)."""
+    entry = json.loads((p.folder(stage) / "profile.json").read_text())["batches"]["1"]
     points = [(0, 1.0)] + sorted((int(g), r) for g, r in entry["verify_over_ar_step"].items())
     return lambda g: cost.interpolate([x for x, _ in points], [y for _, y in points], g)
 
@@ -61,6 +66,7 @@ def candidate(point: dict, kind: str, speedup: list[float], t_verify, method: st
         "tar_needed": cost.break_even_tar(lengths, t_draft, t_verify),
         "alpha_needed": cost.break_even_alpha(lengths, t_draft, t_verify),
         "c_affordable": afford,
+        "predicted": {f"{a:g}": cost.speedup_at(lengths, t_draft, t_verify, a) for a in ALPHAS},
     }
 
 
@@ -129,8 +135,9 @@ def decide(p, gamma: int) -> dict:
     _add_learning(p, cands, points, specs, t_verify)
     speedup, method = decision["speedup"][chosen], method_of(p, chosen)
     headline = summary(p, "bench-headline")["methods"][method]["speedup_vs_ar"] if "bench-headline" in p.done else None
+    random = random_weights(p.config.target)
     return {
-        "recommend": speedup[1] > 1.0,
+        "recommend": speedup[1] > 1.0 and not random,  # a drafter is not chosen by acceptance on random weights
         "drafter": chosen,
         "spec": specs[chosen],
         "kind": drafter_kind(specs[chosen]),
@@ -141,6 +148,7 @@ def decide(p, gamma: int) -> dict:
         "headline_speedup": headline,
         "per_task": as_method(points[specs[chosen]], method).get("by_suite") or {},
         "candidates": cands,
+        "random_weights": random,
         "rule": "deploy when the chosen drafter's speedup over AR is above 1 beyond noise (95 % interval, paired "
         "bootstrap over prompts); otherwise plain decoding",
     }
@@ -161,6 +169,8 @@ def sentence(v: dict, describe_spec=lambda spec: label(spec, 80)) -> str:
     )
     if v.get("method", "sd") != "sd":
         at += " with the round scheduler (each round verifies the prefix its verify curve and calibration price best)"
+    if v.get("random_weights"):
+        return predicted(v, describe_spec)
     if v["recommend"]:
         return (
             f"Deploy {v['drafter']} ({describe_spec(v['spec'])}, γ = {v['gamma']}): {pt:.2f}× plain decoding on "
@@ -171,4 +181,20 @@ def sentence(v: dict, describe_spec=lambda spec: label(spec, 80)) -> str:
     return (
         f"Use plain decoding: no candidate beats it here beyond noise. The best, {v['drafter']} "
         f"({describe_spec(v['spec'])}, γ = {v['gamma']}), measured {pt:.2f}× [{lo:.2f}–{hi:.2f}]{at}."
+    )
+
+
+def predicted(v: dict, describe_spec=lambda spec: label(spec, 80)) -> str:
+    """The verdict on a target of random weights: its measured acceptance means nothing, so each candidate's break-even
+    α and the speedup the cost model predicts at α = 0.3 / 0.5 / 0.7 from its measured costs, marked as predicted."""
+    parts = []
+    for name, x in sorted(v["candidates"].items(), key=lambda kv: -kv[1]["predicted"][f"{ALPHAS[-1]:g}"]):
+        need = f"break-even α {x['alpha_needed']:.2f}" if x["alpha_needed"] is not None else "no break-even α"
+        at = " / ".join(f"{x['predicted'][f'{a:g}']:.2f}×" for a in ALPHAS)
+        parts.append(f"{name} (γ = {x['gamma']}): {need}, {at}")
+    alphas = " / ".join(f"{a:g}" for a in ALPHAS)
+    return (
+        "The target's weights are random: what any drafter measured on it says nothing of a real model of this shape, "
+        "so no drafter is chosen by it. Predicted from the measured costs (draft step, verify curve; batch 1, "
+        f"prefill left out), speedup over plain decoding at α = {alphas}: " + "; ".join(parts) + " (predicted)."
     )

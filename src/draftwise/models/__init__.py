@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from ..errors import DraftwiseError
-from . import hf, int8, kernels, llamacpp_load, q4, random, vocab
+from . import gguf_export, hf, int8, kernels, llamacpp_load, q4, random, vocab
 from .base import (  # noqa: F401
     Model,
     ModelOptions,
@@ -42,7 +42,9 @@ def _check_device(device: str) -> None:
         raise DraftwiseError(f"unknown device {device!r}: use cpu, cuda or cuda:N")
 
 
-def _engine_lm(config, state_dict, options: ModelOptions, hf_factory) -> tuple[object, str]:
+def _engine_lm(config, state_dict, options: ModelOptions, hf_factory, gguf: Path | None = None) -> tuple[object, str]:
+    """The model's forward: the lean engine at its precision (q4: on `gguf`'s blocks, taking `state_dict`'s layers as
+    it goes), or transformers where the lean engine cannot run it."""
     reason = unsupported_reason(config)
     if options.backend == "lean" and reason:
         raise DraftwiseError(f"backend 'lean' cannot run this model: {reason}")
@@ -52,6 +54,8 @@ def _engine_lm(config, state_dict, options: ModelOptions, hf_factory) -> tuple[o
         if options.backend == "auto":
             print(f"draftwise: using the transformers backend ({reason})", file=sys.stderr)
         return hf.HFCausalLM(hf_factory()), "transformers"
+    if gguf is not None:
+        return q4.build(config, state_dict, gguf, options.compile), "lean"
     return LeanLM(config, state_dict, compile=options.compile, precision=options.dtype), "lean"
 
 
@@ -88,11 +92,17 @@ def load(spec: str, options: ModelOptions = ModelOptions()) -> Model:
         lm = _reduced_head_lm(path, config, options, *reduced)
         return Model(spec, config, tokenizer, lm, "lean", path, time.perf_counter() - start, _no_hf_twin(path))
     state = _to(read_weights(path), options) if unsupported_reason(config) is None else {}
-    lm, backend = _engine_lm(config, state, options, factory)
-    if gguf is not None:
-        del state  # the fp32 matrices go as their 4-bit blocks replace them
-        q4.apply(lm, gguf)
+    lm, backend = _engine_lm(config, state, options, factory, gguf)
     return Model(spec, config, tokenizer, lm, backend, path, time.perf_counter() - start, factory)
+
+
+def random_weights(spec: str) -> bool:
+    """Whether a target's weights are random, so that acceptance measured on it means nothing (its costs are real): a
+    `random:` shape, or a GGUF file draftwise wrote with random weights (`scripts/shape_gguf.py`)."""
+    if spec.startswith(random.PREFIX):
+        return True
+    path = llamacpp_load.gguf_file(spec)
+    return path is not None and gguf_export.has_random_weights(path)
 
 
 def _q4_source(path: Path, options: ModelOptions) -> Path | None:

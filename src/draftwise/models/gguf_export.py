@@ -30,6 +30,7 @@ converter); norms, biases and RoPE factors stay f32. The file is written beside 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -44,6 +45,7 @@ from gguf import (
     MODEL_TENSOR,
     TENSOR_NAMES,
     GGMLQuantizationType,
+    GGUFReader,
     GGUFWriter,
     LlamaFileType,
     RopeScalingType,
@@ -319,6 +321,19 @@ def _encode(t: torch.Tensor, qtype: GGMLQuantizationType) -> np.ndarray:
     return quantize(data, qtype)
 
 
+RANDOM_KEY = "draftwise.random_weights"  # a file of random weights in a real model's shape (`scripts/shape_gguf.py`)
+
+
+def has_random_weights(path: Path) -> bool:
+    """Whether draftwise wrote the GGUF file `path` with random weights (`write_gguf(random_weights=True)`)."""
+    return _marked(str(Path(path).resolve()), Path(path).stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _marked(path: str, stamp: int) -> bool:
+    return RANDOM_KEY in GGUFReader(path).fields
+
+
 def write_gguf(
     config,
     state_dict: dict[str, torch.Tensor],
@@ -326,9 +341,11 @@ def write_gguf(
     out: str | os.PathLike,
     quant: str = "f32",
     tokenizer_gguf: str | os.PathLike | None = None,
+    random_weights: bool = False,
 ) -> Path:
     """Write `config` + `state_dict` (Hugging Face names; a tied head may be absent) as a GGUF file llama.cpp runs.
-    The tokenizer keys are `tokenizer_gguf`'s, copied verbatim, when given, else built from `tokenizer`."""
+    The tokenizer keys are `tokenizer_gguf`'s, copied verbatim, when given, else built from `tokenizer`;
+    `random_weights` marks a file of random weights (`RANDOM_KEY`): its costs are real, its acceptance is not."""
     if quant not in QUANTS:
         raise DraftwiseError(f"unknown GGUF quantization {quant!r}: choose one of {', '.join(QUANTS)}")
     reason = unsupported(config)
@@ -345,6 +362,8 @@ def write_gguf(
     writer = GGUFWriter(tmp, MODEL_ARCH_NAMES[arch])
     try:
         _metadata(writer, config, arch, quant, vocab_size)
+        if random_weights:
+            writer.add_bool(RANDOM_KEY, True)
         if tokenizer_gguf is not None:
             gguf_vocab.copy_tokenizer(writer, Path(tokenizer_gguf), vocab_size)
         else:

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ..errors import DraftwiseError
+from .family import FAMILIES, Shape, rope_keys, windows
 from .int8 import BLOCK, GROUP, Int8Weight, _up
 
 NAME = "q4"
@@ -157,23 +158,31 @@ class Bank:
         return Q4Weight(q, s, z)
 
 
-def apply(lm, path: Path) -> dict[str, int]:
-    """Give the lean model `lm` (built at fp32 from the GGUF file `path`) the file's 4-bit blocks: each layer matrix
-    all of whose rows are in 4-bit tensors of the file; int8 for the rest and the head. Returns how many of each."""
-    from .lean import LINEARS
+def build(config, state: dict[str, torch.Tensor], path: Path, compile: bool = False):
+    """The lean model of `config` on the GGUF file `path`'s 4-bit blocks, from `state` (its fp32 weights, read from
+    that file): each layer matrix all of whose rows are in 4-bit tensors of the file at 4 bits, int8 for the rest and
+    the head. Built a layer at a time, each layer's fp32 weights taken out of `state` once it holds them: never a full
+    fp32 copy of the model beside the one read (1.7B: 6.8 GB)."""
+    from .lean import LINEARS, Layer, LeanLM
 
     bank = Bank(path)
     if not len(bank):
         raise DraftwiseError(f"--dtype q4 runs a GGUF file's 4-bit blocks ({', '.join(TYPES)}); {path} has none")
-    counts = {"q4": 0, "int8": 0}
-    for layer in lm.layers:
+    shape, family = Shape.of(config), FAMILIES[config.model_type]
+    layers, held = [], 0
+    for i, (window, key) in enumerate(zip(windows(config), rope_keys(config))):
+        prefix = f"model.layers.{i}."
+        layer = Layer(state, prefix, shape, family, window, key)
+        for k in [k for k in state if k.startswith(prefix)]:
+            del state[k]  # the layer's fused copies hold them now, until its matrices are replaced below
         for name in LINEARS:
             w = getattr(layer, name)
-            held = bank.weight(w)
-            counts["q4" if held is not None else "int8"] += 1
-            setattr(layer, name, held if held is not None else Int8Weight(w))
-    lm.head = Int8Weight(lm.head)
-    lm.precision = NAME
-    if not counts["q4"]:
+            blocks_of = bank.weight(w)
+            held += blocks_of is not None
+            setattr(layer, name, blocks_of if blocks_of is not None else Int8Weight(w))
+        layers.append(layer)
+    if not held:
         raise DraftwiseError(f"--dtype q4: no layer matrix of the model matches {path}'s 4-bit blocks")
-    return counts
+    lm = LeanLM(config, state, layers=layers, compile=compile, precision=NAME)
+    lm.head = Int8Weight(lm.head)
+    return lm
