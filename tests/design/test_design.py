@@ -264,6 +264,10 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
         (out / f).unlink()
     assert main(["report", "--out", str(out)]) == 0  # from the run folder alone: nothing reruns, the same report
     assert {f: (out / f).read_text() for f in written} == written
+    moved = out.rename(tmp_path / "moved")  # a folder copied or moved elsewhere renders too; its command names it
+    assert main(["report", "--out", str(moved)]) == 0
+    assert (moved / "report.md").read_text().replace(str(moved), str(out)) == written["report.md"]
+    moved.rename(out)
     headline = json.loads((out / "stages" / "bench-headline" / "summary.json").read_text())
     assert headline["methods"]["sd"]["identical_to_ar"] == 1.0  # greedy SD stays lossless inside the pipeline
     verdict = next(r for r in records if r["stage"] == "verdict")

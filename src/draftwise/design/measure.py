@@ -89,18 +89,18 @@ def limit_of(p, stage: str) -> int:
 
 
 def summary(p, stage: str) -> dict:
-    return json.loads((Path(p.done[stage]["folder"]) / "summary.json").read_text())
+    return json.loads((p.folder(stage) / "summary.json").read_text())
 
 
 def grid_points(p, stage: str) -> list[dict]:
-    return json.loads((Path(p.done[stage]["folder"]) / "grid.json").read_text())["points"]
+    return json.loads((p.folder(stage) / "grid.json").read_text())["points"]
 
 
 def records(p, stages: list[str]) -> list[dict]:
     """The T = 0 records of finished grid or bench stages."""
     out = []
     for stage in (s for s in stages if s in p.done):
-        path = Path(p.done[stage]["folder"]) / "records.jsonl"
+        path = p.folder(stage) / "records.jsonl"
         out += [r for r in map(json.loads, path.read_text().splitlines()) if r.get("temperature", 0.0) == 0]
     return out
 

@@ -34,7 +34,7 @@ def section(doc: Doc, m: dict | None, plain: dict[str, dict], describe=str, leve
         + (
             f"Measured read bandwidth: {bw:g} GB/s (a STREAM-style read probe, best of "
             f"{m['bandwidth']['passes']} passes over {m['bandwidth']['buffer_mib']} MiB, "
-            f"{m['bandwidth']['threads']} threads). "
+            f"{m['bandwidth']['threads']} threads{_readers(m['bandwidth'])}). "
             if bw
             else "Read bandwidth not measured. "
         )
@@ -73,3 +73,9 @@ def section(doc: Doc, m: dict | None, plain: dict[str, dict], describe=str, leve
             "decoding this machine's memory allows. Share of the limit: decode tokens/s (prefill excluded) ÷ that "
             "limit; what is left is the headroom an engine still has."
         )
+
+
+def _readers(bw: dict) -> str:
+    """Each reader's rate where the probe read the buffer more than one way (older folders: one)."""
+    rates = bw.get("readers_gb_per_s") or {}
+    return "; " + ", ".join(f"{name} {r:g}" for name, r in rates.items()) + " GB/s, the faster kept" if rates else ""
