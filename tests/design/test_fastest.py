@@ -40,7 +40,11 @@ def fake(tmp_path, speeds: dict[str, float], prompts: int = 12, noise: float = 0
     folder = tmp_path / fastest.STAGE
     folder.mkdir()
     (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    return SimpleNamespace(done={fastest.STAGE: {"folder": str(folder)}}, config=SimpleNamespace(seed=0))
+    return SimpleNamespace(
+        done={fastest.STAGE: {"folder": str(folder)}},
+        folder=lambda stage: tmp_path / stage,
+        config=SimpleNamespace(seed=0),
+    )
 
 
 def test_the_fastest_method_of_any_row_against_the_fastest_plain_decoding_of_any_row(tmp_path):
