@@ -10,6 +10,7 @@ import time
 
 import torch
 
+from draftwise import machine
 from draftwise.models import ModelOptions, load
 
 CONTEXT, PASSES, ROUNDS = 128, (1, 2, 4, 8), 8
@@ -42,12 +43,15 @@ def main() -> None:
         for d, lm in models.items():
             for n in PASSES:
                 got[d][n].append(timed(lm, ids, n))
+    bandwidth = machine.bandwidth(args.threads)["read_gb_per_s"]  # after the passes: nothing else was running
     for d, lm in models.items():
         step = statistics.median(got[d][1])
         passes = " / ".join(f"{statistics.median(got[d][n]) / step:.2f}" for n in PASSES[1:])
+        share = machine.share(1 / step, lm.weight_bytes(), {"bandwidth": {"read_gb_per_s": bandwidth}})
         print(
             f"{d}: step {step * 1e3:.2f} ms ({1 / step:.1f} tokens/s), {lm.weight_bytes() / 1e6:.0f} MB of weights a "
-            f"step; verify over {'/'.join(map(str, PASSES[1:]))} tokens = {passes} steps"
+            f"step ({share:.0%} of {bandwidth:g} GB/s); verify over {'/'.join(map(str, PASSES[1:]))} tokens = "
+            f"{passes} steps"
         )
 
 

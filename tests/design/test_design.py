@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from draftwise.design import build, estimate
 from draftwise.design.candidates import (
     Candidate,
     candidates,
+    family_drafter,
     narrow_twin,
     self_speculative_layers,
 )
@@ -52,6 +54,16 @@ def test_candidates_cover_roles_and_baselines():
     assert self_speculative_layers(30) == list(range(8)) + list(range(22, 30))
 
 
+def test_the_familys_small_model_drafts_for_a_target_of_its_vocabulary_many_times_its_size():
+    big = cost.Shape(layers=24, hidden=2048, heads=32, kv_heads=32, head_dim=64, ffn=8192, vocab=49152)  # 1.7B
+    assert family_drafter(big, SMOL, same_vocabulary=True)
+    assert not family_drafter(big, SMOL, same_vocabulary=False) and not family_drafter(SMOL, SMOL, True)
+    family = ("smollm2-135m", "default")
+    assert candidates(big, (2,), 3, family=family)[-1] == Candidate("smollm2-135m", "family", spec="default")
+    roles = [c.role for c in candidates(big, (2,), 3, user="default", family=family)]
+    assert "family" not in roles and roles[-1] == "user"  # the user's own choice of it is not benchmarked twice
+
+
 def test_bad_design_config_is_refused():
     with pytest.raises(DraftwiseError, match="temperatures"):
         DesignConfig(temperatures=(0.5,))
@@ -61,6 +73,8 @@ def test_bad_design_config_is_refused():
         DesignConfig(batch_cap=0)
     with pytest.raises(DraftwiseError, match="select_repeats"):
         DesignConfig(select_repeats=-1)
+    with pytest.raises(DraftwiseError, match="takes its candidates as they are"):
+        DesignConfig(dtype="q4", wide_layers=(2,))
     with pytest.raises(DraftwiseError, match="not a count"):
         DesignConfig(memory="lots")
 
@@ -1034,3 +1048,39 @@ def test_a_gguf_target_with_4_bit_blocks_gets_a_lean_q4_row(small_q4_gguf, tmp_p
     assert "lean-q4 (the target file's own 4-bit blocks)" in report
     assert report.count("The target's weights are random") >= 2 and "(predicted)" in report  # lean and lean-q4
     assert "--dtype q4" in (out / "export" / "engines" / "lean-q4" / "README.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_study_at_q4_takes_its_candidates_as_they_are(small_q4_gguf, tmp_path, monkeypatch):
+    """A target too big for an fp32 study is studied at its file's own precision (`--dtype q4`): nothing is pruned or
+    distilled, the lean-q4 row is the study itself (no row of its own), and the family's small model (the default
+    135M target: the same tokenizer) is a candidate, benchmarked beside the target's layers and the lookups."""
+    monkeypatch.setattr(
+        sys.modules["draftwise.design.candidates"], "FAMILY_RATIO", 0.0
+    )  # the tiny target is smaller than its family's model
+    config = DesignConfig(
+        target=small_q4_gguf,
+        dtype="q4",
+        minutes=0.2,
+        plan=False,
+        bench_limit=2,
+        refine_limit=2,
+        headline_limit=2,
+        tune_prompts=4,
+        max_new_tokens=6,
+        accuracy_items=2,
+        draft_vocabs=(),
+        adaptive=False,
+        temperatures=(0.0,),
+        serve=False,
+        threads=1,
+        rows=("lean", "lean-q4"),
+    )
+    out = tmp_path / "design"
+    design.run(config, out)
+    done = design.Pipeline(config, out).done
+    assert not [s for s in done if s.startswith(("prune-", "distill-", "feature-", "teacher", "sweep"))]
+    assert not [s for s in done if s.endswith("@lean-q4")]  # the study is the lean-q4 row
+    assert "agree-smollm2-135m" in done and "smollm2-135m" in done["verdict"]["candidates"]
+    assert "lean-q4/ar" in done["fastest"]["options"]
+    assert "--dtype q4" in (out / "export" / "README.md").read_text()

@@ -42,6 +42,31 @@ def test_plan_total_grows_with_sigma_and_shrinks_with_each_drop():
         assert total(plan.scale(full, 0.5, plan.DROPS[: i + 1])) < total(plan.scale(full, 0.5, plan.DROPS[:i])), name
 
 
+def test_a_prefill_beyond_the_reference_is_priced_wherever_prompts_are_prefilled():
+    config = DesignConfig(minutes=30, rows=("lean", "lean-int8", "llama.cpp"))
+    outline, sizes = costs.Outline.of(config), plan.nominal(config, 2)
+    base = {i.kind: i.steps for i in costs.items(outline, sizes, config)}
+    more = {i.kind: i.steps for i in costs.items(replace(outline, prefill=48.0), sizes, config)}
+    grids = ("bench-select", "bench-gamma", "bench-headline", "bench-select@", "bench-select@lean", "bench-fastest")
+    assert all(more[k] > base[k] for k in (*grids, "gen-data", "agree", "agree-lookup", "quality"))  # prompts prefilled
+    assert all(more[k] == base[k] for k in ("prune", "distill", "teacher", "profile"))
+    assert plan.excess_prefill({"step_ms": 10, "prefill_ms": 458}) == pytest.approx(45.8 - costs.REF_PREFILL_STEPS)
+    assert plan.excess_prefill({"step_ms": 10, "prefill_ms": 20}) == 0.0 == plan.excess_prefill({"step_ms": 10})
+
+
+def test_a_lean_row_is_priced_at_its_precision_beside_the_studys():
+    """A 1.7B target studied at q4: its lean-int8 row reads more bytes a step than the study (a third of an fp32
+    study's step was the rule, and the row's grid ran 9.8 × its prediction)."""
+
+    def select_at(dtype: str) -> float:
+        config = DesignConfig(minutes=60, dtype=dtype, rows=("lean", "lean-int8"))
+        s = plan.nominal(config, 0)
+        return next(i.steps for i in costs.items(costs.Outline.of(config), s, config) if i.kind == "bench-select@lean")
+
+    assert costs.lean_share("int8", "fp32") == costs.LEAN_FLOOR and costs.lean_share("int8", "q4") > 1.3
+    assert select_at("q4") > 3 * select_at("fp32")
+
+
 def test_solve_drops_only_what_it_must_and_fills_the_budget():
     config = DesignConfig(minutes=30)
     total, full = _total(config, costs.Outline.of(config)), plan.nominal(config, 2)

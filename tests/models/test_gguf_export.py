@@ -282,3 +282,18 @@ def test_a_file_of_random_weights_says_so(tiny_dir, tiny_gguf, tmp_path):
     )
     assert random_weights(str(marked)) and random_weights("random:layers=1")
     assert not random_weights(tiny_gguf) and not random_weights(tiny_dir)
+
+
+def test_a_random_weight_shape_pads_a_smaller_tokenizer_with_unused_tokens(tiny_gguf, tmp_path):
+    """A random-weight file in another model's shape (Qwen3's 151,936 rows, the default tokenizer's 49,152 tokens)
+    gets the tokenizer padded to its rows with unused tokens; a real model's file is refused the mismatch."""
+    config = tiny_config(vocab=80)
+    state = tiny_model(config).state_dict()
+    with pytest.raises(DraftwiseError, match="its tokenizer is not this model's"):
+        write_gguf(config, state, None, tmp_path / "real.gguf", tokenizer_gguf=tiny_gguf)
+    out = write_gguf(config, state, None, tmp_path / "shape.gguf", tokenizer_gguf=tiny_gguf, random_weights=True)
+    tokens, types = (read_tokenizer(out)[f"tokenizer.ggml.{k}"][0] for k in ("tokens", "token_type"))
+    source = read_tokenizer(tiny_gguf)["tokenizer.ggml.tokens"][0]
+    assert len(tokens) == len(types) == 80 and tokens[: len(source)] == source
+    assert tokens[-1] == b"[PAD79]" and types[-1] == gguf.TokenType.UNUSED
+    assert cpp(out).vocab_size == 80  # llama.cpp loads it

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -173,3 +174,16 @@ def test_a_whole_gguf_passes_the_truncation_check(tiny_gguf):
         DraftwiseError, match=f"tensor .* needs bytes up to {f.stat().st_size + 1} but the file has {f.stat().st_size} "
     ):
         check_gguf(f)
+
+
+def test_lazy_weights_read_each_tensor_when_asked_and_let_it_go(tiny_dir):
+    """`LazyWeights` (a q4 model built a layer at a time): the checkpoint's tensors, equal to `read_weights`', read
+    when first asked for and held until deleted."""
+    from draftwise.models import LazyWeights, read_weights
+
+    full, lazy = read_weights(Path(tiny_dir)), LazyWeights(Path(tiny_dir))
+    assert set(lazy) == set(full) and len(lazy) == len(full) and not lazy._held
+    key = "model.layers.0.self_attn.q_proj.weight"
+    assert torch.equal(lazy[key], full[key]) and lazy[key] is lazy[key]  # read once, then held
+    del lazy[key]
+    assert key not in lazy and key not in lazy._held and lazy.get(key) is None

@@ -10,15 +10,17 @@ from ..units import parse_count
 from .base import (
     GGUF_QUANTS,
     LOSSES,
+    PRECISIONS,
     check_gguf_quant,
     check_positive,
     opt,
     opt_device,
-    opt_dtype,
     opt_seed,
     opt_target,
     opt_threads,
 )
+
+AUTO = "auto"  # the study's precision chosen by the cost model (`design.study`)
 
 
 @dataclass(frozen=True)
@@ -106,19 +108,32 @@ class DesignConfig:
         "decoding) after the export",
     )
     seed: int = opt_seed()
-    dtype: str = opt_dtype()
+    dtype: str = opt(
+        AUTO,
+        "the precision the study runs the target at: auto (fp32 where the budget's plan at fp32 keeps every row; else "
+        "the file's fastest lean precision, q4 or int8, candidates then taken as they are: design/study.py), or one "
+        "of " + ", ".join(PRECISIONS),
+        choices=(AUTO, *PRECISIONS),
+    )
     device: str = opt_device()
     threads: int | None = opt_threads()
+
+    @property
+    def trains(self) -> bool:
+        """Whether candidates are pruned and distilled: only at a float precision. A study at int8 or q4 (a target
+        too big for an fp32 study in its budget) takes its candidates as they are: layers of the target, a small model
+        of its family, lookups."""
+        return self.dtype not in ("int8", "q4")
 
     def __post_init__(self):
         for name in ("rows", "gguf_quants"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         for q in self.gguf_quants:
             check_gguf_quant(q)
-        if self.dtype in ("int8", "q4"):
+        if not self.trains and (self.wide_layers or self.budget):
             raise DraftwiseError(
-                "design builds and trains its candidates at a float precision (--dtype fp32, bf16 or "
-                "fp16); the lean engine at int8 is a row of its own: --rows lean,lean-int8"
+                f"a design at --dtype {self.dtype} takes its candidates as they are (pruning and distillation run at "
+                "a float precision: --dtype fp32, bf16 or fp16); drop --wide-layers and --budget"
             )
         if "lean" not in self.rows or set(self.rows) - {"lean", "lean-int8", "lean-q4", "llama.cpp"}:
             raise DraftwiseError(

@@ -30,14 +30,17 @@ from .. import cost, machine
 from ..config import DesignConfig, QualityConfig
 from ..executors import Executor
 from ..isolate import NativeCrash
-from ..models import ModelOptions, load
+from ..models import ModelOptions, config_and_tokenizer, load
+from ..models.source import resolve
 from ..sd.families import drafter_kind
 from ..stages import quality
 from . import build, export, export_rows, fastest, lookup, measure, report, row_verdict, rows, served, verdict
-from .candidates import FEATURE, Candidate, candidates
+from .candidates import FEATURE, Candidate, candidates, family_drafter
 from .estimate import best_gamma
 from .measure import batch_dividend, feasible_batch  # noqa: F401  (the design's API)
 from .pipeline import DesignFolder, Pipeline  # noqa: F401  (the design's API)
+
+FAMILY = ("smollm2-135m", "default")  # the family candidate's name and spec: the packaged default model
 
 
 @dataclass
@@ -66,6 +69,7 @@ def run(
     if config.threads:
         torch.set_num_threads(config.threads)
     p = Pipeline(config, out, executor, started, retry_died)
+    config = p.base  # --dtype auto decided (`study`)
     machine_facts(p)
     rows.forget(p)  # rows that died in an earlier run are not planned for
     target = load(config.target, ModelOptions(config.dtype, config.device))
@@ -97,15 +101,16 @@ def run(
 def model_candidates(p: Pipeline, target, shape: cost.Shape) -> Pool:
     """The sweep and the shapes it picks, then every model candidate built, profiled and screened by prediction."""
     c = p.base
-    shapes = build.sweep_shapes(p, shape) if not p.dropped("training") else None
+    shapes = build.sweep_shapes(p, shape) if c.trains and not p.dropped("training") else None
     p.replan("build")
-    trains = not p.dropped("training")  # the budget may leave only untrained and lookup drafters
+    trains = c.trains and not p.dropped("training")  # the budget may leave only untrained and lookup drafters
     if not trains:
         shapes = None
     elif shapes and p.dropped("control"):
         shapes = shapes[:1]
     feature = trains and c.feature_drafter  # trained on the same teacher data as the pruned shapes
-    cands = candidates(shape, c.wide_layers if trains else (), c.narrow_factor, c.drafter, shapes, feature)
+    family = family_of(target, shape)
+    cands = candidates(shape, c.wide_layers if trains else (), c.narrow_factor, c.drafter, shapes, feature, family)
     n_trained, n_feature = sum(x.trained for x in cands), sum(x.role == FEATURE for x in cands)
     p.know(
         trained=n_trained,
@@ -118,6 +123,17 @@ def model_candidates(p: Pipeline, target, shape: cost.Shape) -> Pool:
     build.measure_costs(p, shape, specs, cands)
     best = {x.name: best_gamma(p, specs[x.name], x.name) for x in cands}
     return Pool(cands, specs, {x.name: best[x.name][0] for x in cands}, build.screen(cands, best), best=best)
+
+
+def family_of(target, shape: cost.Shape) -> tuple[str, str] | None:
+    """The family's small model as a candidate (name, spec): the packaged default model where it speaks the target's
+    vocabulary and the target is big enough beside it (`candidates.family_drafter`)."""
+    small = resolve(FAMILY[1])
+    if target.path is None or target.path.resolve() == small.resolve():
+        return None
+    config, tokenizer = config_and_tokenizer(small, ModelOptions())
+    same = tokenizer.get_vocab() == target.tokenizer.get_vocab()
+    return FAMILY if family_drafter(shape, cost.Shape.of(config), same) else None
 
 
 def lookup_candidates(p: Pipeline, target, pool: Pool) -> None:

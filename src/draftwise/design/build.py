@@ -31,7 +31,7 @@ from ..sd.families import drafter_kind
 from ..specs import split_hybrid
 from ..stages import accuracy, agree, distill, feature, gen_data, profile, prune, sweep, teacher
 from . import lookup
-from .candidates import FEATURE, Candidate, budget_shapes, choose_shapes
+from .candidates import FAMILY, FEATURE, Candidate, budget_shapes, choose_shapes
 from .estimate import GAMMAS, SCREEN
 from .measure import feasible_batch
 from .pipeline import CANDIDATES, Pipeline, Stages, runtime_options
@@ -259,7 +259,7 @@ def screen(cands: list[Candidate], best: dict[str, tuple[int, float]]) -> list[C
     comparison, the feature-level family, the user's question), untrained baselines only when the cost model cannot
     rule them out (≥ SCREEN of the best)."""
     top = max(v for _, v in best.values())
-    always = ("user", FEATURE)
+    always = ("user", FEATURE, FAMILY)
     return [x for x in cands if x.trained or x.role in always or best[x.name][1] >= SCREEN * top]
 
 

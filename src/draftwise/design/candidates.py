@@ -10,6 +10,9 @@ self-speculative   the target with its middle half skipped, no training (Draft &
 first-k            the target's first k layers, untrained (what naive truncation gives)
 feature            a feature-level drafter (EAGLE-style head on the target's features, `models.feature_head`),
                    trained on the teacher data
+family             a small model of the target's tokenizer family, taken as it is: the packaged default model
+                   (SmolLM2-135M-Instruct) where it speaks the target's vocabulary and the target is at least
+                   FAMILY_RATIO × its size — the pairing people run (a 135M drafting for a 1.7B)
 user               a drafter the user names, benchmarked as it is
 """
 
@@ -22,12 +25,14 @@ from .. import cost
 from ..errors import DraftwiseError
 
 FEATURE = "feature"  # the role (and name) of the feature-level candidate
+FAMILY = "family"  # the role of the family's small model
+FAMILY_RATIO = 2.0  # a target this many times the small model's non-embedding parameters gets it as a candidate
 
 
 @dataclass(frozen=True)
 class Candidate:
     name: str  # folder-safe: wide-L2, narrow-L6, self-spec, first-2, user
-    role: str  # wide-shallow | deep-narrow | self-speculative | first-k | feature | user
+    role: str  # wide-shallow | deep-narrow | self-speculative | first-k | feature | family | user
     shape: cost.Shape | None = None  # pruned candidates: the exact shape to carve out
     spec: str = ""  # drafters taken as they are: layers:i,j,... of the target or a checkpoint
 
@@ -113,10 +118,11 @@ def candidates(
     user: str | None = None,
     shapes: tuple[cost.Shape, cost.Shape] | None = None,
     feature: bool = False,
+    family: tuple[str, str] | None = None,
 ) -> list[Candidate]:
     """The trained shapes (`shapes` chosen by the cost model, else k full-width layers and their twin per k of
     `wide_layers`), then the untrained baselines (first-k at the shallower depth, self-speculative), the feature-level
-    head (`feature`) and the user's."""
+    head (`feature`), the family's small model (`family`: its name and spec) and the user's."""
     out = []
     if shapes is not None:
         out += trained(target, list(shapes))
@@ -139,6 +145,15 @@ def candidates(
         )
     if feature:
         out.append(Candidate(FEATURE, FEATURE))
+    if family and family[1] != user:
+        out.append(Candidate(family[0], FAMILY, spec=family[1]))
     if user:
         out.append(Candidate("user", "user", spec=user))
     return out
+
+
+def family_drafter(target: cost.Shape, small: cost.Shape, same_vocabulary: bool) -> bool:
+    """Whether the family's small model (`small`) drafts for `target`: the same vocabulary, and a target at least
+    FAMILY_RATIO × its size (non-embedding parameters)."""
+    size = target.layers * target.layer_params()
+    return same_vocabulary and size >= FAMILY_RATIO * small.layers * small.layer_params()

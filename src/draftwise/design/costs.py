@@ -13,6 +13,15 @@ from . import lean_rows
 from .sizes import Sizes
 
 REF_TOKENS = 96  # new tokens per prompt the token-based costs below were measured at
+# a prompt's prefill, in the target's decode steps, that the per-prompt factors below include: the default target at
+# fp32 on a 2-core CPU, the selection prompts' mean length of 223 tokens (AMD EPYC: 379 ms against a 24.1 ms step); a
+# target whose prefill costs more steps (a bigger model, whose prefill is compute-bound while its step reads weights:
+# a 1.7B at q4, 45.8) has the excess priced wherever a stage prefills a prompt (`Outline.prefill`)
+REF_PREFILL_STEPS = 16.0
+# weight bytes per weight at each precision: what a lean row's step is beside the study's (int8: a byte and an fp16
+# scale and offset per 32; q4: half a byte and an fp32 scale and offset per 32)
+BYTES_PER_WEIGHT = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 1.125, "q4": 0.8125}
+LEAN_FLOOR = 0.35  # a lean row's step beside an fp32 study's (the default target): about a third, with overheads
 STAGE_S = 0.5  # per stage, whatever the model: loading, files, process start
 # the families whose stages share one correction (measured ÷ predicted); any other kind is a family of its own
 FAMILY = {
@@ -51,21 +60,25 @@ class Outline:
     serve: bool = True  # the deploy command is measured through `draftwise serve` (`served`; False once settled)
     serve_token_s: float | None = None  # its seconds per new token, served and llama-server's, from the last grid
     features: int = 1  # feature-level drafters trained (on the teacher data)
+    prefill: float = 0.0  # a prompt's prefill in decode steps beyond REF_PREFILL_STEPS (the probe's; `plan`)
+    lean_step: float = LEAN_FLOOR  # the lean rows' mean step in the study's steps (`lean_share`)
 
     @classmethod
     def of(cls, config: DesignConfig) -> Outline:
-        trained = 2 * len(config.wide_layers) if config.wide_layers else 2
+        trained = 0 if not config.trains else 2 * len(config.wide_layers) if config.wide_layers else 2
         user = 1 if config.drafter else 0
         rows = (1 + len(config.gguf_quants)) if "llama.cpp" in config.rows else 0
+        lean = lean_rows.planned(config)
         return cls(
             trained,
             2 + user,
             trained + user,
             3 if config.lookups else 0,
             rows,
-            lean_rows=tuple(lean_rows.planned(config)),
+            lean_rows=tuple(lean),
+            lean_step=sum(lean_share(x, config.dtype) for x in lean.values()) / len(lean) if lean else LEAN_FLOOR,
             trained_control=not config.wide_layers,
-            features=int(config.feature_drafter),
+            features=int(config.feature_drafter and config.trains),
         )
 
 
@@ -114,8 +127,8 @@ def items(o: Outline, s: Sizes, c: DesignConfig) -> list[Item]:
     n = Counts.of(o, d, cfg)
     return (
         _building(o, s, c, d, n)
-        + _selecting(s, cfg, d, n)
-        + _rows(o, s, d, n, c.max_new_tokens)
+        + _selecting(s, cfg, d, n, o.prefill)
+        + _rows(o, s, d, n, c.max_new_tokens + o.prefill)
         + _finishing(o, s, c, d, n)
     )
 
@@ -123,28 +136,31 @@ def items(o: Outline, s: Sizes, c: DesignConfig) -> list[Item]:
 def _building(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) -> list[Item]:
     """The sweep, data, each candidate's prune, distill and agree, the profile, and the lookups' tuning."""
     t = c.max_new_tokens / REF_TOKENS
+    learns = int(o.trained + o.features > 0 and (o.built or "training" not in d))  # a study at int8/q4 trains none
     out = [
-        Item("sweep", 0 if "training" in d and not o.built else 1, 300),
-        Item("gen-data", 1, 100 + 52 * s.gen_prompts),
+        Item("sweep", learns, 300),
+        Item("gen-data", 1, 100 + (52 + 2 * o.prefill) * s.gen_prompts),  # each prompt at two temperatures
         # teacher-forced scoring: ~1,300 tokens/s at bf16 on 2 cores, about 40 tokens per fp32 AR step
-        Item("teacher", 0 if "training" in d and not o.built else 1, 300 + 0.025 * s.teacher_tokens),
+        Item("teacher", learns, 300 + 0.025 * s.teacher_tokens),
         Item("prune", n.trained, 600 + 1100 * math.ceil(s.elimination_tokens / 64)),  # per calibration row
         Item("distill", n.trained, 400, 60 * s.distill_minutes),  # its minutes, then loading and evaluations
         Item("feature", n.features, 400, 60 * s.feature_minutes),
-        Item("agree", n.cands, 100 + 32 * s.agree_limit * t),
+        Item("agree", n.cands, 100 + (32 * t + o.prefill) * s.agree_limit),
         Item("profile", 1, 100 + 80 * n.cands + (0 if "batch" in d else 500 * n.trained)),
     ]
     if o.lookups:
         all_temps = sum(1 for x in c.temperatures if x)  # the calibration covers every temperature asked for
-        out += [Item("agree-lookup", 1, 150 + 72 * s.tune_prompts * t), Item("tune", 3, 50)]
-        out += [] if "gen-data-more" in d else [Item("gen-data-more", 1, 100 + 52 * s.gen_prompts)]
+        out += [Item("agree-lookup", 1, 150 + (72 * t + o.prefill) * s.tune_prompts), Item("tune", 3, 50)]
+        more = Item("gen-data-more", 1, 100 + (52 + 2 * o.prefill) * s.gen_prompts)
+        out += [] if "gen-data-more" in d else [more]
         out += [Item("calibrate", 1, s.tune_prompts * t * (10 + 15 * all_temps))] if n.sched else []
     return out
 
 
-def _selecting(s: Sizes, cfg: DesignConfig, d: set[str], n: Counts) -> list[Item]:
-    """The selection grid, γ, their repeats, the temperatures, the batch dividend and the headline."""
-    tok, temps = cfg.max_new_tokens, sum(1 for x in cfg.temperatures if x)
+def _selecting(s: Sizes, cfg: DesignConfig, d: set[str], n: Counts, prefill: float) -> list[Item]:
+    """The selection grid, γ, their repeats, the temperatures, the batch dividend and the headline; `tok`: a prompt's
+    steps per method, its new tokens and the prefill beyond what the factors include."""
+    tok, temps = cfg.max_new_tokens + prefill, sum(1 for x in cfg.temperatures if x)
     out = [
         Item("bench-select", 1, 100 + tok * s.bench_limit * (1 + 1.2 * n.benched + n.lookups + 0.8 * n.sched)),
         Item("bench-gamma", 1, 100 + tok * s.refine_limit * (1 + 3 * n.chosen)),
@@ -164,7 +180,7 @@ def _selecting(s: Sizes, cfg: DesignConfig, d: set[str], n: Counts) -> list[Item
     return out
 
 
-def _rows(o: Outline, s: Sizes, d: set[str], n: Counts, tok: int) -> list[Item]:
+def _rows(o: Outline, s: Sizes, d: set[str], n: Counts, tok: float) -> list[Item]:
     """The llama.cpp rows and the lean rows (lean-int8, lean-q4): profile, lookup tuning and one grid each."""
     rows = 0 if "llama.cpp" in d else 1 if "extra-rows" in d else o.rows
     # a row's grid: draftwise AR, llama-cpp-python, llama-server plain, --spec-default and 4 spec types, each
@@ -179,25 +195,32 @@ def _rows(o: Outline, s: Sizes, d: set[str], n: Counts, tok: int) -> list[Item]:
             Item("bench-select@", rows, 200 + 0.7 * tok * s.bench_limit * row_methods),
         ]
     lean = sum(1 for e in o.lean_rows if e not in d)
-    if lean:  # the lean engine at about a third of its fp32 step, no llama.cpp peers
+    if lean:  # the lean engine at its rows' precisions (`lean_share`), no llama.cpp peers
         lean_methods = 1 + 1.2 * n.row_models + n.lookups + n.sched
+        slower = o.lean_step / LEAN_FLOOR  # the profile's and tuning's figures were measured beside an fp32 study
         out += [
-            Item("profile@lean", lean, 300 + 80 * n.benched),
-            Item("tune-lookup@lean", lean, 300),
-            Item("bench-select@lean", lean, 100 + 0.35 * tok * s.bench_limit * lean_methods),
+            Item("profile@lean", lean, (300 + 80 * n.benched) * slower),
+            Item("tune-lookup@lean", lean, 300 * slower),
+            Item("bench-select@lean", lean, 100 + o.lean_step * tok * s.bench_limit * lean_methods),
         ]
     return out
 
 
+def lean_share(row: str, study: str) -> float:
+    """A lean row's step in the study's steps: their weights' bytes a step, never below LEAN_FLOOR. A 1.7B target
+    studied at q4: its int8 row's step is 1.4 of the study's, where an fp32 study's int8 row takes a third."""
+    return max(LEAN_FLOOR, BYTES_PER_WEIGHT[row] / BYTES_PER_WEIGHT.get(study, BYTES_PER_WEIGHT["fp32"]))
+
+
 def _finishing(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) -> list[Item]:
     """The last grid, quality, accuracy, reduced heads, and export with the report."""
-    tok = c.max_new_tokens
+    tok = c.max_new_tokens + o.prefill
     # the last grid, whatever was dropped: every runtime's plain decoding (draftwise AR, and llama-server on each
     # llama.cpp file) and each row's choice, about half an fp32 AR step per method and token on average
     options = 2 * (1 + len(o.lean_rows)) + 3 * o.rows
     out = [Item("bench-fastest", 1, 100 + 0.5 * tok * s.bench_limit * options)]
     if o.lean_rows or o.rows:  # teacher-forced passes over eval prompts, a few AR steps each, per runtime
-        out.append(Item("quality", 1, 50 + 5 * s.agree_limit * (1 + len(o.lean_rows) + o.rows)))
+        out.append(Item("quality", 1, 50 + (5 + o.prefill) * s.agree_limit * (1 + len(o.lean_rows) + o.rows)))
     if "accuracy" not in d:
         out.append(Item("accuracy", 1, 9.2 * s.accuracy_items * 2 * (1 + n.cands)))
     if o.chosen_model and "reduced-heads" not in d:
@@ -211,7 +234,7 @@ def _finishing(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) ->
 SERVE_START_S = 10.0  # `draftwise serve` and llama-server started (imports, the target loaded and warmed), both
 
 
-def _serve(o: Outline, s: Sizes, tok: int) -> Item:
+def _serve(o: Outline, s: Sizes, tok: float) -> Item:
     """The deploy command through `draftwise serve` beside llama-server's plain decoding (`served`): the headline's
     prompts and one warm-up each, at the seconds per token the last grid measured once it has (before it: about an AR
     step served and half of one for llama-server), plus the servers' start."""

@@ -20,13 +20,14 @@ PRECISIONS = {LEAN_INT8: INT8, LEAN_Q4: q4.NAME}  # the lean rows by name, in pl
 
 
 def planned(config) -> dict[str, str]:
-    """The lean rows a design config asks for that its target can have, by name: their precisions."""
+    """The lean rows a design config asks for that its target can have, by name: their precisions (the study's own
+    precision is no row of its own: the study is that row)."""
     if config.device != "cpu":  # int8 and q4 are CPU precisions
         return {}
     return {
         name: dtype
         for name, dtype in PRECISIONS.items()
-        if name in config.rows and (dtype != q4.NAME or has_q4_blocks(config.target))
+        if name in config.rows and dtype != config.dtype and (dtype != q4.NAME or has_q4_blocks(config.target))
     }
 
 

@@ -25,6 +25,7 @@ from .. import isolate
 from ..config import DesignConfig, from_dict
 from ..executors import Executor, InProcess
 from ..rundir import RunDir, read_records, write_atomic
+from . import study
 from .plan import Planner
 from .sizes import Sizes, nominal
 
@@ -177,6 +178,7 @@ class Pipeline(Stages):
         started: float | None = None,
         retry_died: bool = False,
     ):
+        config = study.resolve_config(config, out)  # --dtype auto: fp32, or the file's own precision for a big target
         self.dir, self.executor = RunDir(out, config), executor or InProcess()  # where every stage's items run
         self.path = self.dir.path
         self.base, records, self.trained = config, self.dir.records(), 2  # trained: `know` updates it

@@ -4,7 +4,9 @@ Before each phase (`design.run` names them) the design plans every stage still t
 its size in target decode steps (`costs`: prompts × new tokens × methods for a benchmark, prompts for data,
 calibration rows for pruning's layer elimination, plus the distillation minutes themselves) times the step measured
 on this machine by a probe at the start (`probe`), times a correction learnt from the stages already finished
-(measured ÷ predicted, per family of stages; `Planner.kappa`).
+(measured ÷ predicted, per family of stages; `Planner.kappa`). The probe also times one prefill of the selection
+prompts' mean length: a benchmark prices each prompt's prefill beyond what its per-token factors include
+(`costs.REF_PREFILL_STEPS`), which a big target needs (its prefill is compute-bound while its step reads weights).
 
 The plan then picks the sizes (`Sizes`) that fill the time left: one scale σ for every prompt count and for the data
 and distillation (σ > 1 grows only these two), each count kept at or above its floor (`FLOORS`). When even
@@ -21,13 +23,15 @@ import math
 import sys
 import time
 from dataclasses import asdict, replace
+from types import SimpleNamespace
 
 import torch
 
+from ..data import load_prompts
 from ..errors import DraftwiseError
 from ..sd.loop import generate
 from ..sd.sampling import SamplingParams
-from .costs import FAMILY, STAGE_S, Item, Outline, items, kind_of
+from .costs import FAMILY, REF_PREFILL_STEPS, STAGE_S, Item, Outline, items, kind_of
 from .sizes import FLOORS, TRAINING, Sizes, nominal, scale  # noqa: F401  (the plan's API)
 
 SIGMA_KEEP = 0.5  # below this share of the full sizes, optional stages are dropped before counts shrink further
@@ -83,6 +87,28 @@ def probe(target, tokens: int = 24, repeats: int = 3) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def prompt_tokens(target, config) -> int:
+    """The mean length in tokens of the selection grid's prompts (through the chat template, as benchmarks encode)."""
+    prompts = load_prompts(config.bench_suites, "eval", limit=config.bench_limit)
+    return round(sum(len(target.encode(x.text)) for x in prompts) / max(1, len(prompts)))
+
+
+def probe_prefill(target, tokens: int, repeats: int = 2) -> float:
+    """Seconds of one prefill of a `tokens`-token prompt of the target on this machine (the fastest of `repeats`)."""
+    prompt = [1 + i % 1000 for i in range(tokens)]
+    return min(
+        generate(target.lm, prompt, SamplingParams(), 1, torch.Generator().manual_seed(i)).prefill_s
+        for i in range(repeats)
+    )
+
+
+def excess_prefill(probed: dict) -> float:
+    """A prompt's prefill in decode steps beyond the REF_PREFILL_STEPS that the costs' per-token factors include."""
+    if "prefill_ms" not in probed:
+        return 0.0
+    return max(0.0, probed["prefill_ms"] / probed["step_ms"] - REF_PREFILL_STEPS)
+
+
 def bisect(total, lo: float, hi: float, left_s: float) -> float:
     """The largest σ in [lo, hi] whose plan `total(σ)` fits in `left_s` (total(lo) fits); σ > 1 only where growing
     data and distillation still changes anything (else the full sizes, σ = 1)."""
@@ -128,9 +154,12 @@ class Planner:
         self.p = pipeline
         self.start = time.monotonic() if started is None else started
         self.before = max((r.get("elapsed_s", 0.0) for r in records), default=0.0)  # spent by earlier processes
-        self.step_s = next((r["step_ms"] / 1e3 for r in records if r.get("event") == "probe"), None)
+        probed = next((r for r in records if r.get("event") == "probe"), None)
+        self.step_s = probed["step_ms"] / 1e3 if probed else None
         self.plans = {r["phase"]: r for r in records if r.get("event") == "plan"}
         self.outline = Outline.of(pipeline.base)
+        if probed:
+            self.know(prefill=excess_prefill(probed))
         self.current: Sizes | None = None
 
     @property
@@ -141,9 +170,18 @@ class Planner:
         return self.before + time.monotonic() - self.start
 
     def measure(self, target) -> None:
+        """The probe (a record): the target's decode step, and a prefill of the selection prompts' mean length."""
         if self.step_s is None:
             self.step_s = probe(target)
-            self.p.dir.append({"event": "probe", "step_ms": 1e3 * self.step_s, "elapsed_s": self.elapsed()})
+            tokens = prompt_tokens(target, self.p.base)
+            record = {
+                "event": "probe",
+                "step_ms": 1e3 * self.step_s,
+                "prompt_tokens": tokens,
+                "prefill_ms": 1e3 * probe_prefill(target, tokens),
+            }
+            self.know(prefill=excess_prefill(record))
+            self.p.dir.append({**record, "elapsed_s": self.elapsed()})
 
     def families(self) -> dict[str, dict[str, float]]:
         """Per family of the finished stages ('*': all of them): stages, seconds, seconds beyond their exact part
@@ -242,6 +280,15 @@ class Planner:
         self.plans[phase] = record
         self.p.dir.append(record)
         return sizes
+
+    @classmethod
+    def preview(cls, config, step_s: float) -> Sizes | None:
+        """The plan a design of `config` would start with on a machine whose target decode step takes `step_s`
+        (nothing run yet; None when even its floors do not fit): what `study` prices an fp32 study by."""
+        planner = cls(SimpleNamespace(base=config, done={}), [])
+        planner.step_s = step_s
+        full = nominal(config, planner.outline.trained)
+        return solve(lambda s: sum(planner.seconds(i, {}) for i in planner.remaining(s)), full, planner.budget_s)
 
     def stamp(self, record: dict) -> dict:
         """A finished stage's done record with its kind, this plan's prediction and the elapsed time."""

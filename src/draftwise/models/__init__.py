@@ -20,6 +20,7 @@ import torch
 from ..errors import DraftwiseError
 from . import gguf_export, hf, int8, kernels, llamacpp_load, q4, random, vocab
 from .base import (  # noqa: F401
+    LazyWeights,
     Model,
     ModelOptions,
     check_compatible,
@@ -91,7 +92,10 @@ def load(spec: str, options: ModelOptions = ModelOptions()) -> Model:
     if reduced is not None:  # a reduced-vocabulary drafter: the lean forward, seen through the target's vocabulary
         lm = _reduced_head_lm(path, config, options, *reduced)
         return Model(spec, config, tokenizer, lm, "lean", path, time.perf_counter() - start, _no_hf_twin(path))
-    state = _to(read_weights(path), options) if unsupported_reason(config) is None else {}
+    if unsupported_reason(config) is not None:
+        state = {}
+    else:  # q4: read a layer at a time as the model is built, never the whole fp32 file at once
+        state = LazyWeights(path) if gguf is not None else _to(read_weights(path), options)
     lm, backend = _engine_lm(config, state, options, factory, gguf)
     return Model(spec, config, tokenizer, lm, backend, path, time.perf_counter() - start, factory)
 

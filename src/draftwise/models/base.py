@@ -4,11 +4,12 @@ pass."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoTokenizer
 
@@ -93,6 +94,39 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
     for file in sorted(path.glob("*.safetensors")):
         state.update(load_file(file))
     return state
+
+
+class LazyWeights(MutableMapping):
+    """A checkpoint's tensors, each read when first asked for into memory of its own (`pread`, not a mapping of the
+    file) and held until deleted: a model built a layer at a time, dropping each layer's weights (`q4.build`), never
+    holds the whole file. With `read_weights`' mapping, every page read stays in the process's resident set for as
+    long as any tensor of the file lives: a 1.7B q4 target kept its 6.7 GB fp32 file resident."""
+
+    def __init__(self, path: Path):
+        self._file, self._held = {}, {}
+        for file in sorted(path.glob("*.safetensors")):
+            with safe_open(file, framework="pt") as f:
+                self._file.update(dict.fromkeys(f.keys(), file))
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        if key not in self._held:
+            with safe_open(self._file[key], framework="pt", backend="pread") as f:
+                self._held[key] = f.get_tensor(key)
+        return self._held[key]
+
+    def __setitem__(self, key: str, value: torch.Tensor) -> None:
+        self._file.setdefault(key, None)
+        self._held[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._file[key]
+        self._held.pop(key, None)
+
+    def __iter__(self):
+        return iter(list(self._file))
+
+    def __len__(self) -> int:
+        return len(self._file)
 
 
 def config_and_tokenizer(path: Path, options: ModelOptions):

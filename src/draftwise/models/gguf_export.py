@@ -345,7 +345,8 @@ def write_gguf(
 ) -> Path:
     """Write `config` + `state_dict` (Hugging Face names; a tied head may be absent) as a GGUF file llama.cpp runs.
     The tokenizer keys are `tokenizer_gguf`'s, copied verbatim, when given, else built from `tokenizer`;
-    `random_weights` marks a file of random weights (`RANDOM_KEY`): its costs are real, its acceptance is not."""
+    `random_weights` marks a file of random weights (`RANDOM_KEY`): its costs are real, its acceptance is not (a
+    `tokenizer_gguf` with fewer tokens than the shape's vocabulary is then padded with unused ones)."""
     if quant not in QUANTS:
         raise DraftwiseError(f"unknown GGUF quantization {quant!r}: choose one of {', '.join(QUANTS)}")
     reason = unsupported(config)
@@ -365,7 +366,7 @@ def write_gguf(
         if random_weights:
             writer.add_bool(RANDOM_KEY, True)
         if tokenizer_gguf is not None:
-            gguf_vocab.copy_tokenizer(writer, Path(tokenizer_gguf), vocab_size)
+            gguf_vocab.copy_tokenizer(writer, Path(tokenizer_gguf), vocab_size, pad=random_weights)
         else:
             gguf_vocab.build_tokenizer(writer, tokenizer, vocab_size)
         stored = []

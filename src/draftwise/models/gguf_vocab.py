@@ -68,10 +68,14 @@ def _item(part, kind: GGUFValueType):
     return bool(value) if kind == GGUFValueType.BOOL else value
 
 
-def copy_tokenizer(writer: gguf.GGUFWriter, path: Path, vocab_size: int) -> None:
-    """Write `path`'s tokenizer keys as they are; its token count must be the model's embedding rows."""
+def copy_tokenizer(writer: gguf.GGUFWriter, path: Path, vocab_size: int, pad: bool = False) -> None:
+    """Write `path`'s tokenizer keys as they are; its token count must be the model's embedding rows, unless `pad`
+    (a random-weight model in another model's shape, the tokenizer a stand-in): then unused tokens fill the rest."""
     fields = read_tokenizer(path)
     n = len(fields[PREFIX + "ggml.tokens"][0])
+    if pad and n < vocab_size:
+        fields = _padded(fields, n, vocab_size)
+        n = vocab_size
     if n != vocab_size:
         raise DraftwiseError(
             f"{path.name} has {n} tokens but the model has {vocab_size} embedding rows: "
@@ -79,6 +83,18 @@ def copy_tokenizer(writer: gguf.GGUFWriter, path: Path, vocab_size: int) -> None
         )
     for key, (value, kind, sub) in fields.items():
         writer.add_key_value(key, value, kind, sub_type=sub)
+
+
+def _padded(fields: dict, n: int, vocab_size: int) -> dict:
+    """`fields` with tokens n .. vocab_size - 1 added as unused ([PADi], score 0): every per-token array grown."""
+    fill = {"ggml.tokens": lambda i: f"[PAD{i}]".encode(), "ggml.token_type": lambda i: int(TokenType.UNUSED)}
+    fill["ggml.scores"] = lambda i: 0.0
+    out = dict(fields)
+    for key, make in fill.items():
+        if PREFIX + key in out:
+            value, kind, sub = out[PREFIX + key]
+            out[PREFIX + key] = (list(value) + [make(i) for i in range(n, vocab_size)], kind, sub)
+    return out
 
 
 def build_tokenizer(writer: gguf.GGUFWriter, tokenizer, vocab_size: int) -> None:

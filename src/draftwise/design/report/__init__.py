@@ -14,7 +14,7 @@ from ...report import machine as machine_section
 from ...report.doc import Doc
 from ...report.fmt import interval as _interval
 from ...report.fmt import num as _f
-from .. import fastest, rows
+from .. import fastest, rows, study
 from ..build import read_candidates
 from ..measure import SCHEDULED as SCHEDULED_NAME
 from ..measure import limit_of
@@ -84,6 +84,9 @@ def _machine(doc: Doc, p) -> None:
         [r for r in recs if r["method"] in fastest.PLAIN], lambda r: f"{r.get('runtime') or lean}/{r['method']}"
     )
     machine_section.section(doc, m, plain, fastest.describe)
+    if (p.path / study.FILE).exists():
+        decision = read_json(p.path / study.FILE)
+        doc.p(f"The study ran at {decision['dtype']} (`--dtype auto`): {decision['reason']}.")
 
 
 def _chosen_section(doc: Doc, p, tasks: dict, points: dict, chosen: str, plots: Path, footer: str) -> None:
