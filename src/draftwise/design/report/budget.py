@@ -24,19 +24,19 @@ DROPPED = {
     "control": "the deep-narrow control (only the predicted-fastest shape was trained)",
     "training": "every trained candidate (sweep, pruning, distillation): untrained and lookup drafters only",
 }
-SHOWN = (
-    "gen_prompts",
-    "teacher_tokens",
-    "distill_minutes",
-    "feature_minutes",
-    "elimination_tokens",
-    "agree_limit",
-    "tune_prompts",
-    "bench_limit",
-    "refine_limit",
-    "headline_limit",
-    "accuracy_items",
-)
+SHOWN = {  # the sizes a phase's plan sets, as its table heads them
+    "gen_prompts": "gen prompts",
+    "teacher_tokens": "teacher tokens",
+    "distill_minutes": "distill min",
+    "feature_minutes": "feature min",
+    "elimination_tokens": "eliminated positions",
+    "agree_limit": "agree prompts",
+    "tune_prompts": "tune prompts",
+    "bench_limit": "bench prompts",
+    "refine_limit": "refine prompts",
+    "headline_limit": "headline prompts",
+    "accuracy_items": "accuracy items",
+}
 
 
 def section(doc, p, plots: Path, footer: str) -> None:
@@ -89,15 +89,7 @@ def _plans_table(doc, plans: list[dict]) -> None:
             "min left",
             "min planned",
             "σ",
-            "gen prompts",
-            "distill min",
-            "eliminated positions",
-            "agree prompts",
-            "tune prompts",
-            "bench prompts",
-            "refine prompts",
-            "headline prompts",
-            "accuracy items",
+            *SHOWN.values(),
         ],
         rows,
     )
