@@ -1003,18 +1003,12 @@ def test_the_feature_head_is_built_tuned_in_a_hybrid_and_kept_off_llama_cpp_rows
     assert "When would training pay?" in (out / "report.md").read_text()
 
 
-@pytest.mark.slow
-def test_a_gguf_target_with_4_bit_blocks_gets_a_lean_q4_row(small_q4_gguf, tmp_path):
-    """The lean engine on the target file's own blocks is a row like lean-int8: profiled, tuned, benched, its quality
-    measured against fp32 of the same file, in the last grid, in the report and exported with its `--dtype q4`. The
-    file's weights are random (so marked by the writer): no verdict chooses a drafter by its acceptance, each states
-    every candidate's break-even α and predicted speedups instead."""
-    config = DesignConfig(
-        target=small_q4_gguf,
+def _small_q4_design(target: str, **overrides) -> DesignConfig:
+    """A design of the small Q4_1 file at fixed sizes small enough for a test, with its lean-q4 row asked for."""
+    return DesignConfig(
+        target=target,
         minutes=0.2,
         plan=False,
-        wide_layers=(1,),
-        narrow_factor=2,
         bench_limit=2,
         refine_limit=2,
         headline_limit=2,
@@ -1024,11 +1018,20 @@ def test_a_gguf_target_with_4_bit_blocks_gets_a_lean_q4_row(small_q4_gguf, tmp_p
         draft_vocabs=(),
         adaptive=False,
         temperatures=(0.0,),
-        feature_drafter=False,
         serve=False,
         threads=1,
         rows=("lean", "lean-q4"),
+        **overrides,
     )
+
+
+@pytest.mark.slow
+def test_a_gguf_target_with_4_bit_blocks_gets_a_lean_q4_row(small_q4_gguf, tmp_path):
+    """The lean engine on the target file's own blocks is a row like lean-int8: profiled, tuned, benched, its quality
+    measured against fp32 of the same file, in the last grid, in the report and exported with its `--dtype q4`. The
+    file's weights are random (so marked by the writer): no verdict chooses a drafter by its acceptance, each states
+    every candidate's break-even α and predicted speedups instead."""
+    config = _small_q4_design(small_q4_gguf, wide_layers=(1,), narrow_factor=2, feature_drafter=False)
     out = tmp_path / "design"
     design.run(config, out)
     done = design.Pipeline(config, out).done
@@ -1055,27 +1058,9 @@ def test_a_study_at_q4_takes_its_candidates_as_they_are(small_q4_gguf, tmp_path,
     """A target too big for an fp32 study is studied at its file's own precision (`--dtype q4`): nothing is pruned or
     distilled, the lean-q4 row is the study itself (no row of its own), and the family's small model (the default
     135M target: the same tokenizer) is a candidate, benchmarked beside the target's layers and the lookups."""
-    monkeypatch.setattr(
-        sys.modules["draftwise.design.candidates"], "FAMILY_RATIO", 0.0
-    )  # the tiny target is smaller than its family's model
-    config = DesignConfig(
-        target=small_q4_gguf,
-        dtype="q4",
-        minutes=0.2,
-        plan=False,
-        bench_limit=2,
-        refine_limit=2,
-        headline_limit=2,
-        tune_prompts=4,
-        max_new_tokens=6,
-        accuracy_items=2,
-        draft_vocabs=(),
-        adaptive=False,
-        temperatures=(0.0,),
-        serve=False,
-        threads=1,
-        rows=("lean", "lean-q4"),
-    )
+    # the tiny target is smaller than its family's model: any size gets it
+    monkeypatch.setattr(sys.modules["draftwise.design.candidates"], "FAMILY_RATIO", 0.0)
+    config = _small_q4_design(small_q4_gguf, dtype="q4")
     out = tmp_path / "design"
     design.run(config, out)
     done = design.Pipeline(config, out).done

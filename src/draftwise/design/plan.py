@@ -230,8 +230,11 @@ class Planner:
         """Predicted seconds of what the current plan still has to run."""
         if self.current is None or self.step_s is None:
             return 0.0
-        kappa = self.kappa()
-        return sum(self.seconds(i, kappa) for i in self.remaining(self.current))
+        return self.predicted_s(self.current, self.kappa())
+
+    def predicted_s(self, sizes: Sizes, kappa: dict[str, float]) -> float:
+        """Predicted seconds of the stages of `sizes` not yet run, under the corrections `kappa`."""
+        return sum(self.seconds(i, kappa) for i in self.remaining(sizes))
 
     def know(self, **outline) -> None:
         """Figures of the run's shape now known (`Outline` fields)."""
@@ -247,7 +250,7 @@ class Planner:
         full = nominal(self.p.base, self.outline.trained)
 
         def total(s: Sizes) -> float:
-            return sum(self.seconds(i, kappa) for i in self.remaining(s))
+            return self.predicted_s(s, kappa)
 
         sizes = solve(total, full, left)
         if sizes is None:
@@ -288,7 +291,7 @@ class Planner:
         planner = cls(SimpleNamespace(base=config, done={}), [])
         planner.step_s = step_s
         full = nominal(config, planner.outline.trained)
-        return solve(lambda s: sum(planner.seconds(i, {}) for i in planner.remaining(s)), full, planner.budget_s)
+        return solve(lambda s: planner.predicted_s(s, {}), full, planner.budget_s)
 
     def stamp(self, record: dict) -> dict:
         """A finished stage's done record with its kind, this plan's prediction and the elapsed time."""
