@@ -48,8 +48,9 @@ def test_a_prefill_beyond_the_reference_is_priced_wherever_prompts_are_prefilled
     base = {i.kind: i.steps for i in costs.items(outline, sizes, config)}
     more = {i.kind: i.steps for i in costs.items(replace(outline, prefill=48.0), sizes, config)}
     grids = ("bench-select", "bench-gamma", "bench-headline", "bench-select@", "bench-select@lean", "bench-fastest")
-    assert all(more[k] > base[k] for k in (*grids, "gen-data", "agree", "agree-lookup", "quality"))  # prompts prefilled
-    assert all(more[k] == base[k] for k in ("prune", "distill", "teacher", "profile"))
+    prefilled = (*grids, "gen-data", "continuations", "agree-lookup", "quality")
+    assert all(more[k] > base[k] for k in prefilled)  # the target prefills prompts
+    assert all(more[k] == base[k] for k in ("prune", "distill", "teacher", "profile", "agree"))
     assert plan.excess_prefill({"step_ms": 10, "prefill_ms": 458}) == pytest.approx(45.8 - costs.REF_PREFILL_STEPS)
     assert plan.excess_prefill({"step_ms": 10, "prefill_ms": 20}) == 0.0 == plan.excess_prefill({"step_ms": 10})
 
@@ -89,6 +90,7 @@ def test_kind_of_names_every_stage_a_design_writes():
         "gen-data-more": "gen-data-more",
         "prune-wide-L2": "prune",
         "distill-narrow-L8": "distill",
+        "continuations": "continuations",
         "agree-self-spec": "agree",
         "agree-lookup": "agree-lookup",
         "corpus-gain": "tune",

@@ -13,7 +13,7 @@ from conftest import small_gguf
 from draftwise.errors import DraftwiseError
 from draftwise.models import ModelOptions, kernels, load, load_drafter
 from draftwise.models.int8 import Int8Weight, reference_linear
-from draftwise.models.q4 import TYPES, Q4Weight, blocks, dequantize
+from draftwise.models.q4 import TYPES, Q4Weight, blocks, dequantize, k_factors
 from draftwise.sd.drafters import ModelDrafter
 from draftwise.sd.lookup import NgramDrafter
 from draftwise.sd.loop import generate
@@ -42,15 +42,29 @@ def test_the_files_blocks_dequantize_bit_for_bit_as_gguf_reads_them(qtype):
     assert np.array_equal(dequantize(q, s, z), want)  # exactly equal (Q4_0's d·(8 - 8) is +0 here, -0 in gguf-py)
     held = Q4Weight(*(torch.from_numpy(t) for t in (q, s, z)))
     assert torch.equal(held.dequantize(), torch.from_numpy(want))  # packed into nibbles and back
-    assert held.q.numel() == 64 * 512 // 2  # two to a byte (rows padded to 64)
-    assert torch.equal(held.rows([5, 1]).dequantize(), torch.from_numpy(want[[5, 1]]))
+    assert held.q.numel() == 64 * 512 // 2 and held.qsum.numel() == 0  # two to a byte (rows padded to 64)
+    assert held.scale_format == (0 if qtype == "Q4_K" else 1)  # a Q4_K scale d·sc needs fp32; the others are fp16
+    rows = held.rows([5, 1])
+    assert torch.equal(rows.dequantize(), torch.from_numpy(want[[5, 1]])) and rows.scale_format == held.scale_format
+    if qtype == "Q4_K":  # held as the file holds them: sc and mn a byte each, d and -dmin per super-block
+        factored = Q4Weight(*(torch.from_numpy(t) for t in (q, s, z)), tuple(map(torch.from_numpy, k_factors(raw))))
+        assert factored.scale_format == 2 and factored.s.dtype == torch.uint8
+        assert torch.equal(factored.dequantize(), torch.from_numpy(want))
+        assert torch.equal(factored.rows([5, 1]).dequantize(), torch.from_numpy(want[[5, 1]]))
 
 
 @pytest.mark.skipif(not PATHS, reason="no int8 C kernel on this machine")
-@pytest.mark.parametrize("n,k", [(96, 64), (61, 160), (256, 576)])
-def test_kernel_paths_equal_the_torch_reference_bitwise(n, k):
+@pytest.mark.parametrize(
+    "qtype,n,k,fmt",
+    [("Q4_1", 96, 64, 1), ("Q4_1", 61, 160, 1), ("Q4_0", 256, 576, 1), ("Q4_K", 61, 512, 0), ("Q4_K", 96, 768, 2)],
+)
+def test_kernel_paths_equal_the_torch_reference_bitwise(qtype, n, k, fmt):
+    """Every format of the scales (fp32, fp16, Q4_K's bytes and super-blocks), on each path the CPU has."""
     gen = torch.Generator().manual_seed(n)
-    w = Q4Weight(*(torch.from_numpy(t) for t in blocks(raw_rows("Q4_1", n, k, seed=n), "Q4_1")))
+    raw = raw_rows(qtype, n, k, seed=n)
+    factors = tuple(map(torch.from_numpy, k_factors(raw))) if fmt == 2 else None
+    w = Q4Weight(*(torch.from_numpy(t) for t in blocks(raw, qtype)), factors)
+    assert w.scale_format == fmt
     for m in (1, 2, 3, 4, 5, 7, 9):
         x = 3 * torch.randn(m, k, generator=gen)
         ref = reference_linear(x, w)
@@ -65,7 +79,8 @@ def test_loading_a_gguf_at_q4_runs_its_blocks(small_q4_gguf):
     q4_gguf = small_q4_gguf
     q4 = load(q4_gguf, ModelOptions(dtype="q4"))
     fp = load(q4_gguf, ModelOptions(dtype="fp32"))
-    assert q4.lm.precision == "q4" and isinstance(q4.lm.head, Int8Weight) and not isinstance(q4.lm.head, Q4Weight)
+    assert q4.lm.precision == "q4" and isinstance(q4.lm.head, Q4Weight)  # the file's 4-bit embedding, tied
+    assert torch.equal(q4.lm.head.dequantize(), fp.lm.head)
     for a, b in zip(q4.lm.layers, fp.lm.layers):
         for name in ("wqkv", "wo", "wgu", "wd"):
             held = getattr(a, name)
@@ -73,7 +88,7 @@ def test_loading_a_gguf_at_q4_runs_its_blocks(small_q4_gguf):
             assert torch.equal(held.dequantize(), getattr(b, name)), name  # the rows, in the lean engine's order
     int8 = load(q4_gguf, ModelOptions(dtype="int8")).lm
     size = lambda lm: sum(t.numel() * t.element_size() for t in lm.layers.buffers())  # noqa: E731
-    assert size(q4.lm) < 0.72 * size(int8)  # 26 bytes a block of 32 against 38
+    assert size(q4.lm) < 0.55 * size(int8)  # 20 bytes a block of 32 against 38
 
 
 def test_greedy_sd_on_q4_is_identical_to_q4_ar(small_q4_gguf):
@@ -100,3 +115,27 @@ def test_q4_without_a_file_of_blocks_gets_one_line(tiny_dir, tmp_path):
         load(small_gguf(tmp_path, "q8_0"), ModelOptions(dtype="q4"))
     with pytest.raises(DraftwiseError, match="random model has none"):
         load("random:layers=1", ModelOptions(dtype="q4"))
+
+
+def test_a_files_q4_k_rows_are_held_as_the_file_holds_them(tmp_path):
+    """A Q4_K tensor's rows, found by their values in any order, keep its bytes of sc and mn and its super-blocks'
+    d and -dmin (19 bytes a block of 32); rows from tensors of another type beside them fall back to fp32 scales."""
+    import gguf
+
+    from draftwise.models.q4 import Bank
+
+    path = tmp_path / "k.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    raws = {"k.weight": ("Q4_K", raw_rows("Q4_K", 32, 512, seed=3)), "o.weight": ("Q4_1", raw_rows("Q4_1", 8, 512, 4))}
+    for name, (qtype, raw) in raws.items():
+        writer.add_tensor(name, raw, raw_dtype=GGMLQuantizationType[qtype])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    k, o = (torch.from_numpy(gguf_dequantize(raw, GGMLQuantizationType[t])) for t, raw in raws.values())
+    bank = Bank(path)
+    held = bank.weight(k[[3, 1, 7, 30]])
+    assert held.scale_format == 2 and torch.equal(held.dequantize(), k[[3, 1, 7, 30]])
+    mixed = bank.weight(torch.cat([k[:2], o[:2]]))
+    assert mixed.scale_format == 0 and torch.equal(mixed.dequantize(), torch.cat([k[:2], o[:2]]))

@@ -1,8 +1,10 @@
 import json
+from dataclasses import replace
 
 import pytest
 import torch
 
+from draftwise import continuations
 from draftwise.config import AgreeConfig
 from draftwise.models import ModelOptions, load, load_drafter
 from draftwise.sd.loop import generate
@@ -132,3 +134,24 @@ def test_agreement_on_llama_cpp_predicts_its_greedy_sd_run(tiny_dir, tiny_drafte
         assert sd.tokens == r["continuation"]
         rounds, tokens = rounds + len(sd.rounds), tokens + len(sd.tokens)
     assert summary["predicted_greedy_tar"]["3"] == tokens / rounds
+
+
+def test_agreements_share_the_targets_continuations(tiny_dir, tmp_path, monkeypatch):
+    """`share` generates the continuations once; each agree with the same target, runtime and prompts reads them (it
+    generates nothing) and scores the same text it would have generated; other settings generate their own."""
+    config = AgreeConfig(
+        target=tiny_dir, drafter="layers:0", suites="spec_bench", limit=4, max_new_tokens=12, shared=str(tmp_path / "s")
+    )
+    agree.share(config, tmp_path / "share")
+    alone = agree.run(replace(config, shared=None), tmp_path / "alone")
+    generated = []
+    real = continuations.generate
+    monkeypatch.setattr(continuations, "generate", lambda *a, **k: generated.append(1) or real(*a, **k))
+    for drafter in ("layers:0", "layers:1,2"):
+        out = agree.run(replace(config, drafter=drafter), tmp_path / drafter)
+        assert not generated
+        texts = lambda d: [json.loads(x)["continuation"] for x in (d / "records.jsonl").read_text().splitlines()]  # noqa: E731
+        assert texts(out) == texts(alone)
+    agree.run(replace(config, max_new_tokens=8), tmp_path / "shorter")
+    assert generated  # another key: its own continuations
+    assert len(list((tmp_path / "s").glob("*.jsonl"))) == 2

@@ -80,6 +80,11 @@ class AgreeConfig:
     max_prompt_tokens: int = opt(256, "longer prompts are skipped")
     gammas: tuple[int, ...] = opt((1, 2, 3, 4, 5, 6, 8), "γ values whose greedy TAR the agreement implies")
     batch_size: int = opt(8, "prompts continued together")
+    shared: str | None = opt(
+        None,
+        "a folder keeping the target's continuations: another agree on the same target, runtime and prompts "
+        "reads them from it instead of generating them again (a design's candidates share one)",
+    )
     dtype: str = opt_dtype()
     device: str = opt_device()
     backend: str = opt_backend()  # the engine both models run on (llama.cpp: GGUF files, see models.llamacpp_load)

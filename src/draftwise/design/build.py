@@ -49,24 +49,24 @@ def spec_of(p: Stages, cand: Candidate) -> str:
 def candidate_stages(p: Stages, cand: Candidate) -> None:
     """One candidate's own stages: prune and distill (trained shapes) or the feature head's training, each on the
     teacher data, then teacher-forced agreement."""
-    c, opts = p.config, runtime_options(p.config)
     if cand.role == FEATURE:
         feature_stage(p, cand)
     if cand.trained:
         prune_distill(p, cand)
-    p.stage(
-        f"agree-{cand.name}",
-        lambda f: agree.run(
-            AgreeConfig(
-                target=c.target,
-                drafter=spec_of(p, cand),
-                limit=p.sizes.agree_limit,
-                max_new_tokens=c.max_new_tokens,
-                gammas=GAMMAS,
-                **opts,
-            ),
-            f,
-        ),
+    p.stage(f"agree-{cand.name}", lambda f: agree.run(agree_config(p, spec_of(p, cand)), f))
+
+
+def agree_config(p: Stages, drafter: str) -> AgreeConfig:
+    """A candidate's agreement: teacher-forced on the target's continuations, which the candidates share."""
+    c = p.config
+    return AgreeConfig(
+        target=c.target,
+        drafter=drafter,
+        limit=p.sizes.agree_limit,
+        max_new_tokens=c.max_new_tokens,
+        gammas=GAMMAS,
+        shared=str(p.folder("continuations")),
+        **runtime_options(c),
     )
 
 
@@ -156,6 +156,8 @@ def build(p: Pipeline, cands: list[Candidate]) -> dict[str, str]:
         p.stage("teacher", lambda f: teacher.run(teacher_config(p), f))
     p.replan("train")
     todo = [(cand, dict(p.done)) for cand in cands if f"agree-{cand.name}" not in p.done]
+    if todo:  # the target's continuations, generated once for every candidate's agreement
+        p.stage("continuations", lambda f: agree.share(agree_config(p, spec_of(p, todo[0][0])), f))
     work = CandidateWork(p.config, str(p.stages), p.sizes)
     for _, records in p.executor.map(work, todo, exclusive(p.config.device, p.config.threads)):
         for record in records:

@@ -18,9 +18,12 @@ REF_TOKENS = 96  # new tokens per prompt the token-based costs below were measur
 # target whose prefill costs more steps (a bigger model, whose prefill is compute-bound while its step reads weights:
 # a 1.7B at q4, 45.8) has the excess priced wherever a stage prefills a prompt (`Outline.prefill`)
 REF_PREFILL_STEPS = 16.0
-# weight bytes per weight at each precision: what a lean row's step is beside the study's (int8: a byte and an fp16
-# scale and offset per 32; q4: half a byte and an fp32 scale and offset per 32)
-BYTES_PER_WEIGHT = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 1.125, "q4": 0.8125}
+# weight bytes per weight at each precision: what a lean row's step is beside the study's (int8: a byte, an fp16 scale
+# and offset and a sum of q per 32; q4: half a byte and an fp16 scale and offset per 32 — Q4_0 and Q4_1; Q4_K 19/32)
+BYTES_PER_WEIGHT = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 1.1875, "q4": 0.625}
+# a candidate's agreement per prompt on the shared continuations, in target steps: 4.7–5.3 s for 12 prompts against
+# 12.9 s generating them too (the default target at fp32, a 2- and an 8-layer drafter, the command's own start included)
+AGREE_STEPS = 8.0
 LEAN_FLOOR = 0.35  # a lean row's step beside an fp32 study's (the default target): about a third, with overheads
 STAGE_S = 0.5  # per stage, whatever the model: loading, files, process start
 # the families whose stages share one correction (measured ÷ predicted); any other kind is a family of its own
@@ -145,7 +148,9 @@ def _building(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) -> 
         Item("prune", n.trained, 600 + 1100 * math.ceil(s.elimination_tokens / 64)),  # per calibration row
         Item("distill", n.trained, 400, 60 * s.distill_minutes),  # its minutes, then loading and evaluations
         Item("feature", n.features, 400, 60 * s.feature_minutes),
-        Item("agree", n.cands, 100 + (32 * t + o.prefill) * s.agree_limit),
+        # the target's continuations once (generation and prefill), then each candidate teacher-forced on them
+        Item("continuations", int(n.cands > 0), 100 + (32 * t + o.prefill) * s.agree_limit),
+        Item("agree", n.cands, 100 + AGREE_STEPS * t * s.agree_limit),
         Item("profile", 1, 100 + 80 * n.cands + (0 if "batch" in d else 500 * n.trained)),
     ]
     if o.lookups:
@@ -269,6 +274,7 @@ def kind_of(stage: str) -> str | None:
         "sweep",
         "gen-data",
         "teacher",
+        "continuations",
         "gen-data-more",
         "profile",
         "agree-lookup",

@@ -17,9 +17,14 @@
  * two unsigned bytes, d = 256 Σ hi q + Σ lo q − 32768 Σ q. AVX2 widens q to int16 and uses vpmaddwd.
  * q4 (`q4.py`: a GGUF file's own Q4_0 / Q4_1 / Q4_K blocks, w = s * q + z, q in [0, 15]): the same function with q
  * held as nibbles, 64 bytes for 8 consecutive k of 16 rows (low nibbles: k..k+3 in the int8 layout above, high
- * nibbles: k+4..k+7), and s, z in fp32 (a Q4_K block's scale d * sc needs up to 17 bits). Unpacked to bytes in
- * registers, the sums and every floating-point operation are the int8 path's: half the bytes read, the same bits as
- * `int8.reference_linear` on the unpacked weight.
+ * nibbles: k+4..k+7), and s, z in fp16 where the file's values are fp16 (Q4_0, Q4_1: 20 bytes a block of 32, the
+ * file's own size), or as Q4_K holds them (s = sc * d, z = mn * m: the blocks' 6-bit sc and mn as bytes [G, B, 16], d
+ * and m = -dmin in fp32 per super-block of 8 blocks [G, B / 8, 16]; 19 bytes a block, the products exact in fp32),
+ * or in fp32 (any other values). Since q is never
+ * negative, AVX-512 needs no sums of q: with xq = 256 hs + lo (hs = hi - 128, a signed byte), d = 256 Σ q hs + Σ lo q,
+ * q the unsigned operand of the first product and lo of the second. Unpacked to bytes in registers, the sums and
+ * every floating-point operation are the int8 path's: the same bits as `int8.reference_linear` on the unpacked
+ * weight.
  * Every output is that same sequence of operations whatever M is, so a row's result is bitwise the same in a
  * one-token step and in a (γ+1)-token verify pass, on the AVX-512 path, the AVX2 path and torch's `reference_linear`.
  * (Compiled with -ffp-contract=off: a fused multiply-add would round differently from the reference.)
@@ -38,9 +43,9 @@
 #define QMAX 32767.0f
 
 /* rows m of x quantized to int16 into q [M, Kp] (zero past K), with each row's scale sx[m] and block sums t [M, B];
- * lo, hi (when not NULL): the bytes of q + 32768 */
+ * lo, hi (when not NULL): the bytes of q + 32768, hi less 128 as a signed byte where `signed_hi` */
 static void quantize_rows(const float* x, int64_t M, int64_t K, int64_t Kp, int16_t* q, float* sx, int32_t* t,
-                          uint8_t* lo, uint8_t* hi) {
+                          uint8_t* lo, uint8_t* hi, const int signed_hi) {
     const int64_t B = Kp / BLOCK;
     for (int64_t m = 0; m < M; m++) {
         const float* xm = x + m * K;
@@ -62,7 +67,7 @@ static void quantize_rows(const float* x, int64_t M, int64_t K, int64_t Kp, int1
         if (lo)
             for (int64_t k = 0; k < Kp; k++) {
                 const uint16_t u = (uint16_t)(qm[k] + 32768);
-                lo[m * Kp + k] = (uint8_t)(u & 0xff), hi[m * Kp + k] = (uint8_t)(u >> 8);
+                lo[m * Kp + k] = (uint8_t)(u & 0xff), hi[m * Kp + k] = (uint8_t)(u >> 8) ^ (signed_hi ? 0x80 : 0);
             }
     }
 }
@@ -74,9 +79,11 @@ typedef struct {
     const uint8_t* hi;
     const int32_t* t;      /* their block sums [M, B] */
     const float* sx;       /* their scales */
-    const void* s;         /* block scales [G, B, 16]: fp16 (int8) or fp32 (q4) */
-    const void* z;         /* block offsets, the same */
-    const int16_t* qsum;   /* blocks' sums of q */
+    const void* s;         /* block scales [G, B, 16]: fp16 (int8; q4 where exact), fp32, or Q4_K's sc (bytes) */
+    const void* z;         /* block offsets, the same (Q4_K's mn) */
+    const float* sd;       /* Q4_K: the super-blocks' d [G, B / 8, 16] */
+    const float* zd;       /* Q4_K: the super-blocks' -dmin */
+    const int16_t* qsum;   /* blocks' sums of q (int8 on AVX-512) */
     float* y;              /* row 0 of this chunk's outputs */
     int64_t N, Kp;
 } operands;
@@ -84,13 +91,22 @@ typedef struct {
 /* ---- AVX-512: a tile of R groups (16 rows each, one per lane) against M inputs ---- */
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) inline
 
-/* a block's scales or offsets of 16 rows, as fp32 */
-static AVX512 __m512 load16(const void* p, int64_t at, const int bits) {
-    return bits == 8 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)((const uint16_t*)p + at)))
-                     : _mm512_loadu_ps((const float*)p + at);
+/* formats of the block scales and offsets */
+#define F32 0
+#define F16 1
+#define KQ 2 /* Q4_K's: a byte per block times an fp32 per super-block */
+
+/* a block's scales or offsets of 16 rows (at), as fp32; KQ: times their super-block's (at8) */
+static AVX512 __m512 load16(const void* p, const float* per8, int64_t at, int64_t at8, const int fmt) {
+    if (fmt == KQ)
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)((const uint8_t*)p + at)))),
+                             _mm512_loadu_ps(per8 + at8));
+    return fmt == F16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)((const uint16_t*)p + at)))
+                      : _mm512_loadu_ps((const float*)p + at);
 }
 
-static AVX512 void tile512(const int R, const int M, const int bits, const int8_t* w, int64_t g, const operands* o) {
+static AVX512 void tile512(const int R, const int M, const int bits, const int fmt, const int8_t* w, int64_t g,
+                           const operands* o) {
     const int64_t Kp = o->Kp, B = Kp / BLOCK, group = Kp * 2 * bits;  /* bytes of a group of 16 rows */
     const __m512i nibble = _mm512_set1_epi8(0x0F);
     __m512i raw[4];
@@ -132,15 +148,18 @@ static AVX512 void tile512(const int R, const int M, const int bits, const int8_
 #pragma GCC unroll 4
                 for (int i = 0; i < R; i++) {
                     dl[i][j] = _mm512_dpbusd_epi32(dl[i][j], xl, wv[i]);
-                    dh[i][j] = _mm512_dpbusd_epi32(dh[i][j], xh, wv[i]);
+                    dh[i][j] = bits == 8 ? _mm512_dpbusd_epi32(dh[i][j], xh, wv[i])   /* hi unsigned: corrected below */
+                                         : _mm512_dpbusd_epi32(dh[i][j], wv[i], xh); /* q unsigned, hi signed */
                 }
             }
         }
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++) {
-            const int64_t at = ((g + i) * B + b) * 16;
-            const __m512 s = load16(o->s, at, bits), z = load16(o->z, at, bits);
-            const __m512i corr = _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i*)(o->qsum + at))), 15);
+            const int64_t at = ((g + i) * B + b) * 16, at8 = ((g + i) * (B / 8) + b / 8) * 16;
+            const __m512 s = load16(o->s, o->sd, at, at8, fmt), z = load16(o->z, o->zd, at, at8, fmt);
+            const __m512i corr = bits == 8 ? _mm512_slli_epi32(_mm512_cvtepi16_epi32(
+                                                 _mm256_loadu_si256((const __m256i*)(o->qsum + at))), 15)
+                                           : _mm512_setzero_si512();
 #pragma GCC unroll 6
             for (int j = 0; j < M; j++) {
                 const __m512i d = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(dh[i][j], 8), dl[i][j]), corr);
@@ -161,43 +180,47 @@ static AVX512 void tile512(const int R, const int M, const int bits, const int8_
     }
 }
 
-static AVX512 void groups512(const int bits, const int8_t* w, operands o, int64_t M, int64_t g) {
+static AVX512 void groups512(const int bits, const int fmt, const int8_t* w, operands o, int64_t M, int64_t g) {
     const int64_t B = o.Kp / BLOCK;
     if (M == 1) {  /* one-token steps: four groups (four weight streams) in flight */
-        tile512(4, 1, bits, w, g, &o);
+        tile512(4, 1, bits, fmt, w, g, &o);
         return;
     }
     for (; M > 0; M -= 4, o.lo += 4 * o.Kp, o.hi += 4 * o.Kp, o.t += 4 * B, o.sx += 4, o.y += 4 * o.N) {
         for (int64_t g2 = g; g2 < g + 4; g2 += 2) {  /* after the first four inputs the groups come from L1/L2 */
             switch (M < 4 ? (int)M : 4) {
-                case 1: tile512(2, 1, bits, w, g2, &o); break;
-                case 2: tile512(2, 2, bits, w, g2, &o); break;
-                case 3: tile512(2, 3, bits, w, g2, &o); break;
-                default: tile512(2, 4, bits, w, g2, &o); break;
+                case 1: tile512(2, 1, bits, fmt, w, g2, &o); break;
+                case 2: tile512(2, 2, bits, fmt, w, g2, &o); break;
+                case 3: tile512(2, 3, bits, fmt, w, g2, &o); break;
+                default: tile512(2, 4, bits, fmt, w, g2, &o); break;
             }
         }
     }
 }
 
-/* one compiled body per weight width (bits a constant in each) */
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void groups512_q8(const int8_t* w, operands o, int64_t M,
-                                                                               int64_t g) {
-    groups512(8, w, o, M, g);
-}
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void groups512_q4(const int8_t* w, operands o, int64_t M,
-                                                                               int64_t g) {
-    groups512(4, w, o, M, g);
-}
+/* one compiled body per weight format (bits and the scales' width constants in each) */
+#define BODY512(name, bits, fmt)                                                                            \
+    __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void name(const int8_t* w, operands o, \
+                                                                            int64_t M, int64_t g) {       \
+        groups512(bits, fmt, w, o, M, g);                                                                   \
+    }
+BODY512(groups512_q8, 8, F16)
+BODY512(groups512_q4, 4, F32)
+BODY512(groups512_q4h, 4, F16)
+BODY512(groups512_q4k, 4, KQ)
 
 /* ---- AVX2: one group (four 4-row quarters, lanes = (row, pair of k)) against M inputs ---- */
 #define INLINE static inline __attribute__((always_inline))
 
-INLINE __m256 load8(const void* p, int64_t at, const int bits) {
-    return bits == 8 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)((const uint16_t*)p + at)))
-                     : _mm256_loadu_ps((const float*)p + at);
+INLINE __m256 load8(const void* p, const float* per8, int64_t at, int64_t at8, const int fmt) {
+    if (fmt == KQ)
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)((const uint8_t*)p + at)))),
+                             _mm256_loadu_ps(per8 + at8));
+    return fmt == F16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)((const uint16_t*)p + at)))
+                      : _mm256_loadu_ps((const float*)p + at);
 }
 
-INLINE void tile256(const int M, const int bits, const int8_t* w, int64_t g, const operands* o) {
+INLINE void tile256(const int M, const int bits, const int fmt, const int8_t* w, int64_t g, const operands* o) {
     const int64_t Kp = o->Kp, B = Kp / BLOCK, group = Kp * 2 * bits;
     const __m128i nibble = _mm_set1_epi8(0x0F);
     __m128i raw[4];
@@ -229,8 +252,8 @@ INLINE void tile256(const int M, const int bits, const int8_t* w, int64_t g, con
             }
         }
         for (int h = 0; h < 2; h++) {  /* rows 8h..8h+7: the pairs of quarters 2h, 2h+1 summed, in row order */
-            const int64_t at = (g * B + b) * 16 + h * 8;
-            const __m256 s = load8(o->s, at, bits), z = load8(o->z, at, bits);
+            const int64_t at = (g * B + b) * 16 + h * 8, at8 = (g * (B / 8) + b / 8) * 16 + h * 8;
+            const __m256 s = load8(o->s, o->sd, at, at8, fmt), z = load8(o->z, o->zd, at, at8, fmt);
             for (int j = 0; j < M; j++) {
                 const __m256i dd = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(d[2 * h][j], d[2 * h + 1][j]), order);
                 const __m256 term = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dd), s),
@@ -249,19 +272,21 @@ INLINE void tile256(const int M, const int bits, const int8_t* w, int64_t g, con
     }
 }
 
-INLINE void groups256(const int bits, const int8_t* w, operands o, int64_t M, int64_t g) {
+INLINE void groups256(const int bits, const int fmt, const int8_t* w, operands o, int64_t M, int64_t g) {
     const int64_t B = o.Kp / BLOCK;
     for (; M > 0; M -= 2, o.q += 2 * o.Kp, o.t += 2 * B, o.sx += 2, o.y += 2 * o.N)
         for (int64_t g2 = g; g2 < g + 4; g2++) {
             if (M == 1)
-                tile256(1, bits, w, g2, &o);
+                tile256(1, bits, fmt, w, g2, &o);
             else
-                tile256(2, bits, w, g2, &o);
+                tile256(2, bits, fmt, w, g2, &o);
         }
 }
 
-static void groups256_q8(const int8_t* w, operands o, int64_t M, int64_t g) { groups256(8, w, o, M, g); }
-static void groups256_q4(const int8_t* w, operands o, int64_t M, int64_t g) { groups256(4, w, o, M, g); }
+static void groups256_q8(const int8_t* w, operands o, int64_t M, int64_t g) { groups256(8, F16, w, o, M, g); }
+static void groups256_q4(const int8_t* w, operands o, int64_t M, int64_t g) { groups256(4, F32, w, o, M, g); }
+static void groups256_q4h(const int8_t* w, operands o, int64_t M, int64_t g) { groups256(4, F16, w, o, M, g); }
+static void groups256_q4k(const int8_t* w, operands o, int64_t M, int64_t g) { groups256(4, KQ, w, o, M, g); }
 
 /* ---- entry points ---- */
 
@@ -273,26 +298,26 @@ int draftwise_int8_isa(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") ? 1 : 0;
 }
 
-/* x [M, K] fp32 (contiguous), w packed as above, s and z [N / 16, Kp / 32, 16] (fp16 at 8 bits, fp32 at 4), qsum the
- * same in int16, y [M, N] fp32. isa: as draftwise_int8_isa() (a smaller one may be asked for: tests hold the paths to
- * the same bits). bits: 8 (int8) or 4 (q4). */
-void draftwise_int8_gemm(const float* x, const int8_t* w, const void* s, const void* z, const int16_t* qsum, float* y,
-                         int64_t M, int64_t N, int64_t K, int64_t Kp, int nthreads, int isa, int bits) {
+/* x [M, K] fp32 (contiguous), w packed as above, s and z [N / 16, Kp / 32, 16] as `fmt` says (F32, F16, or KQ with
+ * sd and zd [N / 16, Kp / 256, 16]), qsum as s in int16 (read at 8 bits only), y [M, N] fp32. isa: as
+ * draftwise_int8_isa() (a smaller one may be asked for: tests hold the paths to the same bits). bits: 8 (int8, F16
+ * scales) or 4 (q4). */
+void draftwise_int8_gemm(const float* x, const int8_t* w, const void* s, const void* z, const float* sd,
+                         const float* zd, const int16_t* qsum, float* y, int64_t M, int64_t N, int64_t K, int64_t Kp,
+                         int nthreads, int isa, int bits, int fmt) {
     const int64_t B = Kp / BLOCK;
     int16_t* q = (int16_t*)aligned_alloc(64, (size_t)(M * Kp * 2 + 63) / 64 * 64);
     uint8_t* bytes = isa == 2 ? (uint8_t*)aligned_alloc(64, (size_t)(2 * M * Kp + 63) / 64 * 64) : NULL;
     float* sx = (float*)malloc(M * sizeof(float));
     int32_t* t = (int32_t*)malloc(M * B * sizeof(int32_t));
-    quantize_rows(x, M, K, Kp, q, sx, t, bytes, bytes ? bytes + M * Kp : NULL);
-    const operands o = {q, bytes, bytes ? bytes + M * Kp : NULL, t, sx, s, z, qsum, y, N, Kp};
+    quantize_rows(x, M, K, Kp, q, sx, t, bytes, bytes ? bytes + M * Kp : NULL, bits == 4);
+    const operands o = {q, bytes, bytes ? bytes + M * Kp : NULL, t, sx, s, z, sd, zd, qsum, y, N, Kp};
     const int64_t G = (N + 63) / 64 * 4;  /* groups, as packed: N padded to a multiple of 64 rows */
+    void (*body)(const int8_t*, operands, int64_t, int64_t) =
+        isa == 2 ? (bits == 8 ? groups512_q8 : fmt == KQ ? groups512_q4k : fmt == F16 ? groups512_q4h : groups512_q4)
+                 : (bits == 8 ? groups256_q8 : fmt == KQ ? groups256_q4k : fmt == F16 ? groups256_q4h : groups256_q4);
 #pragma omp parallel for schedule(static) num_threads(nthreads)
-    for (int64_t g = 0; g < G; g += 4) {
-        if (isa == 2)
-            (bits == 4 ? groups512_q4 : groups512_q8)(w, o, M, g);
-        else
-            (bits == 4 ? groups256_q4 : groups256_q8)(w, o, M, g);
-    }
+    for (int64_t g = 0; g < G; g += 4) body(w, o, M, g);
     free(q);
     free(bytes);
     free(sx);

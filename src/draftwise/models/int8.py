@@ -60,15 +60,29 @@ class Int8Weight(nn.Module):
         q = torch.where(s[..., None] > 0, torch.round((blocks - z.float()[..., None]) / s.float()[..., None]), 0.0)
         self._pack(q.clamp(-128, 127).to(torch.int8).view(_up(n), -1), s, z, n, k)
 
-    def _pack(self, q: torch.Tensor, s: torch.Tensor, z: torch.Tensor, n: int, k: int) -> None:
-        """q [Np, Kp] int8, s and z [Np, B] (stored as `SCALES`) -> the kernel's layout."""
+    def _pack(
+        self, q: torch.Tensor, s: torch.Tensor, z: torch.Tensor, n: int, k: int, per8: tuple | None = None
+    ) -> None:
+        """q [Np, Kp] int8, s and z [Np, B] (stored as `SCALES`) -> the kernel's layout. `per8`: (sd, zd) [Np, B/8]
+        fp32, when s and z are bytes that scale them (Q4_K's, `q4.py`): a block's scale is s·sd, its offset z·zd."""
         self.in_features, self.out_features = k, n
         rows, cols = q.shape
         groups = rows // GROUP
+        lay = lambda t: t.view(groups, GROUP, -1).permute(0, 2, 1).contiguous()  # noqa: E731 [G, B, 16]
         self.register_buffer("q", self._packed(q.view(groups, GROUP, cols)), persistent=False)
+        held = torch.uint8 if per8 is not None else self.SCALES
         qsum = q.view(rows, -1, BLOCK).sum(-1, dtype=torch.int16)  # |Σ| <= 32 * 128
-        for name, t in (("s", s.to(self.SCALES)), ("z", z.to(self.SCALES)), ("qsum", qsum)):
-            self.register_buffer(name, t.view(groups, GROUP, -1).permute(0, 2, 1).contiguous(), persistent=False)
+        for name, t in (("s", s.to(held)), ("z", z.to(held)), ("qsum", qsum)):
+            self.register_buffer(name, lay(t), persistent=False)
+        if self.BITS != 8:  # q >= 0: the kernel needs no sums of q (`cpu_int8.c`), so a step does not read them
+            self.qsum = qsum.new_empty(0)
+        for name, t in zip(("sd", "zd"), per8 or (None, None)):
+            self.register_buffer(name, lay(t.float()) if t is not None else torch.empty(0), persistent=False)
+
+    @property
+    def scale_format(self) -> int:
+        """How s and z are held (`cpu_int8.c`): 0 fp32, 1 fp16, 2 bytes times an fp32 per 8 blocks."""
+        return 2 if self.sd.numel() else int(self.s.dtype == torch.float16)
 
     @staticmethod
     def _packed(q: torch.Tensor) -> torch.Tensor:
@@ -98,6 +112,11 @@ class Int8Weight(nn.Module):
         """(q [Np, Kp] int8, s [Np, B], z [Np, B] as fp32), padding included."""
         q = self._unpacked(self.q, self.padded_in)
         s, z = (t.permute(0, 2, 1).reshape(q.shape[0], -1).float() for t in (self.s, self.z))
+        if self.sd.numel():  # s·sd, z·zd: exact products, the kernel's
+            sd, zd = (
+                t.permute(0, 2, 1).reshape(q.shape[0], -1).repeat_interleave(8, dim=1) for t in (self.sd, self.zd)
+            )
+            s, z = s * sd, z * zd
         return q, s, z
 
     def dequantize(self) -> torch.Tensor:
@@ -112,6 +131,7 @@ class Int8Weight(nn.Module):
         q, s, z = self.unpacked()
         out = type(self).__new__(type(self))
         nn.Module.__init__(out)
+        out.SCALES = self.s.dtype if self.s.is_floating_point() else torch.float32  # Q4_K's: their fp32 products
         rows = _up(len(ids))
         pad = lambda t: torch.cat([t[ids], t.new_zeros(rows - len(ids), t.shape[1])])  # noqa: E731
         out._pack(pad(q), pad(s), pad(z), len(ids), self.in_features)

@@ -76,7 +76,7 @@ def _kernel():
     dll.draftwise_silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
     dll.draftwise_gelu_tanh_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
     dll.draftwise_softcap.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 2 + [ctypes.c_float]
-    dll.draftwise_int8_gemm.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 4 + [ctypes.c_int] * 3
+    dll.draftwise_int8_gemm.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 4 + [ctypes.c_int] * 4
     dll.draftwise_int8_isa.restype = ctypes.c_int
     dll.draftwise_layer.argtypes = (
         [ctypes.POINTER(LayerStruct)]
@@ -113,6 +113,8 @@ def int8_gemm(x: torch.Tensor, w, isa: int | None = None) -> torch.Tensor:
         w.q.data_ptr(),
         w.s.data_ptr(),
         w.z.data_ptr(),
+        w.sd.data_ptr(),
+        w.zd.data_ptr(),
         w.qsum.data_ptr(),
         y.data_ptr(),
         m,
@@ -122,6 +124,7 @@ def int8_gemm(x: torch.Tensor, w, isa: int | None = None) -> torch.Tensor:
         torch.get_num_threads(),
         isa or int8_isa(),
         w.BITS,
+        w.scale_format,
     )
     return y
 
@@ -240,10 +243,11 @@ def attention(
 
 
 class _Matrix(ctypes.Structure):
-    """cpu_layer.c's dw_matrix: an fp32 weight (w) or an int8 / q4 one (q, s, z, qsum; bits), its bias or NULL."""
+    """cpu_layer.c's dw_matrix: an fp32 weight (w) or an int8 / q4 one (q, s, z, sd, zd, qsum; bits, fmt), its bias
+    or NULL."""
 
-    _fields_ = [(n, ctypes.c_void_p) for n in ("w", "q", "s", "z", "qsum", "bias")] + [
-        (n, ctypes.c_int64) for n in ("N", "K", "Kp", "bits")
+    _fields_ = [(n, ctypes.c_void_p) for n in ("w", "q", "s", "z", "sd", "zd", "qsum", "bias")] + [
+        (n, ctypes.c_int64) for n in ("N", "K", "Kp", "bits", "fmt")
     ]
 
 
@@ -272,12 +276,15 @@ def _matrix(w, b: torch.Tensor | None) -> _Matrix | None:
                 w.q.data_ptr(),
                 w.s.data_ptr(),
                 w.z.data_ptr(),
+                w.sd.data_ptr(),
+                w.zd.data_ptr(),
                 w.qsum.data_ptr(),
                 _ptr(b),
                 w.out_features,
                 w.in_features,
                 w.padded_in,
                 w.BITS,
+                w.scale_format,
             )
             if int8_available()
             else None
@@ -285,7 +292,7 @@ def _matrix(w, b: torch.Tensor | None) -> _Matrix | None:
     n, k = w.shape
     if w.dtype != torch.float32 or not w.is_contiguous() or k % 8 or n % 4 or w.requires_grad:
         return None
-    return _Matrix(w.data_ptr(), None, None, None, None, _ptr(b), n, k, k, 32)
+    return _Matrix(w.data_ptr(), None, None, None, None, None, None, _ptr(b), n, k, k, 32, 0)
 
 
 def layer_struct(layer, gelu: bool) -> LayerStruct | None:

@@ -5,11 +5,16 @@ replayed over the same continuations: its proposals depend on the text alone, so
 Exact because greedy SD drafts from the target's accepted prefix: position t's draft is accepted iff the drafter's
 argmax after the target's tokens 0..t−1 equals the target's token t. Replaying rounds of γ over each sequence's
 match pattern (`greedy_rounds`) therefore gives the TAR a real greedy SD run would measure on those continuations.
-Continuations and matches are raw records (one per prompt); agree.json is derived.
+Continuations and matches are raw records (one per prompt); agree.json is derived. With `shared`, the target's
+continuations are kept in that folder under a key of what makes them (target, runtime, prompts, lengths) and read back
+by the next agree with the same key: a design's candidates are scored on one generation (on a 1.7B target that
+generation is most of an agree stage).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 import time
 from pathlib import Path
@@ -115,10 +120,17 @@ def run(config: AgreeConfig, out: str | Path) -> Path:
     done = {r["prompt_id"] for r in run_dir.records()}
     prompts = continuations.prompts_for(target, config.split, config.suites, config.max_prompt_tokens, config.limit)
     todo = [(p, ids) for p, ids in prompts if p.id not in done]
+    kept = _shared(config, target, todo) if config.shared and todo else {}
     bar = tqdm(total=len(todo), desc="agree", unit="prompt", file=sys.stderr, dynamic_ncols=True, disable=not todo)
     for i in range(0, len(todo), config.batch_size):
         chunk = todo[i : i + config.batch_size]
-        seqs = continuations.generate(target, chunk, config.max_new_tokens, batch_size=config.batch_size, desc="target")
+        seqs = (
+            [kept[p.id] for p, _ in chunk]
+            if kept
+            else continuations.generate(
+                target, chunk, config.max_new_tokens, batch_size=config.batch_size, desc="target"
+            )
+        )
         matches = continuations.top1_matches(drafter.model.lm, seqs, len(seqs)) if drafter.model else [None] * len(seqs)
         scored = (
             [feature_score(drafter.loop_drafter, s, config.gammas) for s in seqs] if drafter.kind == "feature" else None
@@ -159,6 +171,42 @@ def run(config: AgreeConfig, out: str | Path) -> Path:
     run_dir.write_json("agree.json", summary)
     print(format_agree(summary))
     return run_dir.path
+
+
+def share(config: AgreeConfig, out: str | Path) -> Path:
+    """The target's continuations that an agree of `config` scores its drafter on, generated into `config.shared`
+    (its drafter is not loaded): a design's stage before its candidates' agreement, so that they share them."""
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    run_dir = RunDir(out, config)
+    options = ModelOptions(config.dtype, config.device, config.backend, gguf_quant=config.gguf_quant)
+    target = load(config.target, options)
+    prompts = continuations.prompts_for(target, config.split, config.suites, config.max_prompt_tokens, config.limit)
+    seqs = _shared(config, target, prompts)
+    run_dir.append({"sequences": len(seqs), "tokens": sum(len(s.continuation) for s in seqs.values())})
+    return run_dir.path
+
+
+def _shared(config: AgreeConfig, target, todo: list) -> dict[str, continuations.Sequence]:
+    """The target's continuations of every prompt still to score, by prompt id: read from `config.shared` when an
+    agree with the same key wrote them, else generated (as the stage would, in batches) and written there."""
+    key = {
+        k: getattr(config, k)
+        for k in ("target", "dtype", "device", "backend", "gguf_quant", "max_new_tokens", "batch_size")
+    } | {
+        "prompts": [ids for _, ids in todo],
+        "stamp": Path(config.target).stat().st_mtime_ns if Path(config.target).is_file() else 0,
+    }
+    name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    folder = Path(config.shared)
+    folder.mkdir(parents=True, exist_ok=True)
+    seqs = continuations.cached(
+        folder / f"{name}.jsonl",
+        lambda: continuations.generate(
+            target, todo, config.max_new_tokens, batch_size=config.batch_size, desc="target"
+        ),
+    )
+    return {s.prompt_id: s for s in seqs}
 
 
 def summarize(records: list[dict], config: AgreeConfig) -> dict:
