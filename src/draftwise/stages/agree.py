@@ -110,15 +110,20 @@ def greedy_tar(matches: list[list[bool]], gamma: int) -> float | None:
     return tokens / rounds if rounds else None
 
 
-def run(config: AgreeConfig, out: str | Path) -> Path:
+def _opened(config: AgreeConfig, out: str | Path):
+    """(run folder, runtime options, the target, its prompts): what `run` and `share` both start from."""
     if config.threads:
         torch.set_num_threads(config.threads)
-    run_dir = RunDir(out, config)
     options = ModelOptions(config.dtype, config.device, config.backend, gguf_quant=config.gguf_quant)
     target = load(config.target, options)
+    prompts = continuations.prompts_for(target, config.split, config.suites, config.max_prompt_tokens, config.limit)
+    return RunDir(out, config), options, target, prompts
+
+
+def run(config: AgreeConfig, out: str | Path) -> Path:
+    run_dir, options, target, prompts = _opened(config, out)
     drafter = specs.load(config.drafter, target, options)
     done = {r["prompt_id"] for r in run_dir.records()}
-    prompts = continuations.prompts_for(target, config.split, config.suites, config.max_prompt_tokens, config.limit)
     todo = [(p, ids) for p, ids in prompts if p.id not in done]
     kept = _shared(config, target, todo) if config.shared and todo else {}
     bar = tqdm(total=len(todo), desc="agree", unit="prompt", file=sys.stderr, dynamic_ncols=True, disable=not todo)
@@ -176,12 +181,7 @@ def run(config: AgreeConfig, out: str | Path) -> Path:
 def share(config: AgreeConfig, out: str | Path) -> Path:
     """The target's continuations that an agree of `config` scores its drafter on, generated into `config.shared`
     (its drafter is not loaded): a design's stage before its candidates' agreement, so that they share them."""
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    run_dir = RunDir(out, config)
-    options = ModelOptions(config.dtype, config.device, config.backend, gguf_quant=config.gguf_quant)
-    target = load(config.target, options)
-    prompts = continuations.prompts_for(target, config.split, config.suites, config.max_prompt_tokens, config.limit)
+    run_dir, _, target, prompts = _opened(config, out)
     seqs = _shared(config, target, prompts)
     run_dir.append({"sequences": len(seqs), "tokens": sum(len(s.continuation) for s in seqs.values())})
     return run_dir.path
