@@ -215,3 +215,18 @@ def test_once_the_candidates_are_built_dropping_training_saves_nothing():
     assert total(plan.scale(full, 0.5, ("control",))) == total(plan.scale(full, 0.5, ()))
     before = _total(config, costs.Outline.of(config))
     assert before(plan.scale(full, 0.5, ("training",))) < before(plan.scale(full, 0.5, ()))
+
+
+def test_each_stage_is_priced_with_the_targets_load_the_probe_timed():
+    """A stage loads its target afresh (from its pack at int8 and q4: `models.packed`): the probe's load time is
+    priced once per stage still to run."""
+    from types import SimpleNamespace
+
+    config = DesignConfig(minutes=30)
+    p = SimpleNamespace(base=config, done={})
+    probe = {"event": "probe", "step_ms": 20.0}
+    plain, loading = plan.Planner(p, [probe]), plan.Planner(p, [{**probe, "load_ms": 3000.0}])
+    sizes = plan.nominal(config, 2)
+    stages = sum(i.count for i in plain.remaining(sizes))
+    assert stages > 10
+    assert loading.predicted_s(sizes, {}) - plain.predicted_s(sizes, {}) == pytest.approx(3.0 * stages)

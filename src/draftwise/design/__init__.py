@@ -72,9 +72,10 @@ def run(
     config = p.base  # --dtype auto decided (`study`)
     machine_facts(p)
     rows.forget(p)  # rows that died in an earlier run are not planned for
-    target = load(config.target, ModelOptions(config.dtype, config.device))
+    options = ModelOptions(config.dtype, config.device)
+    target = load(config.target, options)
     if p.planner:
-        p.planner.measure(target)
+        p.planner.measure(target, lambda: load(config.target, options))
     p.replan("start")  # a budget too small is refused here, before any stage
     shape = cost.Shape.of(target.config)
     pool = model_candidates(p, target, shape)

@@ -25,7 +25,7 @@ BYTES_PER_WEIGHT = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 1.1875, "q4":
 # 12.9 s generating them too (the default target at fp32, a 2- and an 8-layer drafter, the command's own start included)
 AGREE_STEPS = 8.0
 LEAN_FLOOR = 0.35  # a lean row's step beside an fp32 study's (the default target): about a third, with overheads
-STAGE_S = 0.5  # per stage, whatever the model: loading, files, process start
+STAGE_S = 0.5  # per stage beyond loading the target (the probe times that: `Planner.stage_s`): files, imports
 # the families whose stages share one correction (measured ÷ predicted); any other kind is a family of its own
 FAMILY = {
     "bench-select": "bench",

@@ -102,6 +102,13 @@ def probe_prefill(target, tokens: int, repeats: int = 2) -> float:
     )
 
 
+def timed(work) -> float:
+    """Seconds `work()` takes (what it returns is dropped at once: a second copy of a target is not kept)."""
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
+
+
 def excess_prefill(probed: dict) -> float:
     """A prompt's prefill in decode steps beyond the REF_PREFILL_STEPS that the costs' per-token factors include."""
     if "prefill_ms" not in probed:
@@ -156,6 +163,7 @@ class Planner:
         self.before = max((r.get("elapsed_s", 0.0) for r in records), default=0.0)  # spent by earlier processes
         probed = next((r for r in records if r.get("event") == "probe"), None)
         self.step_s = probed["step_ms"] / 1e3 if probed else None
+        self.stage_s = STAGE_S + (probed or {}).get("load_ms", 0.0) / 1e3  # a stage's own start: the target loaded
         self.plans = {r["phase"]: r for r in records if r.get("event") == "plan"}
         self.outline = Outline.of(pipeline.base)
         if probed:
@@ -169,8 +177,10 @@ class Planner:
     def elapsed(self) -> float:
         return self.before + time.monotonic() - self.start
 
-    def measure(self, target) -> None:
-        """The probe (a record): the target's decode step, and a prefill of the selection prompts' mean length."""
+    def measure(self, target, load=None) -> None:
+        """The probe (a record): the target's decode step, a prefill of the selection prompts' mean length, and
+        `load()` timed, the target loaded as each stage loads it (the run's own load may have built a pack of it:
+        `models.packed`)."""
         if self.step_s is None:
             self.step_s = probe(target)
             tokens = prompt_tokens(target, self.p.base)
@@ -179,7 +189,9 @@ class Planner:
                 "step_ms": 1e3 * self.step_s,
                 "prompt_tokens": tokens,
                 "prefill_ms": 1e3 * probe_prefill(target, tokens),
+                "load_ms": 1e3 * timed(load) if load else 0.0,
             }
+            self.stage_s = STAGE_S + record["load_ms"] / 1e3
             self.know(prefill=excess_prefill(record))
             self.p.dir.append({**record, "elapsed_s": self.elapsed()})
 
@@ -196,7 +208,7 @@ class Planner:
                 s["seconds"] += r["seconds"]
                 s["spent"] += max(r["seconds"] - r["predicted_exact_s"], 0.0)
                 s["exact"] += r["predicted_exact_s"]
-                s["predicted"] += r["predicted_steps"] * self.step_s + STAGE_S
+                s["predicted"] += r["predicted_steps"] * self.step_s + self.stage_s
         return sums
 
     def kappa(self) -> dict[str, float]:
@@ -224,7 +236,7 @@ class Planner:
 
     def seconds(self, item: Item, kappa: dict[str, float]) -> float:
         k = kappa.get(FAMILY.get(item.kind, item.kind), kappa.get("*", 1.0))
-        return item.count * (k * (item.steps * self.step_s + STAGE_S) + item.exact_s)
+        return item.count * (k * (item.steps * self.step_s + self.stage_s) + item.exact_s)
 
     def ahead_s(self) -> float:
         """Predicted seconds of what the current plan still has to run."""

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from ..errors import DraftwiseError
-from . import gguf_export, hf, int8, kernels, llamacpp_load, q4, random, vocab
+from . import gguf_export, hf, int8, kernels, llamacpp_load, packed, q4, random, vocab
 from .base import (  # noqa: F401
     LazyWeights,
     Model,
@@ -92,12 +92,26 @@ def load(spec: str, options: ModelOptions = ModelOptions()) -> Model:
     if reduced is not None:  # a reduced-vocabulary drafter: the lean forward, seen through the target's vocabulary
         lm = _reduced_head_lm(path, config, options, *reduced)
         return Model(spec, config, tokenizer, lm, "lean", path, time.perf_counter() - start, _no_hf_twin(path))
-    if unsupported_reason(config) is not None:
-        state = {}
-    else:  # q4: read a layer at a time as the model is built, never the whole fp32 file at once
-        state = LazyWeights(path) if gguf is not None else _to(read_weights(path), options)
-    lm, backend = _engine_lm(config, state, options, factory, gguf)
+    pack = _pack_file(path, config, options, gguf)
+    lm, backend = (packed.read(pack, config, options.dtype), "lean") if pack else (None, None)
+    if lm is None:
+        if unsupported_reason(config) is not None:
+            state = {}
+        else:  # q4: read a layer at a time as the model is built, never the whole fp32 file at once
+            state = LazyWeights(path) if gguf is not None else _to(read_weights(path), options)
+        lm, backend = _engine_lm(config, state, options, factory, gguf)
+        if pack:
+            packed.write(lm, pack)
     return Model(spec, config, tokenizer, lm, backend, path, time.perf_counter() - start, factory)
+
+
+def _pack_file(path: Path, config, options: ModelOptions, gguf: Path | None) -> Path | None:
+    """Where the lean model at int8 or q4 is kept once built (`packed`); None where no pack is kept: other
+    precisions (their load is a file read already), torch.compile, a model the lean engine does not run."""
+    lean = options.backend in ("auto", "lean") and unsupported_reason(config) is None
+    if options.dtype not in packed.PRECISIONS or options.compile or not lean:
+        return None
+    return packed.pack_file(path, options.dtype, gguf)
 
 
 def random_weights(spec: str) -> bool:

@@ -79,6 +79,18 @@ class Int8Weight(nn.Module):
         for name, t in zip(("sd", "zd"), per8 or (None, None)):
             self.register_buffer(name, lay(t.float()) if t is not None else torch.empty(0), persistent=False)
 
+    BUFFERS = ("q", "s", "z", "qsum", "sd", "zd")  # what a packed weight is (`packed.py` keeps them as they are)
+
+    @classmethod
+    def of_buffers(cls, buffers: dict[str, torch.Tensor], out_features: int, in_features: int) -> Int8Weight:
+        """A weight from the buffers `_pack` made (`BUFFERS`), packed already: nothing is computed."""
+        out = cls.__new__(cls)
+        nn.Module.__init__(out)
+        out.in_features, out.out_features = in_features, out_features
+        for name in cls.BUFFERS:
+            out.register_buffer(name, buffers[name], persistent=False)
+        return out
+
     @property
     def scale_format(self) -> int:
         """How s and z are held (`cpu_int8.c`): 0 fp32, 1 fp16, 2 bytes times an fp32 per 8 blocks."""

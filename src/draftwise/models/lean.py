@@ -30,9 +30,10 @@ __all__ = ["LeanLM", "Layer", "Shape", "attend", "rope_table", "rotate", "unsupp
 LINEARS = ("wqkv", "wo", "wgu", "wd")  # a layer's matrices: int8 at the int8 precision (norms and biases stay fp32)
 
 
-def hold(module: nn.Module, name: str, t: torch.Tensor | None, precision: str = "fp32") -> None:
-    """Give `module` a weight named `name`: a buffer, or at the int8 precision an `Int8Weight` submodule."""
-    if t is not None and precision == INT8:
+def hold(module: nn.Module, name: str, t: torch.Tensor | Int8Weight | None, precision: str = "fp32") -> None:
+    """Give `module` a weight named `name`: a buffer, or an `Int8Weight` submodule (one given, or at the int8
+    precision one quantized from `t`)."""
+    if isinstance(t, Int8Weight) or (t is not None and precision == INT8):
         setattr(module, name, t if isinstance(t, Int8Weight) else Int8Weight(t))
     else:
         module.register_buffer(name, None if t is None else t.contiguous(), persistent=False)
@@ -41,12 +42,12 @@ def hold(module: nn.Module, name: str, t: torch.Tensor | None, precision: str = 
 class Layer(nn.Module):
     """One decoder block with fused projections; holds weights and its own attention settings (window, RoPE table
     key), not the cache (that lives in the model), so a layer keeps them when it serves in another model (`subset`).
-    `precision` int8: its matrices in int8 (`int8.py`)."""
+    `tensors`: its weights in the lean layout (`family.layer_tensors`, or a pack's: `packed.py`); `precision` int8:
+    its matrices in int8 (`int8.py`)."""
 
     def __init__(
         self,
-        sd: dict[str, torch.Tensor],
-        prefix: str,
+        tensors: dict[str, torch.Tensor | Int8Weight | None],
         shape: Shape,
         family,
         window: int | None = None,
@@ -54,7 +55,8 @@ class Layer(nn.Module):
         precision: str = "fp32",
     ):
         super().__init__()
-        for name, t in layer_tensors(sd, prefix, family, shape).items():
+        self.tensor_names = tuple(tensors)
+        for name, t in tensors.items():
             hold(self, name, t, precision if name in LINEARS else "fp32")
         self.shape, self.window, self.rope_key = shape, window, rope_key
         self.act_mul = gelu_tanh_mul if family.activation == "gelu_tanh" else silu_mul
@@ -173,12 +175,15 @@ class LeanLM(nn.Module):
         self.register_buffer("embed", sd["model.embed_tokens.weight"], persistent=False)
         self.norm_weight = norm = sd["model.norm.weight"]  # as checkpoints store it (`norm` has the offset folded in)
         self.register_buffer("norm", self.family.norm_scale(norm), persistent=False)
-        head = sd["model.embed_tokens.weight"] if config.tie_word_embeddings else sd["lm_head.weight"]
+        head = sd.get("lm_head.weight")  # a tied head as the embedding, unless given already packed (`subset`, a pack)
+        if head is None or (config.tie_word_embeddings and not isinstance(head, Int8Weight)):
+            head = sd["model.embed_tokens.weight"]
         self.precision = precision  # fp32 (or the weights' float dtype) | int8: matrices and head in int8
         hold(self, "head", head, precision)
         if layers is None:
+            tensors = lambda i: layer_tensors(sd, f"model.layers.{i}.", self.family, self.shape)  # noqa: E731
             layers = [
-                Layer(sd, f"model.layers.{i}.", self.shape, self.family, window, key, precision)
+                Layer(tensors(i), self.shape, self.family, window, key, precision)
                 for i, (window, key) in enumerate(zip(windows(config), rope_keys(config)))
             ]
         self.layers = nn.ModuleList(layers)

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from ..errors import DraftwiseError
-from .family import FAMILIES, Shape, rope_keys, windows
+from .family import FAMILIES, Shape, layer_tensors, rope_keys, windows
 from .int8 import BLOCK, GROUP, Int8Weight, _up
 
 NAME = "q4"
@@ -196,7 +196,7 @@ def build(config, state: dict[str, torch.Tensor], path: Path, compile: bool = Fa
     layers, held = [], 0
     for i, (window, key) in enumerate(zip(windows(config), rope_keys(config))):
         prefix = f"model.layers.{i}."
-        layer = Layer(state, prefix, shape, family, window, key)
+        layer = Layer(layer_tensors(state, prefix, family, shape), shape, family, window, key)
         for k in [k for k in state if k.startswith(prefix)]:
             del state[k]  # the layer's fused copies hold them now, until its matrices are replaced below
         for name in LINEARS:
