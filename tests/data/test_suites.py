@@ -182,6 +182,15 @@ def test_read_prompt_file_jsonl_prompt(tmp_path):
     a, b = read_prompt_file(f)
     assert (a.id, a.suite, a.category, a.text) == ("user/1", "user", "user", "Hello there")
     assert (b.id, b.category, b.text) == ("user/q7", "chat", "Line\u2028sep")
+    assert a.extra == {} and read_prompt_file(_one(tmp_path, {"prompt": "x", "max_tokens": 7}))[0].extra == {
+        "max_tokens": 7
+    }
+
+
+def _one(tmp_path, record: dict):
+    f = tmp_path / "one.jsonl"
+    f.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    return f
 
 
 def test_read_prompt_file_jsonl_turns(tmp_path):
@@ -213,6 +222,8 @@ def test_read_prompt_file_plain_text(tmp_path):
         ("turns.jsonl", '{"turns": []}\n', "{path} line 1: `turns` must be"),
         ("list.jsonl", '["a"]\n', "{path} line 1: expected a JSON object"),
         ("dup.jsonl", '{"prompt": "a", "id": 1}\n{"prompt": "b", "id": 1}\n', "{path} line 2: duplicate id"),
+        ("len.jsonl", '{"prompt": "a", "max_tokens": 0}\n', "{path} line 1: `max_tokens` must be a positive integer"),
+        ("lenf.jsonl", '{"prompt": "a", "max_tokens": 2.5}\n', "{path} line 1: `max_tokens` must be a positive"),
     ],
 )
 def test_read_prompt_file_bad_input(tmp_path, name, content, needle):

@@ -222,11 +222,12 @@ def bad_inputs():
         (c, {**m, "prompt": "w1 " * (CONTEXT + 1)}, 400, "prompt"),
         (chat, {**m, "messages": [{"role": "user", "content": "w1 " * CONTEXT}]}, 400, "prompt"),
         (c, {**ids, "n": 2}, 400, "n"),
-        (c, {**ids, "logprobs": 1}, 400, "logprobs"),
+        (c, {**ids, "logprobs": 21}, 400, "logprobs"),
         (c, {**ids, "echo": True}, 400, "echo"),
         (c, {**ids, "best_of": 3}, 400, "best_of"),
         (c, {**ids, "suffix": "w2"}, 400, "suffix"),
-        (chat, {**hi, "logprobs": True}, 400, "logprobs"),
+        (chat, {**hi, "top_logprobs": 2}, 400, "top_logprobs"),  # without logprobs: true
+        (chat, {**hi, "logprobs": True, "top_logprobs": 21}, 400, "top_logprobs"),
         (c, {**m, "prompt": [1, 64]}, 400, "prompt"),  # the vocabulary is 64
         (c, {**m, "prompt": [-1, 5]}, 400, "prompt"),
         (c, {**m, "prompt": []}, 400, "prompt"),

@@ -32,6 +32,13 @@ def ngram(tiny_dir):
         yield s
 
 
+@pytest.fixture(scope="module")
+def serial(tiny_dir, tiny_drafter_dir):
+    """One request at a time (`--max-batch 1`), as the engines other than the lean one serve."""
+    with serving(ServeConfig(target=tiny_dir, drafter=tiny_drafter_dir, gamma=3, threads=1, max_batch=1)) as s:
+        yield s
+
+
 def complete(server, prompt, **kw) -> dict:
     body = {"model": server.served.name, "prompt": prompt, "return_token_ids": True, **kw}
     status, _, out = server.post("/v1/completions", body)
@@ -39,7 +46,7 @@ def complete(server, prompt, **kw) -> dict:
     return out
 
 
-@pytest.mark.parametrize("which", ["server", "ngram"])
+@pytest.mark.parametrize("which", ["server", "ngram", "serial"])
 def test_greedy_answers_are_the_targets_ar_decoding(which, request):
     server = request.getfixturevalue(which)
     assert server.served.engine.drafter is not None
@@ -120,15 +127,14 @@ def test_concurrent_requests_are_each_answered_as_alone(server):
 
 @pytest.fixture
 def gated(server, monkeypatch):
-    """The engine's decoding held until the returned event is set."""
-    gate = threading.Event()
-    decode = server.served.engine._decode
+    """The engine's decoding rounds held until the returned event is set."""
+    gate, round_ = threading.Event(), engine_module.round_
 
-    def held(job):
+    def held(*args, **kw):
         assert gate.wait(20)
-        return decode(job)
+        return round_(*args, **kw)
 
-    monkeypatch.setattr(server.served.engine, "_decode", held)
+    monkeypatch.setattr(engine_module, "round_", held)
     yield gate
     gate.set()
 
@@ -146,35 +152,34 @@ def test_a_full_queue_answers_503_with_retry_after(server, gated, monkeypatch, m
     monkeypatch.setattr(engine, "max_queue", max_queue)
     assert engine.outstanding == 0  # the previous tests' requests no longer count once answered
     body = {"model": server.served.name, "prompt": [1, 5], "max_tokens": 4, "temperature": 0}
-    with ThreadPoolExecutor(max_queue + 1) as pool:
+    room = engine.slots + max_queue  # a batch's rows (held), max_queue waiting
+    with ThreadPoolExecutor(room) as pool:
         held = []
-        for i in range(max_queue + 1):  # one decoding (held), max_queue waiting
+        for i in range(room):
             held.append(pool.submit(server.post, "/v1/completions", body))
             wait_for(lambda: engine.outstanding == i + 1)
         status, headers, out = server.post("/v1/completions", body)
         assert_error(status, out, 503, code="server_busy")
         assert out["error"]["type"] == "server_error" and int(headers["retry-after"]) >= 1
         gated.set()
-        assert [f.result()[0] for f in held] == [200] * (max_queue + 1)
+        assert [f.result()[0] for f in held] == [200] * room
     assert engine.outstanding == 0
     assert complete(server, [1, 5], max_tokens=4, temperature=0)["usage"]["completion_tokens"] == 4
 
 
 @pytest.fixture
 def slowed(monkeypatch):
-    """Each decoding round takes 20 ms more; the generations the engine ran are recorded."""
-    gens, generate = [], engine_module.generate
+    """Each decoding round takes 20 ms more; the tokens each round emitted are recorded."""
+    emitted, round_ = [], engine_module.round_
 
-    def slow(*args, stream, **kw):
-        def late(new):
-            time.sleep(0.02)
-            return stream(new)
+    def slow(*args, **kw):
+        time.sleep(0.02)
+        out = round_(*args, **kw)
+        emitted.extend(new for _, new in out)
+        return out
 
-        gens.append(generate(*args, stream=late, **kw))
-        return gens[-1]
-
-    monkeypatch.setattr(engine_module, "generate", slow)
-    return gens
+    monkeypatch.setattr(engine_module, "round_", slow)
+    return emitted
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -188,9 +193,8 @@ def test_a_client_that_leaves_cancels_its_generation(server, slowed, stream):
     else:
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(url, json=body, timeout=0.5)
-    wait_for(lambda: slowed)
-    assert len(slowed[0].tokens) < 200  # ended early (whole: 240 tokens, 4 s or more; cancelled: a few dozen)
-    assert server.metric("draftwise_requests_cancelled_total") == cancelled + 1
+    wait_for(lambda: server.metric("draftwise_requests_cancelled_total") == cancelled + 1)
+    assert sum(map(len, slowed)) < 200  # ended early (whole: 240 tokens, 4 s or more; cancelled: a few dozen)
     out = complete(server, [1, 5], max_tokens=6, temperature=0)  # and the server goes on serving
     assert out["choices"][0]["token_ids"] == ar(server.served, [1, 5], 6)
 
@@ -214,7 +218,7 @@ def test_a_decoding_failure_answers_500_and_the_server_goes_on(server, monkeypat
     def broken(*args, **kw):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(engine_module, "generate", broken)
+    monkeypatch.setattr(engine_module, "round_", broken)
     body = {"model": server.served.name, "prompt": [1, 5], "max_tokens": 5, "temperature": 0}
     status, _, out = server.post("/v1/completions", body)
     err = assert_error(status, out, 500)

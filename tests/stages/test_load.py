@@ -20,6 +20,7 @@ PROMPTS = ["w1 w2 w3 w4 w5 w1 w2 w3", "w7 w8 w9 w7 w8 w9 w7", "w10 w11 w12 w13 w
 REQUEST_KEYS = {
     "kind", "server", "clients", "attempt", "client", "request", "prompt_id", "prompt_tokens", "new_tokens",
     "ttft_s", "wall_s", "start_s", "end_s", "ok", "error", "retries", "finish_reason", "drafted", "accepted",
+    "max_tokens",
 }  # fmt: skip
 
 
@@ -131,7 +132,8 @@ def test_a_killed_run_resumes_without_redoing_finished_blocks(tiny_dir, prompts,
 def test_failed_requests_and_503s_are_recorded_not_dropped(tiny_dir, tmp_path):
     path = tmp_path / "prompts.txt"  # the third prompt is past the tiny model's context of 256: a 400 answer
     path.write_text("\n".join(PROMPTS[:2] + [" ".join(["w3"] * 300)]) + "\n")
-    cfg = config(tiny_dir, str(path), servers=(serve(tiny_dir, " --max-queue 0"),), clients=(3,), requests=2)
+    one_at_a_time = serve(tiny_dir, " --max-queue 0 --max-batch 1")
+    cfg = config(tiny_dir, str(path), servers=(one_at_a_time,), clients=(3,), requests=2)
     out = load.run(cfg, tmp_path / "run")
     requests = [r for r in read(out) if r["kind"] == "request"]
     failed = [r for r in requests if not r["ok"]]
@@ -141,6 +143,16 @@ def test_failed_requests_and_503s_are_recorded_not_dropped(tiny_dir, tmp_path):
     block = json.loads((out / "summary.json").read_text())["blocks"][0]
     assert (block["ok"], block["failed"], block["lost"]) == (4, 2, 0) and block["retries"] > 0
     assert list(block["errors"].values()) == [2]
+
+
+def test_a_prompt_files_lines_ask_for_their_own_answer_lengths(tiny_dir, tmp_path):
+    """A mixed workload: each line's max_tokens is what its requests ask for (the others get --max-new-tokens)."""
+    path = tmp_path / "mixed.jsonl"
+    lines = [{"prompt": PROMPTS[0], "max_tokens": 3}, {"prompt": PROMPTS[1]}, {"prompt": PROMPTS[2], "max_tokens": 12}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = load.run(config(tiny_dir, str(path), clients=(3,), requests=1), tmp_path / "run")
+    got = {r["prompt_id"]: (r["max_tokens"], r["new_tokens"]) for r in read(out) if r["kind"] == "request"}
+    assert got == {"user/1": (3, 3), "user/2": (8, 8), "user/3": (12, 12)}
 
 
 @pytest.mark.parametrize(

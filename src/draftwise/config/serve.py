@@ -52,7 +52,17 @@ class ServeConfig:
     port: int = opt(8000, "the port to listen on (0: a free one, printed when the server is ready)")
     api_key: str | None = opt(None, "require `Authorization: Bearer KEY` on /v1/* and /metrics")
     served_model_name: str | None = opt(None, "the model name requests give (default: --target as given)")
-    max_queue: int = opt(16, "requests waiting beyond the one being decoded; past it a request gets 503 + Retry-After")
+    max_batch: int = opt(
+        8,
+        "requests decoded together (a continuous batch on the lean engine; 1: one at a time, as on the other "
+        "engines); γ shrinks as the batch grows, priced from the verify curve measured at start-up",
+    )
+    max_len: int = opt(
+        4096, "the most tokens a request's prompt and answer hold together (at most the model's context)"
+    )
+    max_queue: int = opt(
+        16, "requests waiting beyond the batch being decoded; past it a request gets 503 + Retry-After"
+    )
     max_body_bytes: int = opt(1 << 20, "the largest request body accepted (413 past it)")
     seed: int = like(BenchConfig, "seed")
     given: tuple[str, ...] = internal((), "the options the command line gave (they win over the export's)")
@@ -61,6 +71,8 @@ class ServeConfig:
         object.__setattr__(self, "given", tuple(self.given))
         if self.max_queue < 0 or self.max_body_bytes < 1 or not 0 <= self.port < 65536:
             raise DraftwiseError("need max_queue >= 0, max_body_bytes >= 1 and 0 <= port < 65536")
+        if self.max_batch < 1 or self.max_len < 2:
+            raise DraftwiseError(f"need max_batch >= 1 and max_len >= 2, got {self.max_batch} and {self.max_len}")
         self.bench()  # the decoding options are checked as bench checks them
 
     @staticmethod

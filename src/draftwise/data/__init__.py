@@ -215,7 +215,9 @@ def read_prompt_file(path: str | os.PathLike) -> list[Prompt]:
     A `.jsonl` file holds one JSON object a line with either a `prompt` string or a `turns` list of strings (the
     first turn is used, as for the packaged suites); optional `id` (or `question_id`) and `category`. Any other
     file is plain text, one prompt per non-blank line. Blank lines are skipped. Prompts get suite 'user',
-    category 'user' unless given, and id 'user/<given id>' or 'user/<line number>' (1-based).
+    category 'user' unless given, and id 'user/<given id>' or 'user/<line number>' (1-based). An optional
+    `max_tokens` (a positive integer: the answer's length in an OpenAI request log) is kept in `extra`; the load test
+    asks each request for its own.
     """
     p = Path(path)
     if not p.exists():
@@ -268,9 +270,13 @@ def _parse_jsonl_line(path: Path, n: int, line: str) -> Prompt:
         raise DraftwiseError(f"{where}: empty prompt")
     given_id = record.get("id", record.get("question_id"))
     category = record.get("category")
+    max_tokens = record.get("max_tokens")
+    if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 1):
+        raise DraftwiseError(f"{where}: `max_tokens` must be a positive integer, got {max_tokens!r}")
     return Prompt(
         id=f"user/{n if given_id is None else given_id}",
         suite="user",
         category="user" if category in (None, "") else str(category),
         text=text,
+        extra={} if max_tokens is None else {"max_tokens": max_tokens},
     )

@@ -60,9 +60,11 @@ static void add(float* x, const float* y, int64_t n) {
 }
 
 /* x [B, T, D] (updated in place), rot [*, hd/2] complex, k_cache / v_cache [B, KV, S, hd] (this layer's), start [B]
- * (first real position of each row; NULL: 0) */
+ * (first real position of each row; NULL: 0), poss [B] (each row's own position, written at that slot: a continuous
+ * batch's rows; NULL: every row at pos) */
 void draftwise_layer(const dw_layer* L, float* x, const float* rot, float* k_cache, float* v_cache, int64_t B,
-                     int64_t T, int64_t pos, const int64_t* start, int64_t S, int nthreads, int isa) {
+                     int64_t T, int64_t pos, const int64_t* start, const int64_t* poss, int64_t S, int nthreads,
+                     int isa) {
     const int64_t rows = B * T, D = L->o.N, F = L->down.K, nqkv = L->qkv.N, natt = L->H * L->hd;
     float* h = (float*)malloc(rows * D * sizeof(float));
     float* qkv = (float*)malloc(rows * nqkv * sizeof(float));
@@ -75,7 +77,7 @@ void draftwise_layer(const dw_layer* L, float* x, const float* rot, float* k_cac
     matmul(&L->qkv, h, qkv, rows, nthreads, isa);
     for (int64_t b = 0; b < B; b++)
         draftwise_attention(qkv + b * T * nqkv, rot, k_cache + b * L->KV * S * L->hd, v_cache + b * L->KV * S * L->hd,
-                            att + b * T * natt, T, pos, start ? start[b] : 0, L->H, L->KV, L->hd, S, L->scale,
+                            att + b * T * natt, T, poss ? poss[b] : pos, start ? start[b] : 0, L->H, L->KV, L->hd, S, L->scale,
                             nthreads, L->q_norm, L->k_norm, L->eps, L->window, L->softcap);
     matmul(&L->o, att, out, rows, nthreads, isa);
     if (L->ln_attn_out) draftwise_rms_norm(out, L->ln_attn_out, out, rows, D, L->eps);

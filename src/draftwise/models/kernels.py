@@ -82,7 +82,7 @@ def _kernel():
         [ctypes.POINTER(LayerStruct)]
         + [ctypes.c_void_p] * 4
         + [ctypes.c_int64] * 3
-        + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int]
+        + [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int]
     )
     return dll
 
@@ -193,7 +193,7 @@ def attention(
     rot,
     k_cache,
     v_cache,
-    pos: int,
+    pos: int | list[int],
     n_heads: int,
     head_dim: int,
     start: list[int] | None = None,
@@ -208,7 +208,8 @@ def attention(
     """Fast path of `lean.Layer`'s attention (see `draftwise_attention` in cpu_kernels.c).
 
     qkv [B, T, (H+2KV)*hd] (normed and rotated in place), rot [S, hd/2] complex, k_cache/v_cache [B, KV, S, hd]
-    -> [B, T, H*hd]; start[b]: first real position of row b (left padding before it); q_norm/k_norm [hd]: per-head
+    -> [B, T, H*hd], written at pos..pos+T-1 (pos[b] for row b when a list); start[b]: first real position of row b
+    (left padding before it); q_norm/k_norm [hd]: per-head
     RMSNorm weights applied before RoPE; window: keys of the last `window` positions only; softcap: score capping.
     """
     B, T, _ = qkv.shape
@@ -225,7 +226,7 @@ def attention(
             v_cache[b].data_ptr(),
             out[b].data_ptr(),
             T,
-            pos,
+            pos[b] if isinstance(pos, list) else pos,
             start[b] if start else 0,
             n_heads,
             kv,
@@ -327,14 +328,16 @@ def layer(
     rot: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    pos: int,
+    pos: int | list[int],
     start: list[int] | None,
 ) -> torch.Tensor:
     """A whole decoder layer (`lean.Layer.forward`'s fast path): x [B, T, D] -> [B, T, D]; k_cache, v_cache
-    [B, KV, S, hd] (this layer's), written at pos..pos+T-1; start[b]: row b's first real position."""
+    [B, KV, S, hd] (this layer's), written at pos..pos+T-1 (pos[b] for row b when a list: rows at their own
+    positions); start[b]: row b's first real position."""
     B, T, _ = x.shape
     x = x.contiguous().clone()  # updated in place by the kernel
     starts = None if start is None else torch.tensor(start, dtype=torch.int64)
+    poss = torch.tensor(pos, dtype=torch.int64) if isinstance(pos, list) else None
     _kernel().draftwise_layer(
         ctypes.byref(struct),
         x.data_ptr(),
@@ -343,8 +346,9 @@ def layer(
         v_cache.data_ptr(),
         B,
         T,
-        pos,
+        0 if poss is not None else pos,
         _ptr(starts),
+        _ptr(poss),
         k_cache.shape[2],
         torch.get_num_threads(),
         int8_isa(),

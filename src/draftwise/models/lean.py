@@ -69,10 +69,11 @@ class Layer(nn.Module):
             self._fused = (key, kernels.layer_struct(self, self.act_mul is gelu_tanh_mul))
         return self._fused[1]
 
-    def forward(self, x, rot, k_cache, v_cache, pos: int, mask, start: list[int] | None, positions=None):
+    def forward(self, x, rot, k_cache, v_cache, pos: int | list[int], mask, start: list[int] | None, positions=None):
         # x [B, T, D]; rot [S, hd/2] complex; k_cache, v_cache [B, KV, S, hd]; mask [B or 1, 1, T, pos+T] bool or None
         # (this layer's: a sliding window already applied); positions [B, T]: each row's own RoPE positions when cache
-        # slots and positions differ (batched SD)
+        # slots and positions differ (batched SD); pos a list: row b at its own position pos[b], slot = position (a
+        # continuous batch), mask then a list of each row's
         s = self.shape
         T = x.shape[1]
         fused = self.fused() if positions is None and T <= kernels.MAX_ROWS and kernels.fast_path(x) else None
@@ -98,6 +99,9 @@ class Layer(nn.Module):
                 window=self.window,
                 softcap=s.attn_softcap,
             )
+        elif isinstance(pos, list):  # each row alone, as at batch 1
+            rows = zip(pos, mask, qkv.split(1), k_cache.split(1), v_cache.split(1))
+            att = torch.cat([self.attention(q, rot[p : p + T, None, :], k, v, p, m) for p, m, q, k, v in rows])
         else:
             att = self.attention(qkv, rot[pos : pos + T, None, :], k_cache, v_cache, pos, mask)
         out = linear(att, self.wo, self.bo)  # att [B, T, H*hd]
@@ -242,11 +246,12 @@ class LeanLM(nn.Module):
     def forward(
         self,
         ids: torch.Tensor,
-        pos: int,
+        pos: int | list[int],
         n_logits: int | None = None,
         start: list[int] | None = None,
         positions: torch.Tensor | None = None,
         key_positions: torch.Tensor | None = None,
+        cache: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """`start[b]`: the first real position of row b, for batches of left-padded prompts (keys before it are
         ignored; RoPE is relative, so a row's absolute offset does not matter).
@@ -254,26 +259,27 @@ class LeanLM(nn.Module):
         Batched SD (`sd.rows`) decouples cache slots from positions: `pos` is then the first slot written, for every
         row alike; `positions` [B, T] the RoPE position of each token in its own row; `key_positions` [B, S] the
         position of the token each slot of the row holds, -1 where it holds none (keys are cached already rotated,
-        so slots a row leaves unused cost nothing but masked attention)."""
+        so slots a row leaves unused cost nothing but masked attention).
+
+        A continuous batch (`serve.batch`) gives each row its own position, `pos` a list, and the caches it keeps
+        (`cache`: k and v [L, B, KV, S, hd]); each row is then computed as it would be alone at batch 1."""
         B, T = ids.shape
-        if self.k_cache is None or self.k_cache.shape[1] != B or pos + T > self.max_len:
+        k_cache, v_cache = cache if cache is not None else (self.k_cache, self.v_cache)
+        end = (max(pos) if isinstance(pos, list) else pos) + T
+        if k_cache is None or k_cache.shape[1] != B or end > k_cache.shape[3]:
             raise ValueError(
-                f"KV cache holds {self.max_len} positions for batch "
-                f"{self.k_cache.shape[1] if self.k_cache is not None else 0}; "
-                f"need {pos + T} for batch {B}: call reset() first"
+                f"KV cache holds {0 if k_cache is None else k_cache.shape[3]} positions for batch "
+                f"{k_cache.shape[1] if k_cache is not None else 0}; need {end} for batch {B}: call reset() first"
             )
         x = self.embed_tokens(ids)  # [B, T, D]
-        masks = {
-            w: self._mask(T, pos, start, positions, key_positions, w) for w in {layer.window for layer in self.layers}
-        }
-        if positions is not None:
-            self.rotations(int(positions.max()) + 1)
+        masks = {w: self._masks(T, pos, start, positions, key_positions, w) for w in {la.window for la in self.layers}}
+        self.rotations(end if positions is None else int(positions.max()) + 1)
         for i, layer in enumerate(self.layers):
             x = layer(
                 x,
                 self._rot[layer.rope_key],
-                self.k_cache[i],
-                self.v_cache[i],
+                k_cache[i],
+                v_cache[i],
                 pos,
                 masks[layer.window],
                 start,
@@ -290,6 +296,12 @@ class LeanLM(nn.Module):
         """The residual stream's input: ids [B, T] -> [B, T, D] (× √d in the families that scale it)."""
         x = F.embedding(ids, self.embed)
         return x if self.embed_scale is None else x * self.embed_scale
+
+    def _masks(self, T: int, pos: int | list[int], start, positions, key_positions, window: int | None):
+        """`_mask`, or each row's when rows are at their own positions (`pos` a list)."""
+        if isinstance(pos, list):
+            return [self._mask(T, p, None, None, None, window) for p in pos]
+        return self._mask(T, pos, start, positions, key_positions, window)
 
     def _mask(self, T: int, pos: int, start, positions, key_positions, window: int | None) -> torch.Tensor | None:
         """Which keys each query sees, [B or 1, 1, T, pos+T] bool, for layers with this window (None: when causal

@@ -3,7 +3,9 @@ llama-cpp-python's server use) decoding with one drafter on one engine — the d
 
   app.py       the routes: /v1/completions, /v1/chat/completions (SSE streaming), /v1/models, /health, /metrics
   protocol.py  OpenAI's request and response objects, and its error object
-  engine.py    the worker thread that decodes queued requests with `sd.loop.generate`, one at a time
+  engine.py    the loop that decodes queued requests: a continuous batch on the lean engine, else one at a time
+  batch.py     the continuous batch: rows of one KV cache, each at its own position, and a round over them
+  policy.py    γ per batch size, priced from the verify curve measured at start-up
   text.py      tokens to text as they arrive, with stop strings
   metrics.py   the Prometheus counters
 
@@ -26,7 +28,6 @@ import uvicorn
 from .. import specs
 from ..config import ServeConfig
 from ..config.serve import from_export
-from ..sd.sampling import SamplingParams
 from ..stages.bench import load_models
 from ..stages.bench_methods import round_scheduler
 from .app import Served, create_app
@@ -46,10 +47,21 @@ def build(config: ServeConfig) -> Served:
     target, drafter = load_models(bench)
     scheduler = round_scheduler(bench, target) if drafter and config.schedule else None
     metrics = ServerMetrics()
-    engine = Engine(target, drafter, config.gamma, config.draft_stop, scheduler, config.max_queue, metrics)
-    with torch.inference_mode():  # kernels compiled, caches allocated, weights paged in: the first request is no slower
-        engine.generate(target.encode("Hello") or [0], SamplingParams(0.0), WARMUP_TOKENS, seed=0)
-    return Served(engine, metrics, config.model_name, config.api_key, config.max_body_bytes)
+    context = min(config.max_len, int(getattr(target.config, "max_position_embeddings", 0) or config.max_len))
+    engine = Engine(
+        target,
+        drafter,
+        config.gamma,
+        config.draft_stop,
+        scheduler,
+        config.max_queue,
+        metrics,
+        config.max_batch,
+        context,
+    )
+    with torch.inference_mode():
+        engine.warm(target.encode("Hello") or [0], WARMUP_TOKENS)
+    return Served(engine, metrics, config.model_name, config.api_key, config.max_body_bytes, context)
 
 
 def listen(host: str, port: int) -> socket.socket:

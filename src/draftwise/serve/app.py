@@ -29,6 +29,7 @@ from .protocol import (
     CompletionRequest,
     choice,
     envelope,
+    logprobs_object,
     new_id,
     parse,
     sse,
@@ -43,11 +44,16 @@ POLL_S = 0.25  # how often a plain (not streamed) request checks that its client
 class Served:
     """What the routes need: the engine, the served name, the tokenizer and the limits."""
 
-    def __init__(self, engine: Engine, metrics: ServerMetrics, name: str, api_key: str | None, max_body: int):
+    def __init__(
+        self, engine: Engine, metrics: ServerMetrics, name: str, api_key: str | None, max_body: int, context: int = 0
+    ):
         self.engine, self.metrics, self.name, self.api_key, self.max_body = engine, metrics, name, api_key, max_body
         target = engine.target
         self.tokenizer, self.vocab = target.tokenizer, target.vocab_size
-        self.context = int(getattr(target.config, "max_position_embeddings", 0) or 2048)
+        self.context = context or int(getattr(target.config, "max_position_embeddings", 0) or 2048)
+
+    def decode(self, token: int) -> str:
+        return self.tokenizer.decode([token])
 
     def authorize(self, request: Request) -> None:
         if self.api_key is None:
@@ -123,7 +129,10 @@ class Served:
                 param="model",
                 code="model_not_found",
             )
-        ids = self.prompt_ids(req)
+        ids, logprobs = self.prompt_ids(req), req.logprob_count()
+        if logprobs is not None and self.engine.batch is None:
+            raise ApiError(400, "logprobs: served by the lean engine's batch only (--max-batch > 1)", param="logprobs")
+        rid = request.headers.get("x-request-id") or new_id("chatcmpl" if chat else "cmpl")
         job = Job(
             ids,
             SamplingParams(req.temperature, req.top_p),
@@ -131,6 +140,8 @@ class Served:
             req.seed if req.seed is not None else secrets.randbits(32),
             TextStream(self.tokenizer, req.stops()),
             asyncio.get_running_loop(),
+            logprobs=logprobs,
+            request_id=rid,
         )
         try:
             self.engine.submit(job)
@@ -138,13 +149,13 @@ class Served:
             err = ApiError(503, str(e), type="server_error", code="server_busy")
             err.headers["Retry-After"] = str(e.retry_after)
             raise err from None
-        rid = new_id("chatcmpl" if chat else "cmpl")
+        headers = {"x-request-id": rid}
         if req.stream:
-            return StreamingResponse(self.events(job, req, chat, rid), media_type="text/event-stream")
-        return JSONResponse(await self.whole(job, req, chat, rid, request))
+            return StreamingResponse(self.events(job, req, chat, rid), media_type="text/event-stream", headers=headers)
+        return JSONResponse(await self.whole(job, req, chat, rid, request), headers=headers)
 
     async def whole(self, job: Job, req, chat: bool, rid: str, request: Request) -> dict:
-        text, loop = [], asyncio.get_running_loop()
+        text, logprobs, loop = [], [], asyncio.get_running_loop()
         checked = loop.time()
         while True:
             try:
@@ -163,15 +174,17 @@ class Served:
                 raise ApiError(500, event.message, type="server_error")
             if isinstance(event, Delta):
                 text.append(event.text)
+                logprobs += event.logprobs or []
                 continue
             gen = event.generation
-            self.done(req, event, "whole")
+            self.done(req, event, "whole", rid)
             ids = gen.tokens if req.return_token_ids else None
+            lp = logprobs_object(chat, logprobs, self.decode) if job.logprobs is not None else None
             return envelope(
                 chat,
                 rid,
                 self.name,
-                [choice(chat, "".join(text), event.finish_reason, ids, delta=False)],
+                [choice(chat, "".join(text), event.finish_reason, ids, delta=False, logprobs=lp)],
                 chunk=False,
                 usage=usage(gen.prompt_tokens, len(gen.tokens)),
                 draftwise=stats(gen),
@@ -180,6 +193,7 @@ class Served:
     async def events(self, job: Job, req, chat: bool, rid: str):
         """The server-sent events of a streamed request; leaving early (the client went away) cancels the job."""
         ids = lambda tokens: tokens if req.return_token_ids else None  # noqa: E731
+        offset = 0  # text given out so far: a completion's logprobs give each token's offset in it
         try:
             while True:
                 event = await job.events.get()
@@ -187,29 +201,29 @@ class Served:
                     yield sse(ApiError(500, event.message, type="server_error").body())
                     break
                 if isinstance(event, Delta):
-                    if event.text or req.return_token_ids:
-                        yield sse(
-                            envelope(
-                                chat, rid, self.name, [choice(chat, event.text, None, ids(event.tokens), True)], True
-                            )
-                        )
+                    lp = logprobs_object(chat, event.logprobs, self.decode, offset) if event.logprobs else None
+                    offset += len(event.text)
+                    if event.text or req.return_token_ids or lp:
+                        part = choice(chat, event.text, None, ids(event.tokens), True, logprobs=lp)
+                        yield sse(envelope(chat, rid, self.name, [part], True))
                     continue
                 gen = event.generation
                 yield sse(envelope(chat, rid, self.name, [choice(chat, "", event.finish_reason, ids([]), True)], True))
                 if req.stream_options and req.stream_options.include_usage:
                     extra = {"usage": usage(gen.prompt_tokens, len(gen.tokens)), "draftwise": stats(gen)}
                     yield sse(envelope(chat, rid, self.name, [], True, **extra))
-                self.done(req, event, "stream")
+                self.done(req, event, "stream", rid)
                 break
             yield sse(b"[DONE]")
         finally:
             job.cancel()  # a no-op once finished; a client that left ends its generation after the current round
 
-    def done(self, req, event: Done, how: str) -> None:
+    def done(self, req, event: Done, how: str, rid: str) -> None:
         gen = event.generation
         self.metrics.requests.labels("200").inc()
         log.info(
-            "200 %s %d+%d tokens %.2f s (%.1f tokens/s) %s",
+            "200 %s %s %d+%d tokens %.2f s (%.1f tokens/s) %s",
+            rid,
             how,
             gen.prompt_tokens,
             len(gen.tokens),

@@ -51,6 +51,16 @@ class ServerMetrics:
         self.alpha = Gauge("draftwise_spec_decode_alpha", "accepted / drafted tokens", registry=r)
         self.queue_depth = Gauge("draftwise_queue_depth", "requests waiting to be decoded", registry=r)
         self.running = Gauge("draftwise_requests_running", "requests being decoded", registry=r)
+        self.batch_size = Gauge("draftwise_batch_size", "requests in the last round's batch", registry=r)
+        self.gamma = Gauge("draftwise_spec_decode_gamma", "lookahead γ of the last round (0: plain)", registry=r)
+        by = ["batch"]
+        self.batch_drafted = Counter(
+            "draftwise_spec_decode_draft_tokens_by_batch", "tokens drafted, by batch size", by, registry=r
+        )
+        self.batch_accepted = Counter(
+            "draftwise_spec_decode_accepted_tokens_by_batch", "drafted tokens kept, by batch size", by, registry=r
+        )
+        self.batch_rounds = Counter("draftwise_rounds_by_batch", "rounds, by batch size", by, registry=r)
         self.ttft = Histogram(
             "draftwise_time_to_first_token_seconds",
             "arrival to the first generated token (queueing included)",
@@ -76,6 +86,14 @@ class ServerMetrics:
         self.tokens_per_s.set(t["tokens"] / t["seconds"] if t["seconds"] else 0.0)
         self.tar.set(t["tokens"] / t["rounds"] if t["rounds"] else 0.0)
         self.alpha.set(t["accepted"] / t["drafted"] if t["drafted"] else 0.0)
+
+    def round(self, n: int, gamma: int, drafted: int, accepted: int) -> None:
+        """A round of the continuous batch: its size, its γ, what its rows drafted and kept."""
+        self.batch_size.set(n)
+        self.gamma.set(gamma)
+        self.batch_rounds.labels(str(n)).inc()
+        self.batch_drafted.labels(str(n)).inc(drafted)
+        self.batch_accepted.labels(str(n)).inc(accepted)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

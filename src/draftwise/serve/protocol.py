@@ -2,8 +2,10 @@
 and the error object every 4xx/5xx carries (`{"error": {"message", "type", "param", "code"}}`).
 
 Fields OpenAI defines that change nothing here (`user`, `presence_penalty` at 0, ...) are accepted and ignored; those
-the server cannot honour (`n` > 1, `logprobs`, `echo`, `best_of` > 1, a batch of prompts) are refused in one line
-rather than silently dropped. `return_token_ids` (as vLLM has it) adds the generated token ids to each choice.
+the server cannot honour (`n` > 1, `echo`, `best_of` > 1, a batch of prompts) are refused in one line rather than
+silently dropped. `return_token_ids` (as vLLM has it) adds the generated token ids to each choice. Log-probabilities
+(`logprobs`, `top_logprobs`) are the target's raw distribution at each emitted token, before temperature and top-p (as
+vLLM reports them by default): what the verify pass computed, equal to AR's.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import uuid
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
+LOGPROBS_MAX = 20  # top_logprobs: OpenAI's limit
 
 
 class ApiError(Exception):
@@ -49,6 +52,10 @@ class Sampling(BaseModel):
     n: int = 1
     return_token_ids: bool = False
 
+    def logprob_count(self) -> int | None:
+        """None: no log-probabilities asked; k: each token's and the k most likely tokens' at its position."""
+        return None
+
     def stops(self) -> tuple[str, ...]:
         stops = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
         if len(stops) > 4:
@@ -59,9 +66,12 @@ class Sampling(BaseModel):
 class CompletionRequest(Sampling):
     prompt: str | list[int] | list[str] | list[list[int]]
     echo: bool = False
-    logprobs: int | None = None
+    logprobs: int | None = Field(None, ge=0, le=LOGPROBS_MAX)
     best_of: int | None = None
     suffix: str | None = None
+
+    def logprob_count(self) -> int | None:
+        return self.logprobs
 
 
 class Message(BaseModel):
@@ -79,7 +89,13 @@ class Message(BaseModel):
 class ChatRequest(Sampling):
     messages: list[Message] = Field(min_length=1)
     logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=LOGPROBS_MAX)
     max_completion_tokens: int | None = None
+
+    def logprob_count(self) -> int | None:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 def parse(body: bytes, cls: type[Sampling]) -> Sampling:
@@ -98,14 +114,13 @@ def parse(body: bytes, cls: type[Sampling]) -> Sampling:
         raise ApiError(400, f"{where}: {err['msg']}", param=where) from None
     unsupported = {
         "n": req.n != 1,
-        "logprobs": bool(getattr(req, "logprobs", None)),
         "echo": getattr(req, "echo", False),
         "best_of": (getattr(req, "best_of", None) or 1) != 1,
         "suffix": getattr(req, "suffix", None) is not None,
     }
     for name, given in unsupported.items():
         if given:
-            raise ApiError(400, f"{name}: not supported by this server (one choice, no log-probabilities)", param=name)
+            raise ApiError(400, f"{name}: not supported by this server (one choice per request)", param=name)
     if isinstance(req.prompt if isinstance(req, CompletionRequest) else "", list) and req.prompt:
         if not all(isinstance(t, int) for t in req.prompt):
             raise ApiError(400, "prompt: one prompt per request (a string or a list of token ids)", param="prompt")
@@ -124,13 +139,20 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
     }
 
 
-def choice(chat: bool, text: str, finish_reason: str | None, token_ids: list[int] | None, delta: bool) -> dict:
+def choice(
+    chat: bool,
+    text: str,
+    finish_reason: str | None,
+    token_ids: list[int] | None,
+    delta: bool,
+    logprobs: dict | None = None,
+) -> dict:
     """One choice: of a whole response, or of a streamed chunk (`delta`: the text since the last chunk)."""
     if chat:
         message = {"role": "assistant", "content": text}
-        out = {"index": 0, "delta" if delta else "message": message}
+        out = {"index": 0, "delta" if delta else "message": message, "logprobs": logprobs}
     else:
-        out = {"index": 0, "text": text, "logprobs": None}
+        out = {"index": 0, "text": text, "logprobs": logprobs}
     out["finish_reason"] = finish_reason
     if token_ids is not None:
         out["token_ids"] = token_ids
@@ -145,3 +167,23 @@ def envelope(chat: bool, rid: str, model: str, choices: list[dict], chunk: bool,
 def sse(obj) -> bytes:
     """One server-sent event: `data: <json>` (or `data: [DONE]`) and a blank line."""
     return b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+
+
+def logprobs_object(chat: bool, items: list[dict], decode, offset: int = 0) -> dict:
+    """OpenAI's logprobs of a choice from the engine's items (`serve.batch.token_logprobs`: token, logprob, top as
+    (id, logprob) pairs); `decode` turns an id into its text; `offset`: the text's length before these tokens."""
+    if chat:
+        entry = lambda t, lp: {"token": decode(t), "logprob": lp, "bytes": list(decode(t).encode())}  # noqa: E731
+        return {
+            "content": [
+                {**entry(i["token"], i["logprob"]), "top_logprobs": [entry(*x) for x in i["top"]]} for i in items
+            ]
+        }
+    texts = [decode(i["token"]) for i in items]
+    starts = [offset + sum(len(t) for t in texts[:k]) for k in range(len(texts))]
+    return {
+        "tokens": texts,
+        "token_logprobs": [i["logprob"] for i in items],
+        "top_logprobs": [{decode(t): lp for t, lp in i["top"]} for i in items],
+        "text_offset": starts,
+    }

@@ -41,12 +41,14 @@ DEFINITIONS = """Per (server, clients) block, from its request records: sent = c
 answered with their tokens; failed = requests that got an error (each recorded with it); lost = sent - ok - failed
 (requests with no record: 0 unless the client side broke). retries: 503 answers (queue full) retried after their
 Retry-After. TTFT: seconds from a request's first send (503 waits included) to the first event carrying a token, p50
-and p99 over the ok requests. tokens/s per client: the mean over clients of the client's new tokens / its busy time
-(the sum of its requests' wall times). aggregate tokens/s: every new token of the block / the block's wall time, first
-send to last answer. vs llama-server: aggregate over that of the first plain llama-server (no ARGS) at the same
-clients. drafted, alpha: the tokens the server says it drafted and the share of them accepted (draftwise's stats,
-llama-server's timings), over the ok requests. load_avg: the machine's 1-minute load average at the block's start and
-end (its block record): the clients and the server's threads count in it; more means other work shared the cores."""
+and p99 over the ok requests. TPOT (time per output token, vLLM's): (a request's wall time - its TTFT) / (its new
+tokens - 1), p50 and p99 over the ok requests of 2 tokens or more. tokens/s per client: the mean over clients of the
+client's new tokens / its busy time (the sum of its requests' wall times). aggregate tokens/s: every new token of the
+block / the block's wall time, first send to last answer. vs llama-server: aggregate over that of the first plain
+llama-server (no ARGS) at the same clients. drafted, alpha: the tokens the server says it drafted and the share of them
+accepted (draftwise's stats, llama-server's timings), over the ok requests. load_avg: the machine's 1-minute load
+average at the block's start and end (its block record): the clients and the server's threads count in it; more means
+other work shared the cores."""
 
 
 def tokenizer_model(target: str) -> Model:
@@ -62,22 +64,23 @@ def tokenizer_model(target: str) -> Model:
     return Model(target, config, tokenizer, None, "tokenizer", path)
 
 
-def encode_prompts(config: LoadConfig, target: Model) -> list[tuple[str, list[int]]]:
-    """(prompt id, token ids) of every prompt, as bench encodes them."""
+def encode_prompts(config: LoadConfig, target: Model) -> list[tuple[str, list[int], int]]:
+    """(prompt id, token ids, new tokens asked) of every prompt, as bench encodes them: a prompt file's line asks
+    for its own `max_tokens` (a mixed workload), else --max-new-tokens."""
     if config.prompts:
         prompts = data.read_prompt_file(config.prompts)[: config.limit]
     else:
         prompts = data.load_prompts(config.suite, config.split, config.limit)
-    encoded = [(p.id, target.encode(p.text)) for p in prompts]
-    empty = [pid for pid, ids in encoded if not ids]
+    encoded = [(p.id, target.encode(p.text), p.extra.get("max_tokens", config.max_new_tokens)) for p in prompts]
+    empty = [pid for pid, ids, _ in encoded if not ids]
     if not encoded or empty:
         raise DraftwiseError(f"prompt {empty[0]} encodes to no tokens" if empty else "no prompts to send")
     return encoded
 
 
-def context_per_slot(prompts: list[tuple[str, list[int]]], config: LoadConfig) -> int:
-    """llama-server's KV positions per slot: the longest prompt, its continuation and room for drafts, in 256s."""
-    need = max(len(ids) for _, ids in prompts) + config.max_new_tokens + 32
+def context_per_slot(prompts: list[tuple[str, list[int], int]]) -> int:
+    """llama-server's KV positions per slot: the longest request (prompt and answer) and room for drafts, in 256s."""
+    need = max(len(ids) + n for _, ids, n in prompts) + 32
     return max(512, -(-need // 256) * 256)
 
 
@@ -93,7 +96,7 @@ def run(config: LoadConfig, out: str | Path) -> Path:
         tried.setdefault((r["server"], r["clients"]), set()).add(r["attempt"])
     todo = [(s, c) for c in config.clients for s in config.servers if (s, c) not in done]
     llama = any(server_args(s)[0] == LLAMA_SERVER for s, _ in todo)
-    gguf, n_ctx = (peers.target_gguf(target) if llama else None), context_per_slot(prompts, config)
+    gguf, n_ctx = (peers.target_gguf(target) if llama else None), context_per_slot(prompts)
     total = sum(c * config.requests for _, c in todo)
     bar = tqdm(total=total, desc="load-test", unit="req", file=sys.stderr, dynamic_ncols=True, disable=not todo)
     try:
@@ -148,6 +151,7 @@ def figures(reqs: list[dict], clients: int, requests: int) -> dict:
     """One block's figures from its request records (see DEFINITIONS)."""
     ok = [r for r in reqs if r["ok"]]
     ttft = [r["ttft_s"] for r in ok]
+    tpot = [(r["wall_s"] - r["ttft_s"]) / (r["new_tokens"] - 1) for r in ok if r["new_tokens"] > 1]
     per_client = []
     for k in range(clients):
         theirs = [r for r in reqs if r["client"] == k]
@@ -171,6 +175,8 @@ def figures(reqs: list[dict], clients: int, requests: int) -> dict:
         "wall_s": span,
         "ttft_p50_s": float(np.percentile(ttft, 50)) if ttft else None,
         "ttft_p99_s": float(np.percentile(ttft, 99)) if ttft else None,
+        "tpot_p50_s": float(np.percentile(tpot, 50)) if tpot else None,
+        "tpot_p99_s": float(np.percentile(tpot, 99)) if tpot else None,
         "tokens_per_s_per_client": float(np.mean(per_client)) if per_client else None,
         "aggregate_tokens_per_s": tokens / span if span > 0 else None,
         "drafted": drafted,
@@ -185,11 +191,13 @@ def format_table(summary: dict) -> str:
 
     w = max([8] + [len(b["server"]) + 2 for b in summary["blocks"]])
     cols = f"{'clients':>8}{'ok':>6}{'failed':>7}{'lost':>5}{'503s':>5}{'TTFT p50':>10}{'TTFT p99':>10}"
+    cols += f"{'TPOT p50':>10}{'TPOT p99':>10}"
     lines = [f"{'server':<{w}}{cols}{'tok/s/client':>13}{'aggregate':>10}{'vs llama-server':>16}{'load':>10}"]
     for b in summary["blocks"]:
         lines.append(
             f"{b['server']:<{w}}{b['clients']:>8}{b['ok']:>6}{b['failed']:>7}{b['lost']:>5}{b['retries']:>5}"
             f"{fmt(b['ttft_p50_s'], '.3f', ' s'):>10}{fmt(b['ttft_p99_s'], '.3f', ' s'):>10}"
+            f"{fmt(b.get('tpot_p50_s'), '.4f', ' s'):>10}{fmt(b.get('tpot_p99_s'), '.4f', ' s'):>10}"
             f"{fmt(b['tokens_per_s_per_client'], '.1f'):>13}{fmt(b['aggregate_tokens_per_s'], '.1f'):>10}"
             f"{fmt(b['vs_llama_server'], '.2f', 'x'):>16}{'/'.join(f'{x:.1f}' for x in b['load_avg'] or ()):>10}"
         )

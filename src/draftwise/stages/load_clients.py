@@ -165,13 +165,13 @@ def _wrong(kind: str, got, request: dict) -> str | None:
 
 @dataclass(frozen=True)
 class Block:
-    """One (server, clients) block's inputs: the prompts (id, token ids) every server gets alike."""
+    """One (server, clients) block's inputs: the prompts (id, token ids, new tokens asked) every server gets alike."""
 
     spec: str
     clients: int
     attempt: int
     config: LoadConfig
-    prompts: list[tuple[str, list[int]]]
+    prompts: list[tuple[str, list[int], int]]
 
     def prompt_of(self, client: int, request: int) -> int:
         return (client * self.config.requests + request) % len(self.prompts)
@@ -189,7 +189,7 @@ def run_block(block: Block, server: LocalServer, append: Callable[[dict], None],
         server.start()
         ready = time.perf_counter()
         model = model_id(server)
-        warm = body(kind, model, block.prompts[0][1], min(WARMUP_TOKENS, c.max_new_tokens), c, c.seed)
+        warm = body(kind, model, block.prompts[0][1], min(WARMUP_TOKENS, block.prompts[0][2]), c, c.seed)
         warm = send(server, kind, warm, c.timeout, stop)
         if not warm["ok"]:
             raise DraftwiseError(f"{block.spec}: the warm-up request failed: {warm['error']}")
@@ -243,8 +243,8 @@ def _client(block: Block, server, kind: str, k: int, model: str, go, stop, answe
             if stop.is_set():
                 return
             i = block.prompt_of(k, j)
-            prompt_id, ids = block.prompts[i]
-            got = send(server, kind, body(kind, model, ids, c.max_new_tokens, c, c.seed + i), c.timeout, stop)
+            prompt_id, ids, max_tokens = block.prompts[i]
+            got = send(server, kind, body(kind, model, ids, max_tokens, c, c.seed + i), c.timeout, stop)
             answers.put(
                 {
                     "kind": "request",
@@ -255,6 +255,7 @@ def _client(block: Block, server, kind: str, k: int, model: str, go, stop, answe
                     "request": j,
                     "prompt_id": prompt_id,
                     "prompt_tokens": len(ids),
+                    "max_tokens": max_tokens,
                     **got,
                 }
             )

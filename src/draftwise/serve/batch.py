@@ -1,0 +1,150 @@
+"""A continuous batch: the requests the server decodes together, each in a row of one KV cache at its own position.
+
+Between rounds, waiting requests join (each prompt prefilled alone into a free row) and finished ones leave (the last
+row moves into the freed one, so rows 0..n-1 are the live ones and a pass covers only them). A round is the loop's
+(`sd.loop.generate`), on every row at once: each row proposes its drafts (up to the γ the policy gives this batch
+size), one target pass covers every row's pending token and drafts (padded to the longest block: a pad's keys land
+past the row's tokens, where its next pass writes over them, as a rejected draft's do), and each row settles its own
+verdict with its own generator. The lean engine computes each row as it would alone at batch 1 (`LeanLM.forward` with
+per-row positions), so a greedy request gets AR's tokens whatever joins or leaves beside it, and a sampled one follows
+the target as it would alone.
+
+A model drafter (or a hybrid, a feature head) holds one cache of its own, so only a request alone in the batch drafts
+with it (its session started from the sequence so far); with others beside it the round is plain decoding — what the
+paper's batch finding says pays anyway. A lookup drafts for every row, from that row's own index.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..sd.drafters import Draft
+from ..sd.loop import Generation, Round, settle
+from ..sd.sampling import SamplingParams
+
+
+@dataclass
+class Seq:
+    """One request in the batch: its sequence (prompt and emitted tokens), how much of it the cache holds, and its
+    drafter session (None: not drafting now)."""
+
+    job: object  # engine.Job
+    tokens: list[int]
+    generator: torch.Generator
+    out: Generation
+    length: int = 0
+    session: object | None = None
+    plans: object | None = None  # the round scheduler's session (`sd.schedule`), while drafting alone
+    logprobs: list[dict] = field(default_factory=list)  # this round's, when the request asked for them
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def params(self) -> SamplingParams:
+        return self.job.params
+
+    @property
+    def room(self) -> int:
+        return self.job.max_tokens - len(self.out.tokens)
+
+
+class Batch:
+    """Rows of one KV cache ([L, slots, KV, max_len + spare, hd], allocated untouched: only what rows write is paged
+    in). A row holds up to `max_len` tokens; `spare`: the widest block a round may pad a row with past its end."""
+
+    def __init__(self, lm, slots: int, max_len: int, spare: int = 0):
+        s, layers = lm.shape, len(lm.layers)
+        size = (layers, slots, s.num_kv_heads, max_len + spare, s.head_dim)
+        self.lm, self.slots, self.max_len = lm, slots, max_len
+        self.k, self.v = torch.empty(size, dtype=lm.dtype), torch.empty(size, dtype=lm.dtype)
+        lm.rotations(max_len + spare)
+        self.seqs: list[Seq] = []
+
+    def cache(self, rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.k[:, rows], self.v[:, rows]
+
+    def join(self, seq: Seq) -> None:
+        """Prefill the request's prompt but its last token into the next free row."""
+        b, start = len(self.seqs), time.perf_counter()
+        if len(seq.tokens) > 1:
+            ids = torch.tensor([seq.tokens[:-1]])
+            self.lm.forward(ids, [0], 0, cache=self.cache(slice(b, b + 1)))
+        seq.length = len(seq.tokens) - 1
+        seq.out.prefill_s = time.perf_counter() - start
+        self.seqs.append(seq)
+
+    def leave(self, seq: Seq) -> None:
+        """The row of `seq` is free; the last row moves into it (its cache rows copied)."""
+        b, last = self.seqs.index(seq), len(self.seqs) - 1
+        if b != last:
+            n = self.seqs[last].length
+            self.k[:, b, :, :n] = self.k[:, last, :, :n]
+            self.v[:, b, :, :n] = self.v[:, last, :, :n]
+            self.seqs[b] = self.seqs[last]
+        self.seqs.pop()
+
+    def verify(self, blocks: list[list[int]]) -> torch.Tensor:
+        """One target pass: row b's block (its pending token and drafts) at its own position -> logits [n, T, V]."""
+        n, width = len(blocks), max(map(len, blocks))
+        ids = torch.tensor([block + block[-1:] * (width - len(block)) for block in blocks])
+        pos = [seq.length for seq in self.seqs]
+        return self.lm.forward(ids, pos, None, cache=self.cache(slice(0, n)))
+
+
+def propose(batch: Batch, gamma: int, stop_below: float) -> list[tuple[Draft, object]]:
+    """Each row's drafts for this round (empty where it has no session or nothing to propose), and the round
+    scheduler's plan for them where the row has its session."""
+    out = []
+    for seq in batch.seqs:
+        g, draft, plan = min(gamma, seq.room - 1), Draft(), None
+        if seq.session is not None and g > 0:
+            draft = seq.session.propose({0: seq.tokens}, g, seq.params, seq.generator, stop_below)[0]
+        if seq.plans is not None and draft.tokens and len(batch.seqs) == 1:  # its curve is batch 1's
+            draft, plan = seq.plans.plan(draft)
+        out.append((draft, plan))
+    return out
+
+
+def round_(batch: Batch, gamma: int, stop_below: float, eos: frozenset[int]) -> list[tuple[Seq, list[int]]]:
+    """One round over every row: (each row, the tokens it emitted), in row order. Every row's Round carries the
+    batch's draft and verify time: each waited for the whole round."""
+    t_round = time.perf_counter()
+    drafts = propose(batch, gamma, stop_below)
+    t_drafted = time.perf_counter()
+    logits = batch.verify([seq.tokens[seq.length :] + d.tokens for seq, (d, _) in zip(batch.seqs, drafts)])
+    settled = []
+    for seq, (draft, plan), rows in zip(batch.seqs, drafts, logits):
+        g = len(draft.tokens)
+        verdict, new = settle(draft, rows[: g + 1], seq.params, seq.generator, seq.room, eos)
+        decided = seq.plans.observe(plan, rows[: g + 1], seq.params, verdict.accepted, len(new)) if plan else None
+        if seq.job.logprobs is not None:
+            seq.logprobs = token_logprobs(rows[: len(new)], new, seq.job.logprobs)
+        seq.tokens += new
+        seq.out.tokens += new
+        seq.length = len(seq.tokens) - 1  # the last token is fed next round
+        if seq.session is not None:
+            seq.session.keep(0, seq.length)
+        settled.append((seq, new, (g, verdict.accepted, len(new), draft.source if g else "", decided)))
+    t_end = time.perf_counter()
+    for seq, _, (g, accepted, emitted, source, decided) in settled:
+        seq.out.rounds.append(Round(g, accepted, emitted, t_drafted - t_round, t_end - t_drafted, source, decided))
+    return [(seq, new) for seq, new, _ in settled]
+
+
+def token_logprobs(rows: torch.Tensor, tokens: list[int], top: int) -> list[dict]:
+    """OpenAI's logprobs of each emitted token: its log-probability under the target (the raw distribution, before
+    temperature and top-p, as vLLM reports by default) and the `top` most likely tokens' at that position."""
+    lp = torch.log_softmax(rows.float(), dim=-1)  # [n, V]
+    out = []
+    for row, token in zip(lp, tokens):
+        best = row.topk(top) if top else None
+        out.append(
+            {
+                "token": token,
+                "logprob": float(row[token]),
+                "top": [] if best is None else list(zip(best.indices.tolist(), best.values.tolist())),
+            }
+        )
+    return out

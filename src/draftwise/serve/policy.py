@@ -1,0 +1,79 @@
+"""How far the server speculates at each batch size: the paper's batch finding as a live policy, priced from curves
+measured on this machine.
+
+At batch 1 the server drafts as it was told (the design measured that γ on this runtime, or the user chose it). With
+n rows decoding together, one round costs a target pass over n blocks of γ+1 tokens; its cost against a plain step
+of those n rows is what `verify_curve` measures at start-up (the lean engine's pass grows with its rows once the
+weights are no longer the whole cost: the verify pass over γ+1 tokens at batch 7 cost 1.6–2.6 AR steps, docs/results.md,
+Batch dividend). Each row then gains E(γ) = (1 − α^(γ+1)) / (1 − α) tokens a round at acceptance α, the acceptance
+measured so far (drafted tokens kept, shrunk towards PRIOR_ALPHA by PRIOR_DRAFTS drafted tokens). γ* for n rows is
+the γ ≤ the batch-1 one whose E(γ) ÷ cost(n, γ) is largest; 0 (plain decoding) where none beats a plain step.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+PRIOR_ALPHA = 0.5  # acceptance assumed before any is measured (a lookup's on ordinary chat, roughly)
+PRIOR_DRAFTS = 32  # drafted tokens of evidence the prior counts for
+REPEATS = 3  # timed passes per point (the fastest counts), after a warm-up
+CONTEXT = 128  # the positions each row holds while the curve is timed
+
+
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """Tokens a round emits per row at acceptance α with γ drafts (accepted drafts and the recovered/bonus one)."""
+    return gamma + 1.0 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def verify_curve(batch, sizes: list[int], gamma: int) -> dict[int, list[float]]:
+    """Seconds of one target pass over n rows of t tokens, for each n in `sizes` and t = 1..γ+1, in `batch`'s cache
+    (random tokens at CONTEXT positions; what it writes there a request's prefill overwrites)."""
+    lm, curve = batch.lm, {}
+    for n in sizes:
+        cache, pos = batch.cache(slice(0, n)), [min(CONTEXT, batch.max_len - 1)] * n
+        times = []
+        for t in range(1, gamma + 2):
+            ids = torch.randint(0, lm.vocab_size, (n, t))
+            runs = []
+            for _ in range(REPEATS + 1):
+                start = time.perf_counter()
+                lm.forward(ids, pos, None, cache=cache)
+                runs.append(time.perf_counter() - start)
+            times.append(min(runs[1:]))
+        curve[n] = times
+    return curve
+
+
+class Lookahead:
+    """γ per batch size (module docstring); `observe` takes each round's drafted and accepted tokens."""
+
+    def __init__(self, gamma: int, curve: dict[int, list[float]], model_drafter: bool):
+        self.top, self.curve, self.model = gamma, curve, model_drafter
+        self.drafted = self.accepted = 0
+
+    @property
+    def alpha(self) -> float:
+        return (self.accepted + PRIOR_ALPHA * PRIOR_DRAFTS) / (self.drafted + PRIOR_DRAFTS)
+
+    def cost(self, n: int, gamma: int) -> float:
+        """Seconds of a pass of n rows of γ+1 tokens: measured, or interpolated between the sizes measured."""
+        sizes = sorted(self.curve)
+        lo = max((s for s in sizes if s <= n), default=sizes[0])
+        hi = min((s for s in sizes if s >= n), default=sizes[-1])
+        a, b = self.curve[lo][gamma], self.curve[hi][gamma]
+        return a if hi == lo else a + (b - a) * (n - lo) / (hi - lo)
+
+    def gamma(self, n: int) -> int:
+        """γ for a round of n rows."""
+        if n <= 1 or not self.top:
+            return self.top
+        if self.model:  # its one cache drafts for a request alone (`batch`)
+            return 0
+        gain = {g: expected_tokens(self.alpha, g) / self.cost(n, g) for g in range(self.top + 1)}
+        return max(gain, key=lambda g: (gain[g], -g))
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        self.drafted += drafted
+        self.accepted += accepted
