@@ -203,3 +203,12 @@ def test_llama_server_plain_and_speculative_under_load(tiny_dir, prompts, tmp_pa
     for b in summary["blocks"]:
         assert b["ok"] == b["sent"] and b["lost"] == 0
         assert (b["vs_llama_server"] == pytest.approx(1.0)) == (b["server"] == "llama-server")
+
+
+def test_servers_that_differ_past_the_cut_get_log_files_of_their_own():
+    from draftwise.stages.load_clients import log_name
+
+    long = "serve:--target default --dtype int8 --drafter 'suffix:runs/load/gen-data,factor=2,min_prob=0.1' --gamma 2"
+    assert log_name(long, 4) != log_name(long + " --max-batch 1", 4)
+    assert log_name("llama-server:--spec-default", 8) == "llama-server_--spec-default-c8.log"
+    assert all(len(log_name(s, 16)) <= 80 + len("-c16.log") for s in (long, long + " --max-batch 1"))

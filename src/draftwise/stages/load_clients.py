@@ -17,6 +17,7 @@ recorded with its error. Threads are enough: a client waits on sockets.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import queue
@@ -79,7 +80,12 @@ def make_server(spec: str, clients: int, config: LoadConfig, gguf: Path | None, 
 
 
 def log_name(spec: str, clients: int) -> str:
-    return re.sub(r"[^A-Za-z0-9._=-]+", "_", spec).strip("_")[:80] + f"-c{clients}.log"
+    """A server's log file for a block: its spec made a file name; cut to 80 characters, then told apart from any
+    other spec by a hash of it (two servers differing past the cut, e.g. by a trailing option)."""
+    name = re.sub(r"[^A-Za-z0-9._=-]+", "_", spec).strip("_")
+    if len(name) > 80:
+        name = name[:71] + "-" + hashlib.sha1(spec.encode()).hexdigest()[:8]
+    return f"{name}-c{clients}.log"
 
 
 def model_id(server: LocalServer) -> str:
