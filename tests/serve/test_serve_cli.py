@@ -1,5 +1,5 @@
 """`draftwise serve` as a process (`python -m draftwise serve`): on SIGTERM it stops taking connections, finishes the
-open request and the one queued behind it, and exits 0."""
+open request and the one queued behind it (one at a time) or decoding beside it (the continuous batch), and exits 0."""
 
 import json
 import re
@@ -41,16 +41,18 @@ def refused(url: str) -> bool:
         return True
 
 
-def queue_depth(url: str) -> float:
+def gauge(url: str, name: str) -> float:
     text = httpx.get(f"{url}/metrics", timeout=2).text
-    return float(next(line for line in text.splitlines() if line.startswith("draftwise_queue_depth ")).split()[1])
+    return float(next(line for line in text.splitlines() if line.startswith(name + " ")).split()[1])
 
 
 @pytest.mark.slow  # a real `draftwise serve` process: ~4 s of start-up, then a 2000-token stream
-def test_sigterm_drains_the_open_and_queued_requests_then_exits_0(tmp_path):
+@pytest.mark.parametrize("max_batch", [1, 2])
+def test_sigterm_drains_the_open_and_queued_requests_then_exits_0(tmp_path, max_batch):
     config = tiny_config(layers=4, max_position_embeddings=2048)  # a long context, for one long request
     target = save_checkpoint(tmp_path / "long", tiny_model(config, seed=1), tiny_tokenizer())
     cmd = [sys.executable, "-m", "draftwise", "serve", "--target", target, "--port", "0", "--threads", "1"]
+    cmd += ["--max-batch", str(max_batch)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     guard = threading.Timer(90, proc.kill)  # a hung server fails the test instead of hanging it
     guard.start()
@@ -73,7 +75,11 @@ def test_sigterm_drains_the_open_and_queued_requests_then_exits_0(tmp_path):
                 events.append(line)
                 if len(events) == 1:  # decoding: queue a second request behind it, then signal
                     queued = pool.submit(httpx.post, f"{url}/v1/completions", json=short, timeout=30)
-                    wait_until(lambda: queue_depth(url) == 1, "the second request was not queued")
+                    if max_batch == 1:  # one at a time: it waits in the queue
+                        wait_until(lambda: gauge(url, "draftwise_queue_depth") == 1, "it was not queued")
+                    else:  # it joins the batch beside the long one (its 20 tokens may be done already)
+                        beside = lambda: gauge(url, "draftwise_requests_running") == 2 or queued.done()  # noqa: E731
+                        wait_until(beside, "it did not join the batch")
                     proc.send_signal(signal.SIGTERM)
                     wait_until(lambda: refused(url), "new connections were still taken after SIGTERM", 10)
                     assert proc.poll() is None  # refusing connections, yet still running: draining
