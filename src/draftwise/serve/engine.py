@@ -103,8 +103,10 @@ class Engine:
     ):
         self.target, self.drafter, self.gamma, self.draft_stop = target, drafter, gamma, draft_stop
         self.scheduler, self.max_queue, self.metrics = scheduler, max_queue, metrics
-        # a feature head drafts from the target's hidden states of its own sequence's passes: one request at a time
-        batched = isinstance(target.lm, LeanLM) and max_batch > 1 and getattr(drafter, "kind", None) != "feature"
+        # a feature head drafts from the target's hidden states of its own sequence's passes: one request at a time;
+        # the batch's cache and ids live on the CPU (a lean model on a GPU decodes one request at a time)
+        lean_cpu = isinstance(target.lm, LeanLM) and target.lm.device.type == "cpu"
+        batched = lean_cpu and max_batch > 1 and getattr(drafter, "kind", None) != "feature"
         self.batch = Batch(target.lm, max_batch, max_len, gamma + 1) if batched else None
         self.lookahead: Lookahead | None = None  # priced by `warm`
         self.jobs: queue.Queue = queue.Queue()
