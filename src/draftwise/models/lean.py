@@ -264,6 +264,8 @@ class LeanLM(nn.Module):
         A continuous batch (`serve.batch`) gives each row its own position, `pos` a list, and the caches it keeps
         (`cache`: k and v [L, B, KV, S, hd]); each row is then computed as it would be alone at batch 1."""
         B, T = ids.shape
+        if isinstance(pos, list) and B == 1:  # a row alone: the one-sequence path, as `sd.loop.generate` runs it
+            pos = pos[0]
         k_cache, v_cache = cache if cache is not None else (self.k_cache, self.v_cache)
         end = (max(pos) if isinstance(pos, list) else pos) + T
         if k_cache is None or k_cache.shape[1] != B or end > k_cache.shape[3]:
@@ -273,7 +275,8 @@ class LeanLM(nn.Module):
             )
         x = self.embed_tokens(ids)  # [B, T, D]
         masks = {w: self._masks(T, pos, start, positions, key_positions, w) for w in {la.window for la in self.layers}}
-        self.rotations(end if positions is None else int(positions.max()) + 1)
+        if positions is not None:  # else `reset` (or the caller's cache, `serve.batch`) made the tables
+            self.rotations(int(positions.max()) + 1)
         for i, layer in enumerate(self.layers):
             x = layer(
                 x,

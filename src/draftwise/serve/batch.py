@@ -89,8 +89,8 @@ class Batch:
         """One target pass: row b's block (its pending token and drafts) at its own position -> logits [n, T, V]."""
         n, width = len(blocks), max(map(len, blocks))
         ids = torch.tensor([block + block[-1:] * (width - len(block)) for block in blocks])
-        pos = [seq.length for seq in self.seqs]  # a row alone: the engine's one-sequence path, as `generate` runs it
-        return self.lm.forward(ids, pos if n > 1 else pos[0], None, cache=self.cache(slice(0, n)))
+        pos = [seq.length for seq in self.seqs]
+        return self.lm.forward(ids, pos, None, cache=self.cache(slice(0, n)))
 
 
 def propose(batch: Batch, gamma: int, stop_below: float) -> list[tuple[Draft, object]]:

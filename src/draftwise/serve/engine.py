@@ -289,11 +289,12 @@ class Engine:
         and for none once others join (`batch`)."""
         if self.drafter is None or self.drafter.kind == "lookup":
             return
+        alone = gamma > 0 and len(self.batch.seqs) == 1
         for seq in self.batch.seqs:
-            if gamma and len(self.batch.seqs) == 1 and seq.session is None:
-                seq.session = self._session(seq)
-            elif not gamma or len(self.batch.seqs) > 1:
+            if not alone:
                 seq.session = None
+            elif seq.session is None:
+                seq.session = self._session(seq)
 
     def _count(self, n: int, gamma: int, emitted) -> None:
         drafted = sum(seq.out.rounds[-1].drafted for seq, _ in emitted)
