@@ -253,3 +253,21 @@ def test_the_lean_verdict_records_each_trained_candidates_outlook(tiny_dir, tmp_
     assert "learning" not in ngram and model["learning"]["alpha_needed"] == model["alpha_needed"]
     assert model["learning"]["alpha_to_beat"] == pytest.approx(cost.alpha_for_speedup(LENGTHS, t_draft, t_verify, 1.3))
     assert model["learning"]["sentence"].startswith("narrow-L8 ") and "(ngram, 1.30×)" in model["learning"]["sentence"]
+
+
+def _evals(points):
+    return [{"event": "eval", "step": i, "tokens": t, "agreement": a} for i, (t, a) in enumerate(points)]
+
+
+def test_the_stop_rule_after_a_pilot_on_a_synthetic_curve():
+    """a(t) = 0.6 − 0.4·(t + 1000)^(−0.5) sampled at a pilot's evaluations: by 10× the pilot's tokens it predicts
+    about 0.596, so a drafter needing 0.55 trains on and one needing 0.7 (above its plateau) stops."""
+    truth = lambda t: 0.6 - 0.4 * (t + 1000) ** -0.5 * 31.6  # noqa: E731  (0.2 at t = 0)
+    pilot = _evals([(t, truth(t)) for t in (0, 2000, 4000, 8000, 16000)])
+    go = learning.pilot(pilot, needed=0.55, tokens_at_end=160000)
+    assert not go["stop"] and go["predicted"] == pytest.approx(truth(160000), abs=0.02)
+    stop = learning.pilot(pilot, needed=0.7, tokens_at_end=160000)
+    assert stop["stop"] and stop["predicted"] < 0.7 and stop["needed"] == 0.7
+    assert learning.pilot(pilot[:2], needed=0.7, tokens_at_end=1e6) is None  # too few evaluations to judge
+    flat = _evals([(0, 0.3), (1000, 0.3), (2000, 0.3)])
+    assert learning.pilot(flat, needed=0.35, tokens_at_end=1e6)["stop"]  # no rise: it predicts what it measured

@@ -18,7 +18,7 @@ LAYERS = [
     ("stages", "executors"),
     ("report", "specs", "continuations"),
     ("sd",),
-    ("models", "data", "cost", "learning", "shapes", "shards", "metrics", "timing"),
+    ("models", "data", "cost", "learning", "traffic", "shapes", "shards", "metrics", "timing"),
     ("config", "rundir", "paths", "machine", "isolate"),
     ("errors", "units", "__init__"),
 ]

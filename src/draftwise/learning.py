@@ -270,3 +270,23 @@ def worth_training(
         return 0.0
     x = Prediction.of(curve, "break-even", alpha_needed, rate_tokens_per_s)
     return x.minutes if x.status == "after" and x.minutes <= minutes_left else 0.0
+
+
+def pilot(records: list[dict], needed: float, tokens_at_end: float) -> dict | None:
+    """The stop rule after a pilot: the agreement the curve predicts once training has seen `tokens_at_end` teacher
+    tokens (what the budget buys at the rate measured so far), against the agreement it `needed` to break even. `stop`
+    when the prediction falls short — training on would end below break-even, time that buys nothing. None while
+    the evaluations are too few to fit a curve (an agreement that has not risen is a flat curve: it predicts what it
+    measured)."""
+    curve = fit(records)
+    if curve.points < MIN_POINTS:
+        return None
+    predicted = float(curve.predict(tokens_at_end))
+    return {
+        "predicted": predicted,
+        "needed": needed,
+        "tokens_at_end": tokens_at_end,
+        "tokens_seen": curve.tokens_seen,
+        "stop": predicted < needed,
+        "curve": curve.as_dict(),
+    }

@@ -187,6 +187,24 @@ def test_read_prompt_file_jsonl_prompt(tmp_path):
     }
 
 
+def test_read_prompt_file_an_openai_request_log(tmp_path):
+    """Chat requests as an OpenAI log holds them: the messages' contents make the prompt; max_tokens and temperature
+    are the request's own."""
+    f = tmp_path / "log.jsonl"
+    lines = [
+        {
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+            "max_tokens": 400,
+        },
+        {"messages": [{"role": "user", "content": "Why?"}], "temperature": 0.7},
+        {"prompt": "def f(", "temperature": 0},
+    ]
+    f.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    a, b, c = read_prompt_file(f)
+    assert a.text == "Be brief.\n\nHi" and a.extra == {"max_tokens": 400}
+    assert b.extra == {"temperature": 0.7} and c.extra == {"temperature": 0.0}
+
+
 def _one(tmp_path, record: dict):
     f = tmp_path / "one.jsonl"
     f.write_text(json.dumps(record) + "\n", encoding="utf-8")
@@ -216,7 +234,11 @@ def test_read_prompt_file_plain_text(tmp_path):
         ("e.txt", "\n  \n", "prompt file has no prompts: {path}"),
         ("e.jsonl", "", "prompt file has no prompts: {path}"),
         ("bad.jsonl", '{"prompt": "ok"}\n{"prompt": oops}\n', "{path} line 2: not valid JSON"),
-        ("none.jsonl", '{"prompt": "ok"}\n\n{"text": "x"}\n', "{path} line 3: has neither `prompt` nor `turns`"),
+        (
+            "none.jsonl",
+            '{"prompt": "ok"}\n\n{"text": "x"}\n',
+            "{path} line 3: has none of `prompt`, `turns` or `messages`",
+        ),
         ("empty.jsonl", '{"prompt": "   "}\n', "{path} line 1: empty prompt"),
         ("emptyturn.jsonl", '{"turns": [""]}\n', "{path} line 1: empty prompt"),
         ("turns.jsonl", '{"turns": []}\n', "{path} line 1: `turns` must be"),
@@ -224,6 +246,11 @@ def test_read_prompt_file_plain_text(tmp_path):
         ("dup.jsonl", '{"prompt": "a", "id": 1}\n{"prompt": "b", "id": 1}\n', "{path} line 2: duplicate id"),
         ("len.jsonl", '{"prompt": "a", "max_tokens": 0}\n', "{path} line 1: `max_tokens` must be a positive integer"),
         ("lenf.jsonl", '{"prompt": "a", "max_tokens": 2.5}\n', "{path} line 1: `max_tokens` must be a positive"),
+        ("temp.jsonl", '{"prompt": "a"}\n{"prompt": "b", "temperature": -1}\n', "{path} line 2: `temperature` must"),
+        ("temps.jsonl", '{"prompt": "a", "temperature": "1"}\n', "{path} line 1: `temperature` must be a number"),
+        ("hot.jsonl", '{"prompt": "a", "temperature": 2.5}\n', "{path} line 1: `temperature` must be a number"),
+        ("msgs.jsonl", '{"messages": []}\n', "{path} line 1: `messages` must be a non-empty list"),
+        ("msg.jsonl", '\n{"messages": [{"role": "user"}]}\n', "{path} line 2: message 0 must be an object"),
     ],
 )
 def test_read_prompt_file_bad_input(tmp_path, name, content, needle):

@@ -35,6 +35,7 @@ def fake(tmp_path, speeds: dict[str, float], prompts: int = 12, noise: float = 0
                     "temperature": 0.0,
                     "new_tokens": 96,
                     "seconds": 96 / s,
+                    "prefill_s": 0.1 * 96 / s,
                 }
             )
     folder = tmp_path / fastest.STAGE
@@ -260,3 +261,94 @@ def test_the_serve_command_applies_to_the_draftwise_engine_only_and_fits_the_bud
     record = served_phase.run(later, lean)
     assert record["applies"] and not record["measured"] and record["why"] == served_phase.LEFT_OUT
     assert "not measured: the time budget left it out." in (later.path / "export" / "README.md").read_text()
+
+
+def phased(tmp_path, options: dict[str, tuple[float, float]], answer: int, temps=(0.0,), prompts: int = 12):
+    """A bench-fastest stage whose options have a time to first token (s) and a decode speed (tokens/s) each, every
+    request answered with `answer` tokens, at each of `temps` (± 2 % noise, seeded)."""
+    rng, records = random.Random(1), []
+    for t in temps:
+        for i in range(prompts):
+            for option, (ttft, decode) in options.items():
+                runtime, method = option.split("/")
+                ttft, decode = ttft * (1 + rng.uniform(-0.02, 0.02)), decode * (1 + rng.uniform(-0.02, 0.02))
+                records.append(
+                    {
+                        "runtime": None if runtime == "lean-fp32" else runtime,
+                        "method": method,
+                        "prompt_id": f"p{i}",
+                        "temperature": t,
+                        "new_tokens": answer,
+                        "seconds": ttft + answer / decode,
+                        "prefill_s": ttft,
+                    }
+                )
+    folder = tmp_path / fastest.STAGE
+    folder.mkdir(parents=True)
+    (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return SimpleNamespace(folder=lambda stage: tmp_path / stage, config=SimpleNamespace(seed=0))
+
+
+# the issue's chat traffic at T = 1: draftwise SD wins the prefill, llama-server plain the decode
+ISSUE = {
+    "lean-fp32/ar": (0.25, 60.0),
+    "lean-int8/ar": (0.20, 79.2),
+    "lean-int8/sd": (0.21, 82.3),
+    "llama.cpp-Q4_1/ar": (0.45, 90.0),
+    "llama.cpp-Q4_1/llama-server": (0.49, 96.0),
+}
+
+
+def test_short_answers_go_to_the_faster_prefill_and_the_crossover_is_stated(tmp_path):
+    f = fastest.decide_fastest(phased(tmp_path, ISSUE, answer=96), ROWS)
+    assert f["recommend"] and f["option"] == "lean-int8/sd"
+    o = f["options"]["lean-int8/sd"]
+    assert o["ttft_s"] == pytest.approx(0.21, rel=0.03) and o["decode_tokens_per_s"] == pytest.approx(82.3, rel=0.03)
+    assert o["request_s"] == pytest.approx(0.21 + 96 / 82.3, rel=0.03)
+    # equal request times where 0.21 + L / 82.3 = 0.49 + L / 96: L = 0.28 / (1/82.3 - 1/96) = 161 tokens
+    assert f["crossovers"]["llama.cpp-Q4_1/llama-server"] == pytest.approx(161, rel=0.15)
+    assert "beyond ~1" in fastest.sentence(f) and "llama-server plain decoding on llama.cpp-Q4_1 would be faster" in (
+        fastest.sentence(f)
+    )
+
+
+def test_long_answers_go_to_the_faster_decoder(tmp_path):
+    """400 new tokens at T = 1: llama-server plain finishes a request first, so the verdict says to run it."""
+    f = fastest.decide_fastest(phased(tmp_path, ISSUE, answer=400, temps=(1.0,)), ROWS)
+    assert not f["recommend"] and f["option"] == f["fastest_plain"] == "llama.cpp-Q4_1/llama-server"
+    assert fastest.sentence(f).startswith("Use plain decoding with llama-server plain decoding on llama.cpp-Q4_1")
+    assert f["options"]["lean-int8/sd"]["speedup"][2] < 1
+
+
+def test_the_verdict_per_temperature_where_they_differ(tmp_path):
+    """Traffic at T = 0 and 1 where SD pays at T = 0 only (its decode 140 tokens/s there, 70 at T = 1): each
+    temperature's verdict is its own, the sentence names the one that differs from the whole, and the whole counts
+    only the traffic's requests."""
+    phased(tmp_path / "t1", {**ISSUE, "lean-int8/sd": (0.21, 70.0)}, answer=96, temps=(1.0,))
+    phased(tmp_path / "t0", {**ISSUE, "lean-int8/sd": (0.21, 140.0)}, answer=96, temps=(0.0,))
+    both = [tmp_path / t / fastest.STAGE / "records.jsonl" for t in ("t0", "t1")]
+    (tmp_path / fastest.STAGE).mkdir()
+    (tmp_path / fastest.STAGE / "records.jsonl").write_text("".join(x.read_text() for x in both))
+    p = SimpleNamespace(folder=lambda stage: tmp_path / stage, config=SimpleNamespace(seed=0))
+    f = fastest.decide_fastest(p, ROWS)
+    assert f["temperatures"]["0"]["option"] == "lean-int8/sd" and f["temperatures"]["0"]["recommend"]
+    assert f["temperatures"]["1"]["option"] == "lean-int8/ar" and not f["temperatures"]["1"]["recommend"]
+    assert f["prompts"] == 24  # 12 prompts at each temperature
+    only_t1 = fastest.decide_fastest(p, ROWS, wanted={(1.0, f"p{i}") for i in range(12)})
+    assert only_t1["option"] == "lean-int8/ar" and only_t1["prompts"] == 12
+    assert f["option"] == "lean-int8/sd"  # over both: 0.90 + 1.58 s a request pair against AR's 1.41 + 1.41
+    assert "At T = 1 alone the answer is draftwise AR on lean-int8" in fastest.sentence(f)
+
+
+def test_every_row_runs_at_every_temperature_of_the_traffic():
+    lean = BenchConfig(target="t", drafter=None, baselines=("ar",), limit=4)
+    int8 = BenchConfig(target="t", dtype="int8", drafter="ngram", gamma=3, baselines=("ar",), limit=4)
+    entries = [fastest.Entry("lean-fp32", lean, None, None), fastest.Entry("lean-int8", int8, "sd", "ngram")]
+    grid = fastest.grid(entries, (0.0, 1.0))
+    assert [(c.dtype, c.temperature) for c in grid.points()] == [
+        ("fp32", 0.0),
+        ("fp32", 1.0),
+        ("int8", 0.0),
+        ("int8", 1.0),
+    ]
+    assert grid.runtimes() == [None, None, "lean-int8", "lean-int8"]

@@ -136,6 +136,19 @@ def test_resumed_run_equals_uninterrupted(tiny_dir, data_dir, tmp_path, monkeypa
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_the_stop_rule_ends_training_a_drafter_that_cannot_reach_its_break_even(tiny_dir, data_dir, tmp_path):
+    """After the pilot (a tenth of 600 tokens, and three evaluations), a drafter asked for an agreement of 1.0 is
+    stopped with the curve's prediction recorded, and still leaves a checkpoint; one asked for nothing trains on."""
+    stopped = distill.run(distill_config(tiny_dir, data_dir, tokens=600, stop_below=1.0, pilot=0.1), tmp_path / "s")
+    records = [json.loads(line) for line in (stopped / "records.jsonl").read_text().splitlines()]
+    stop = [r for r in records if r["event"] == "stopped"]
+    assert len(stop) == 1 and stop[0]["predicted"] < stop[0]["needed"] == 1.0 and stop[0]["tokens"] < 600
+    assert stop[0]["tokens_at_end"] == 600 and (stopped / "checkpoint" / "config.json").exists()
+    whole = distill.run(distill_config(tiny_dir, data_dir, tokens=600, stop_below=0.0), tmp_path / "w")
+    trained = [json.loads(line) for line in (whole / "records.jsonl").read_text().splitlines()]
+    assert not any(r["event"] == "stopped" for r in trained) and trained[-1]["tokens"] >= 600
+
+
 def test_bad_distill_inputs(tiny_dir, tmp_path):
     with pytest.raises(DraftwiseError, match="unknown loss"):
         DistillConfig(drafter="layers:0", data="x", loss="mse")

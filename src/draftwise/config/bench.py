@@ -327,12 +327,26 @@ class BenchGridConfig:
         return baseline in PLAIN_BATCH1 or named or baseline == SERVE and not drafters
 
     def runtimes(self) -> list[str | None]:
-        """The runtime name of each point of `points()`: None for the grid's own, then the rows' names."""
-        return [None] * (len(self.points()) - len(self.rows)) + list(self.row_names)
+        """The runtime name of each point of `points()`: None for the grid's own, then the rows' names (once per
+        temperature of the grid's axis)."""
+        names = list(self.row_names) * len(self._row_temperatures())
+        return [None] * (len(self.points()) - len(names)) + names
+
+    def _row_temperatures(self) -> tuple[float | None, ...]:
+        """The temperatures each row runs at: the grid's axis when it has one (a row at every temperature), else the
+        row's own (None)."""
+        return self.temperatures or (None,)
+
+    def _rows(self) -> list[BenchConfig]:
+        return [
+            r if t is None else dataclasses.replace(r, temperature=t)
+            for t in self._row_temperatures()
+            for r in self.rows
+        ]
 
     def points(self) -> list[BenchConfig]:
         """SD points (one per drafter, γ, temperature, batch size), then one baseline point per (temperature, batch),
-        then the rows."""
+        then the rows (each at every temperature of the axis)."""
         b = self.bench
         drafters, gammas = self.drafters or ((b.drafter,) if b.drafter else ()), self.gammas or (b.gamma,)
         temps, sizes = self.temperatures or (b.temperature,), self.batch_sizes or (b.batch_size,)
@@ -377,4 +391,4 @@ class BenchGridConfig:
                             baselines=names,
                         )
                     )
-        return sd + base + list(self.rows)
+        return sd + base + self._rows()

@@ -64,7 +64,15 @@ class DesignConfig:
         True, "no scheduled candidates (the tuned lookups under the round scheduler, calibrated on the target's text)"
     )
     loss: str = opt("fkl", "the distillation loss (stages.losses)", choices=LOSSES)
-    temperatures: tuple[float, ...] = opt((0.0, 0.5, 1.0), "temperatures measured (0, the greedy headline, included)")
+    prompts: str | None = opt(
+        None,
+        "your traffic: JSONL of requests (prompt, turns or chat messages per line, optional max_tokens and "
+        "temperature: an OpenAI request log's shape; a line without a temperature at 1.0, the OpenAI default), "
+        "measured by the benchmarks and the verdict instead of the packaged suites at --temperatures",
+    )
+    temperatures: tuple[float, ...] = opt(
+        (0.0, 1.0), "temperatures of the default traffic, each measured (0, the greedy selection, included)"
+    )
     bench_suites: str = opt("all", "suites of the selection grid (TAR and speedup per task)")
     bench_limit: int = opt(18, "eval prompts of the selection grid (round-robin over suites: 2 per suite)")
     refine_limit: int = opt(9, "eval prompts of the γ, temperature and batch benchmarks")

@@ -160,6 +160,12 @@ class DistillConfig:
     on_policy_every: int = opt(0, "every n-th step on-policy: the drafter generates, the target scores (0 = off)")
     on_policy_tokens: int = opt(32, "tokens the drafter generates per on-policy sequence")
     eval_every: int = opt(25, "steps between held-out agreement evaluations")
+    stop_below: float = opt(
+        0.0,
+        "after the pilot, stop when the learning curve predicts the agreement at the budget's end below this (the "
+        "break-even a design asks for; 0 = train the whole budget)",
+    )
+    pilot: float = opt(0.3, "share of the budget trained before the learning curve is asked (with --stop-below)")
     checkpoint_every: int = opt(25, "steps between checkpoints (a rerun resumes from the last)")
     eval_prompts: int = opt(32, "held-out eval prompts of the agreement evaluation")
     eval_tokens: int = opt(48, "target tokens per eval prompt")
@@ -178,6 +184,8 @@ class DistillConfig:
         if self.autocast not in ("auto", "on", "off"):
             raise DraftwiseError(f"autocast must be auto, on or off, got {self.autocast!r}")
         check_budget(self)
+        if not 0 <= self.stop_below <= 1 or not 0 < self.pilot <= 1:
+            raise DraftwiseError(f"need 0 <= stop_below <= 1 and 0 < pilot <= 1, got {self.stop_below}, {self.pilot}")
         if (
             min(self.batch_size, self.grad_accum, self.max_len, self.eval_every, self.checkpoint_every) < 1
             or self.lr <= 0

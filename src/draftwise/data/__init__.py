@@ -212,12 +212,14 @@ def load_prompts(suites: str | Sequence[str], split: str = "eval", limit: int | 
 def read_prompt_file(path: str | os.PathLike) -> list[Prompt]:
     """A user's own prompts, so draftwise can be measured on the traffic that matters to them.
 
-    A `.jsonl` file holds one JSON object a line with either a `prompt` string or a `turns` list of strings (the
-    first turn is used, as for the packaged suites); optional `id` (or `question_id`) and `category`. Any other
-    file is plain text, one prompt per non-blank line. Blank lines are skipped. Prompts get suite 'user',
-    category 'user' unless given, and id 'user/<given id>' or 'user/<line number>' (1-based). An optional
-    `max_tokens` (a positive integer: the answer's length in an OpenAI request log) is kept in `extra`; the load test
-    asks each request for its own.
+    A `.jsonl` file holds one JSON object a line with a `prompt` string, a `turns` list of strings (the first turn is
+    used, as for the packaged suites) or a chat `messages` list ({role, content} objects, as in an OpenAI request
+    log: their contents joined by blank lines, so the prompt is as long as the conversation — the chat template's few
+    tokens are not added); optional `id` (or `question_id`) and `category`. Any other file is plain text, one prompt
+    per non-blank line. Blank lines are skipped. Prompts get suite 'user', category 'user' unless given, and id
+    'user/<given id>' or 'user/<line number>' (1-based). An optional `max_tokens` (a positive integer: the answer's
+    length) and `temperature` (a number ≥ 0) are kept in `extra`: the request's own, which the benchmarks and the load
+    test honour (`traffic`).
     """
     p = Path(path)
     if not p.exists():
@@ -254,7 +256,7 @@ def _parse_jsonl_line(path: Path, n: int, line: str) -> Prompt:
     except json.JSONDecodeError as e:
         raise DraftwiseError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
     if not isinstance(record, dict):
-        raise DraftwiseError(f"{where}: expected a JSON object with a `prompt` or `turns` field")
+        raise DraftwiseError(f"{where}: expected a JSON object with a `prompt`, `turns` or `messages` field")
     if "prompt" in record:
         text = record["prompt"]
         if not isinstance(text, str):
@@ -264,19 +266,34 @@ def _parse_jsonl_line(path: Path, n: int, line: str) -> Prompt:
         if not isinstance(turns, list) or not turns or not isinstance(turns[0], str):
             raise DraftwiseError(f"{where}: `turns` must be a non-empty list of strings")
         text = turns[0]
+    elif "messages" in record:
+        text = _chat_text(record["messages"], where)
     else:
-        raise DraftwiseError(f"{where}: has neither `prompt` nor `turns`")
+        raise DraftwiseError(f"{where}: has none of `prompt`, `turns` or `messages`")
     if not text.strip():
         raise DraftwiseError(f"{where}: empty prompt")
     given_id = record.get("id", record.get("question_id"))
     category = record.get("category")
-    max_tokens = record.get("max_tokens")
+    max_tokens, temperature = record.get("max_tokens"), record.get("temperature")
     if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 1):
         raise DraftwiseError(f"{where}: `max_tokens` must be a positive integer, got {max_tokens!r}")
+    if temperature is not None and (type(temperature) not in (int, float) or not 0 <= temperature <= 2):
+        raise DraftwiseError(f"{where}: `temperature` must be a number from 0 to 2, got {temperature!r}")
+    extra = {"max_tokens": max_tokens, "temperature": None if temperature is None else float(temperature)}
     return Prompt(
         id=f"user/{n if given_id is None else given_id}",
         suite="user",
         category="user" if category in (None, "") else str(category),
         text=text,
-        extra={} if max_tokens is None else {"max_tokens": max_tokens},
+        extra={k: v for k, v in extra.items() if v is not None},
     )
+
+
+def _chat_text(messages, where: str) -> str:
+    """A chat request's prompt text: its messages' contents in order, joined by blank lines."""
+    if not isinstance(messages, list) or not messages:
+        raise DraftwiseError(f"{where}: `messages` must be a non-empty list of {{role, content}} objects")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("content"), str) or not isinstance(m.get("role"), str):
+            raise DraftwiseError(f"{where}: message {i} must be an object with string `role` and `content`")
+    return "\n\n".join(m["content"] for m in messages)

@@ -34,7 +34,20 @@ from ..models import ModelOptions, config_and_tokenizer, load
 from ..models.source import resolve
 from ..sd.families import drafter_kind
 from ..stages import quality
-from . import build, export, export_rows, fastest, lookup, measure, report, row_verdict, rows, served, verdict
+from . import (
+    build,
+    export,
+    export_rows,
+    fastest,
+    lookup,
+    measure,
+    report,
+    requests,
+    row_verdict,
+    rows,
+    served,
+    verdict,
+)
 from .candidates import FEATURE, Candidate, candidates, family_drafter
 from .estimate import best_gamma
 from .measure import batch_dividend, feasible_batch  # noqa: F401  (the design's API)
@@ -70,6 +83,7 @@ def run(
         torch.set_num_threads(config.threads)
     p = Pipeline(config, out, executor, started, retry_died)
     config = p.base  # --dtype auto decided (`study`)
+    p.know(**requests.outline(config))  # the traffic's temperatures and answer length: what the last grid measures
     machine_facts(p)
     rows.forget(p)  # rows that died in an earlier run are not planned for
     options = ModelOptions(config.dtype, config.device)

@@ -6,6 +6,7 @@ report."""
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -105,10 +106,27 @@ def prune_distill(p: Stages, cand: Candidate) -> None:
         minutes=p.sizes.distill_minutes,
         eval_prompts=16,
         eval_every=50,
+        stop_below=needed_agreement(p, cand),
         seed=c.seed,
         **opts,
     )
     p.stage(f"distill-{cand.name}", lambda f: distill.run(distill_config, f))
+
+
+def needed_agreement(p: Stages, cand: Candidate) -> float:
+    """The agreement a trained shape must be predicted to reach, or its distillation stops after the pilot
+    (`distill.stopped`): its break-even α at the draft cost the sweep's step model predicts for it, at its best γ, with
+    a verify pass no dearer than one AR step — optimistic, so a drafter stopped could not pay whatever its verify cost.
+    0 (never stopped) without a sweep fit."""
+    path = p.folder("sweep") / "sweep.json"
+    sweep = json.loads(path.read_text()) if path.exists() else {"fits": {}, "rows": []}
+    fit = sweep["fits"].get("1")
+    ref = [r["step_ms"] / r["c"] for r in sweep["rows"] if r["batch"] == 1 and r["c"]]
+    if not fit or not ref or cand.shape is None:
+        return 0.0
+    c = cost.StepModel.from_dict(fit).predict_ms(cand.shape) / statistics.median(ref)
+    needs = [cost.break_even_alpha({g: 1}, lambda n: n * c, lambda n: 1.0) for g in range(1, 9)]
+    return min((a for a in needs if a is not None), default=1.0)
 
 
 @dataclass(frozen=True)

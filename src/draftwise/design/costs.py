@@ -65,6 +65,8 @@ class Outline:
     features: int = 1  # feature-level drafters trained (on the teacher data)
     prefill: float = 0.0  # a prompt's prefill in decode steps beyond REF_PREFILL_STEPS (the probe's; `plan`)
     lean_step: float = LEAN_FLOOR  # the lean rows' mean step in the study's steps (`lean_share`)
+    answer: float = 0.0  # the traffic's mean answer tokens (its file's max_tokens; 0: --max-new-tokens)
+    temperatures: int = 0  # the traffic's temperatures, each measured in the last grid (0: --temperatures')
 
     @classmethod
     def of(cls, config: DesignConfig) -> Outline:
@@ -130,8 +132,8 @@ def items(o: Outline, s: Sizes, c: DesignConfig) -> list[Item]:
     n = Counts.of(o, d, cfg)
     return (
         _building(o, s, c, d, n)
-        + _selecting(s, cfg, d, n, o.prefill)
-        + _rows(o, s, d, n, c.max_new_tokens + o.prefill)
+        + _selecting(s, cfg, d, n, (o.answer or c.max_new_tokens) + o.prefill)
+        + _rows(o, s, d, n, (o.answer or c.max_new_tokens) + o.prefill)
         + _finishing(o, s, c, d, n)
     )
 
@@ -162,10 +164,10 @@ def _building(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) -> 
     return out
 
 
-def _selecting(s: Sizes, cfg: DesignConfig, d: set[str], n: Counts, prefill: float) -> list[Item]:
+def _selecting(s: Sizes, cfg: DesignConfig, d: set[str], n: Counts, tok: float) -> list[Item]:
     """The selection grid, γ, their repeats, the temperatures, the batch dividend and the headline; `tok`: a prompt's
     steps per method, its new tokens and the prefill beyond what the factors include."""
-    tok, temps = cfg.max_new_tokens + prefill, sum(1 for x in cfg.temperatures if x)
+    temps = sum(1 for x in cfg.temperatures if x)
     out = [
         Item("bench-select", 1, 100 + tok * s.bench_limit * (1 + 1.2 * n.benched + n.lookups + 0.8 * n.sched)),
         Item("bench-gamma", 1, 100 + tok * s.refine_limit * (1 + 3 * n.chosen)),
@@ -219,10 +221,11 @@ def lean_share(row: str, study: str) -> float:
 
 def _finishing(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) -> list[Item]:
     """The last grid, quality, accuracy, reduced heads, and export with the report."""
-    tok = c.max_new_tokens + o.prefill
-    # the last grid, whatever was dropped: every runtime's plain decoding (draftwise AR, and llama-server on each
-    # llama.cpp file) and each row's choice, about half an fp32 AR step per method and token on average
-    options = 2 * (1 + len(o.lean_rows)) + 3 * o.rows
+    tok = (o.answer or c.max_new_tokens) + o.prefill
+    # the last grid, whatever was dropped, at every temperature of the traffic: every runtime's plain decoding
+    # (draftwise AR, and llama-server on each llama.cpp file) and each row's choice, about half an fp32 AR step per
+    # method and token on average
+    options = (2 * (1 + len(o.lean_rows)) + 3 * o.rows) * (o.temperatures or len(c.temperatures))
     out = [Item("bench-fastest", 1, 100 + 0.5 * tok * s.bench_limit * options)]
     if o.lean_rows or o.rows:  # teacher-forced passes over eval prompts, a few AR steps each, per runtime
         out.append(Item("quality", 1, 50 + (5 + o.prefill) * s.agree_limit * (1 + len(o.lean_rows) + o.rows)))

@@ -11,22 +11,31 @@ side, interleaved prompt by prompt in one process, on the selection grid's promp
   methods   each row's choice where its verdict deploys it (a method no faster than its own engine's AR cannot beat
             the fastest plain decoding)
 
-  fastest plain   the plain option with the most tokens/s on these prompts
-  verdict         every option's speedup over the fastest plain, a paired bootstrap over prompts (`decide`); the fastest
-                  option beyond noise, a tie going to plain decoding, then to the cheaper draft step. Deploy it when it
-                  is a method whose interval over the fastest plain lies above 1; otherwise plain decoding on the
-                  fastest plain runtime.
+The grid runs the user's traffic (`traffic`): their prompt file with each request's answer length, or the selection
+suites, at every temperature the traffic holds (T = 0 and T = 1 by default). Each option's figures are time to first
+token (TTFT), time per output token (decode) and tokens/s with prefill; its request time is TTFT + answer × TPOT per
+request, at the answer length the target gave.
+
+  fastest plain   the plain option with the shortest expected request time over the traffic
+  verdict         every option's speedup over the fastest plain — the ratio of expected request times, a paired
+                  bootstrap over requests (`decide`); the fastest option beyond noise, a tie going to plain decoding,
+                  then to the cheaper draft step. Deploy it when it is a method whose interval over the fastest plain
+                  lies above 1; otherwise plain decoding on the fastest plain runtime. The same per temperature
+                  (`temperatures`), where the traffic's temperatures want different answers.
+  crossovers      for each other option, the answer length beyond (or below) which it would finish a request first
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import traffic
 from ..config import BenchConfig, BenchGridConfig
 from ..models.llamacpp_load import LLAMA_CPP
+from ..rundir import read_records
 from ..stages.bench import SCHEDULED
 from ..stages.bench_grid import label
-from . import decide, measure, rows
+from . import decide, measure, requests, rows
 
 PLAIN = ("ar", "llama-server")  # the plain methods of a row: draftwise AR, llama-server without speculation
 STAGE = "bench-fastest"
@@ -72,10 +81,16 @@ def entries(p) -> list[Entry]:
     return out
 
 
-def grid(entries: list[Entry]) -> BenchGridConfig:
-    """The first row as the grid's own bench, the others as its rows (each on its own runtime)."""
+def grid(entries: list[Entry], temperatures: tuple[float, ...] = ()) -> BenchGridConfig:
+    """The first row as the grid's own bench, the others as its rows (each on its own runtime), every one at each of
+    `temperatures`."""
     first, rest = entries[0], entries[1:]
-    return BenchGridConfig(bench=first.bench, rows=tuple(r.bench for r in rest), row_names=tuple(r.name for r in rest))
+    return BenchGridConfig(
+        bench=first.bench,
+        rows=tuple(r.bench for r in rest),
+        row_names=tuple(r.name for r in rest),
+        temperatures=temperatures,
+    )
 
 
 def option(entries: list[Entry]):
@@ -93,25 +108,38 @@ def option(entries: list[Entry]):
 
 def run(p) -> dict:
     """The grid, then the verdict record (module docstring)."""
-    rs = entries(p)
-    measure.run_grid(p, STAGE, grid(rs), runtime=rs[0].name, runtimes=[r.name for r in rs])
-    return p.stage("fastest", lambda f: decide_fastest(p, rs))
+    rs, temps = entries(p), requests.temperatures(p.config, p.config.bench_limit)
+    measure.run_grid(p, STAGE, grid(rs, temps), runtime=rs[0].name, runtimes=[r.name for r in rs])
+    wanted = requests.requests(p.config, p.config.bench_limit)
+    return p.stage("fastest", lambda f: decide_fastest(p, rs, wanted))
 
 
-def decide_fastest(p, rs: list[Entry]) -> dict:
-    """The verdict record from the last grid's records: every option over the fastest plain one (module docstring)."""
-    by = decide.timings(measure.records(p, [STAGE]), option(rs))
-    speed = {n: sum(t for t, _ in v.values()) / sum(s for _, s in v.values()) for n, v in by.items()}
-    plain = [n for n in by if n.split("/", 1)[1] in PLAIN]
-    fastest_plain = max(plain, key=speed.get)
-    result = decide.compare(by, by[fastest_plain], p.config.seed)
+def decide_fastest(p, rs: list[Entry], wanted: set[tuple[float, str]] | None = None) -> dict:
+    """The verdict record from the last grid's records: the traffic's whole (its `wanted` (temperature, prompt id)
+    requests; None: every request measured), and each temperature's (module docstring)."""
+    by = traffic.phases(read_records(p.folder(STAGE) / "records.jsonl"), option(rs), ignore=decide.IGNORE)
+    measured = {at for per in by.values() for at in per}
+    wanted = wanted & measured if wanted and wanted & measured else measured
+    temps = sorted({t for t, _ in measured})
+    whole = decide_over(p, rs, by, lambda at: at in wanted)
+    per = {f"{t:g}": decide_over(p, rs, by, lambda at, t=t: at[0] == t) for t in temps}
+    return {**whole, "temperatures": per, "traffic": sorted(f"{t:g}" for t in {t for t, _ in wanted})}
+
+
+def decide_over(p, rs: list[Entry], by: dict, wanted) -> dict:
+    """Every option over the fastest plain one by expected request time on the `wanted` requests (docstring)."""
+    times = {n: t for n, t in traffic.request_times(by, wanted).items() if t}
+    figures = {n: traffic.figures(by[n], times[n]) for n in times}
+    plain = [n for n in times if n.split("/", 1)[1] in PLAIN]
+    fastest_plain = min(plain, key=lambda n: figures[n].request_s)
+    result = decide.compare(times, times[fastest_plain], p.config.seed)
     drafters = {r.name: r.drafter for r in rs}
-    decision = decide.choose(result, lambda n: (n not in plain, n != fastest_plain, -speed[n]))
+    decision = decide.choose(result, lambda n: (n not in plain, n != fastest_plain, figures[n].request_s))
     chosen = decision["chosen"]
-    runtime, method = chosen.split("/", 1)
     recommend = chosen not in plain and result["speedup"][chosen][1] > 1.0
     if not recommend:
-        chosen, (runtime, method) = fastest_plain, fastest_plain.split("/", 1)
+        chosen = fastest_plain
+    runtime, method = chosen.split("/", 1)
     return {
         "recommend": recommend,
         "option": chosen,
@@ -120,14 +148,16 @@ def decide_fastest(p, rs: list[Entry]) -> dict:
         "drafter": drafters.get(runtime) if recommend else None,
         "fastest_plain": fastest_plain,
         "speedup": result["speedup"][chosen],
-        "tokens_per_s": speed[chosen],
-        "plain_tokens_per_s": speed[fastest_plain],
-        "options": {n: {"tokens_per_s": speed[n], "speedup": result["speedup"][n], "plain": n in plain} for n in by},
+        "tokens_per_s": figures[chosen].tokens_per_s,
+        "plain_tokens_per_s": figures[fastest_plain].tokens_per_s,
+        "options": {n: {**figures[n].as_dict(), "speedup": result["speedup"][n], "plain": n in plain} for n in figures},
+        "crossovers": {n: traffic.crossover(figures[chosen], figures[n]) for n in figures if n != chosen},
         "prompts": result["prompts"],
         "decision": decision,
-        "rule": "the fastest option beyond noise (paired bootstrap over prompts, one interleaved grid), a tie going to "
-        "plain decoding; a method is deployed when its 95 % interval over the fastest plain decoding measured "
-        "here lies above 1",
+        "rule": "the shortest expected request time (time to first token + answer length × time per output token, "
+        "summed over the traffic's requests) beyond noise (paired bootstrap over requests, one interleaved grid), a "
+        "tie going to plain decoding; a method is deployed when its 95 % interval over the fastest plain decoding "
+        "measured here lies above 1",
     }
 
 
@@ -143,23 +173,65 @@ def describe(option: str) -> str:
     return f"{what} on {runtime}"
 
 
-def sentence(f: dict, rows_by_name: dict[str, dict] | None = None) -> str:
-    """The design's first sentence: what to deploy on this machine, against the fastest plain decoding here."""
-    pt, lo, hi = f["speedup"]
-    plain = f"{describe(f['fastest_plain'])}, {f['plain_tokens_per_s']:.1f} tokens/s"
-    if not f["recommend"]:
-        return (
-            f"Use plain decoding with {describe(f['fastest_plain'])}: the fastest decoding measured on this machine "
-            f"({f['plain_tokens_per_s']:.1f} tokens/s over {f['prompts']} prompts); no speculative method beat it "
-            "beyond noise."
-        )
-    v = (rows_by_name or {}).get(f["runtime"], {})
-    what = f"{f['drafter']}" + (f" ({label(v['spec'], 60)}, γ = {v['gamma']})" if v.get("spec") else "")
+def phases_text(o: dict) -> str:
+    """An option's figures in words: its request time, TTFT and decode speed (an older record: its tokens/s)."""
+    if "ttft_s" not in o:
+        return f"{o['tokens_per_s']:.1f} tokens/s"
     return (
-        f"Deploy {what} on {f['runtime']}: {f['tokens_per_s']:.1f} tokens/s, {pt:.2f}× the fastest plain decoding "
-        f"measured on this machine ({plain}) [95 % interval {lo:.2f}–{hi:.2f}], {f['prompts']} prompts, one "
-        "interleaved grid."
+        f"{o['request_s']:.2f} s a request: first token {1e3 * o['ttft_s']:.0f} ms, decode "
+        f"{o['decode_tokens_per_s']:.1f} tokens/s"
     )
+
+
+def sentence(f: dict, rows_by_name: dict[str, dict] | None = None) -> str:
+    """The design's first sentence: what to deploy on this machine for the traffic, against the fastest plain decoding
+    here; then where a temperature of the traffic wants another answer, and the fastest plain's crossover."""
+    pt, lo, hi = f["speedup"]
+    plain = f"{describe(f['fastest_plain'])}, {phases_text(f['options'][f['fastest_plain']])}"
+    traffic_text = f"{f['prompts']} requests" + (f" at T = {', '.join(f['traffic'])}" if f.get("traffic") else "")
+    if not f["recommend"]:
+        head = (
+            f"Use plain decoding with {plain}: the fastest decoding measured on this machine for this traffic "
+            f"({traffic_text}); no speculative method beat it beyond noise."
+        )
+    else:
+        v = (rows_by_name or {}).get(f["runtime"], {})
+        what = f"{f['drafter']}" + (f" ({label(v['spec'], 60)}, γ = {v['gamma']})" if v.get("spec") else "")
+        head = (
+            f"Deploy {what} on {f['runtime']}: {phases_text(f['options'][f['option']])} — {pt:.2f}× [95 % interval "
+            f"{lo:.2f}–{hi:.2f}] the request time of the fastest plain decoding measured on this machine ({plain}); "
+            f"{traffic_text}, one interleaved grid."
+        )
+    return head + "".join(_temperature_clause(f, t, x) for t, x in f.get("temperatures", {}).items()) + crossover(f)
+
+
+def _temperature_clause(f: dict, t: str, x: dict) -> str:
+    """Where one temperature alone wants another answer than the traffic's whole."""
+    if x["option"] == f["option"]:
+        return ""
+    what = f"{describe(x['option'])}" + (f" ({x['drafter']})" if x["recommend"] else "")
+    return f" At T = {t} alone the answer is {what}: {phases_text(x['options'][x['option']])}."
+
+
+def crossover(f: dict) -> str:
+    """The first option to overtake the answer as answers grow: of those decoding faster, the one with the shortest
+    crossover (a sentence); that nothing measured decodes faster, where so."""
+    if "ttft_s" not in f["options"][f["option"]]:
+        return ""
+    figs = {n: traffic.Figures(**_fields(o)) for n, o in f["options"].items()}
+    mine = figs.pop(f["option"])
+    ahead = {n: at for n, x in figs.items() if x.tpot_s < mine.tpot_s and (at := traffic.crossover(mine, x))}
+    if not ahead:
+        return " No other option measured decodes faster: it stays the fastest however long the answer."
+    n = min(ahead, key=ahead.get)
+    return (
+        f" For answers beyond ~{ahead[n]:.0f} new tokens {describe(n)} would be faster (decode "
+        f"{figs[n].decode_tokens_per_s:.1f} tokens/s)."
+    )
+
+
+def _fields(o: dict) -> dict:
+    return {k: o[k] for k in ("ttft_s", "tpot_s", "tokens_per_s", "request_s", "requests")}
 
 
 def row_verdicts(p) -> dict[str, dict]:
@@ -216,12 +288,13 @@ def readme_header(
         + (f" Its quality against fp32 (a lossy runtime): {cost}." if cost else "")
         + "\n\nHow (from this folder): "
         f"{how or deploy_command(f, rows_by_name.get(f['runtime']), target, threads)}\n\n"
-        f"Every option of the last grid (tokens/s; speedup over the fastest plain decoding, 95 % interval):\n\n"
+        f"Every option of the last grid (request time, first token and decode speed on the traffic; speedup in request "
+        "time over the fastest plain decoding, 95 % interval):\n\n"
         + "\n".join(
-            f"- {describe(n)}: {o['tokens_per_s']:.1f} tokens/s, {o['speedup'][0]:.2f}× "
+            f"- {describe(n)}: {phases_text(o)}, {o['tokens_per_s']:.1f} tokens/s with prefill; {o['speedup'][0]:.2f}× "
             f"[{o['speedup'][1]:.2f}–{o['speedup'][2]:.2f}]"
             + (f" (quality: {(quality or {})[n.split('/')[0]]})" if n.split("/")[0] in (quality or {}) else "")
-            for n, o in sorted(f["options"].items(), key=lambda kv: -kv[1]["tokens_per_s"])
+            for n, o in sorted(f["options"].items(), key=lambda kv: -kv[1]["speedup"][0])
         )
         + (f"\n\nMeasured on: {measured_on}." if measured_on else "")
         + "\n\n---\n\n"

@@ -27,7 +27,7 @@ from ..models import hf
 from ..sd.families import drafter_kind
 from ..stages import bench, bench_grid
 from ..stages.draft_vocab import write_reduced
-from . import decide, estimate
+from . import decide, estimate, requests
 from .candidates import Candidate
 from .pipeline import runtime_options
 
@@ -39,6 +39,7 @@ def base_config(p, spec: str, gamma: int, limit: int, suite: str | None = None, 
         drafter=spec,
         gamma=gamma,
         suite=suite or c.bench_suites,
+        prompts=c.prompts if suite is None else None,  # the user's traffic, where a stage names no suite of its own
         limit=limit,
         max_new_tokens=c.max_new_tokens,
         seed=c.seed,
@@ -206,8 +207,8 @@ def select(
 
 
 def temperatures(p, spec: str, gamma: int) -> None:
-    """The chosen drafter at each non-zero temperature; a lookup with its scheduled variant beside it."""
-    temps = tuple(t for t in p.config.temperatures if t != 0)
+    """The chosen drafter at each non-zero temperature of the traffic; a lookup with its scheduled variant beside it."""
+    temps = tuple(t for t in requests.temperatures(p.config, p.config.bench_limit) if t != 0)
     scheduled = scheduling(p) if drafter_kind(spec) == "lookup" and "calibrate-lookup" in p.done else {}
     if temps:
         grid = BenchGridConfig(

@@ -47,7 +47,6 @@ DROPS = (
     "temperatures",
     "extra-rows",
     "reduced-heads",
-    "serve",  # the deploy command through its API: what the export's figure is, so kept over the extras above
     "control",
     "scheduler",
     "llama.cpp",
@@ -70,7 +69,6 @@ DECIDED = {
     "lean-int8": "rows",
     "lean-q4": "rows",
     "accuracy": "accuracy",
-    "serve": "serve",
     "reduced-heads": "reduced-heads",
 }
 

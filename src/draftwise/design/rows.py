@@ -85,7 +85,8 @@ class Row:
     def bench_config(self, p, **kw) -> BenchConfig:
         """A bench on the row (the selection grid's prompts unless `kw` says otherwise)."""
         c = p.config
-        kw = {"suite": c.bench_suites, "limit": c.bench_limit, **kw}
+        kw = {"suite": c.bench_suites, "prompts": c.prompts, "limit": c.bench_limit, **kw}
+        kw["prompts"] = kw["prompts"] if kw["suite"] == c.bench_suites else None  # a suite named: its prompts
         return BenchConfig(
             target=self.target,
             backend=self.backend,

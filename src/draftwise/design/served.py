@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import shlex
 import statistics
+from collections import Counter
 from pathlib import Path
 
 from ..errors import DraftwiseError
@@ -28,8 +29,9 @@ from ..isolate import NativeCrash
 from ..metrics import tokens_per_s
 from ..models.llama_server import find_binary
 from ..models.llamacpp_load import gguf_file
+from ..rundir import read_records
 from ..stages import bench
-from . import decide, deploy, measure
+from . import decide, deploy, measure, requests
 from .fastest import lean_name
 
 STAGE, DECISION = "bench-serve", "served"
@@ -111,14 +113,27 @@ def measure_command(p, baseline: str) -> None:
     except DraftwiseError:  # no llama-server on this machine: the command alone
         peers = (baseline,)
     config = measure.base_config(
-        p, None, 1, p.config.headline_limit, suite="spec_bench", baselines=peers, llama_server=p.base.llama_server
+        p,
+        None,
+        1,
+        p.config.headline_limit,
+        suite=None if p.config.prompts else "spec_bench",  # the user's traffic, where they gave it
+        baselines=peers,
+        llama_server=p.base.llama_server,
+        temperature=temperature(p),
     )
     p.stage(STAGE, lambda f: bench.run(config, f, p.executor), command=baseline)
 
 
+def temperature(p) -> float:
+    """The temperature the command is measured at: the traffic's most common one (a tie: the lower)."""
+    counts = Counter(t for t, _ in requests.requests(p.config, p.config.bench_limit))
+    return min(counts, key=lambda t: (-counts[t], t))
+
+
 def decide_served(p, baseline: str, readme: str) -> dict:
     """The decision record from `bench-serve`'s records: client wall tokens/s of each, the command over llama-server."""
-    records = measure.records(p, [STAGE])
+    records = read_records(p.folder(STAGE) / "records.jsonl")
     served = [r for r in records if r["method"] == baseline]
     server = [r for r in records if r["method"] == SERVER]
     wall = [{**r, "seconds": r["wall_s"]} for r in server]
@@ -130,13 +145,19 @@ def decide_served(p, baseline: str, readme: str) -> dict:
         "measured": True,
         "command": readme,
         "prompts": len(served),
+        "what": (f"prompts of {Path(p.config.prompts).name}" if p.config.prompts else "spec_bench prompts")
+        + f" at T = {temperature(p):g}",
         "tokens_per_s": tokens_per_s(served),
         "first_token_ms": 1e3 * statistics.median(r["first_token_s"] for r in served),
+        "decode_tokens_per_s": decode_speed(served, lambda r: r["wall_s"] - r["first_token_s"]),
         "server_tokens_per_s": tokens_per_s({**r, "seconds": r["server_seconds"]} for r in served),
         "drafted": sum(r["drafted"] for r in served),
         "accepted": sum(r["accepted"] for r in served),
         "llama_server": {
             "tokens_per_s": tokens_per_s(wall),
+            # answered whole: its first token at its own prefill plus the client's overhead (HTTP, JSON)
+            "first_token_ms": 1e3 * statistics.median(r["prefill_s"] + r["wall_s"] - r["seconds"] for r in server),
+            "decode_tokens_per_s": decode_speed(server, lambda r: r["seconds"] - r["prefill_s"]),
             "file": own.name if own else "an f32 GGUF of the target's checkpoint",
         }
         if server
@@ -145,19 +166,35 @@ def decide_served(p, baseline: str, readme: str) -> dict:
     }
 
 
+def decode_speed(records: list[dict], decode_s) -> float:
+    """New tokens after the first over the seconds after it (`decode_s(record)`), summed over requests."""
+    seconds = sum(decode_s(r) for r in records)
+    return sum(r["new_tokens"] - 1 for r in records) / seconds if seconds > 0 else 0.0
+
+
 def sentence(record: dict) -> str:
     """The served figure in one line (the READMEs' and the report's)."""
     head = "Through `draftwise serve` (HTTP, streamed, client wall time)"
     if not record.get("measured"):
         return f"{head}: {record['why']}."
-    figure = f"{head}: {record['tokens_per_s']:.1f} tokens/s"
+    figure = f"{head}: {record['tokens_per_s']:.1f} tokens/s" + (
+        f" (first token {record['first_token_ms']:.0f} ms median, decode {record['decode_tokens_per_s']:.1f} tokens/s)"
+        if "decode_tokens_per_s" in record
+        else ""
+    )
     s = record.get("llama_server")
     if not s:
         return f"{figure} over {record['prompts']} prompts (no llama-server on this machine to measure beside it)."
     pt, lo, hi = record["over_llama_server"]
     return (
         f"{figure}, {pt:.2f}× llama-server's plain decoding under the same client [95 % {lo:.2f}–{hi:.2f}] "
-        f"({s['tokens_per_s']:.1f} tokens/s on {s['file']}; {record['prompts']} spec_bench prompts, interleaved)."
+        f"({s['tokens_per_s']:.1f} tokens/s on {s['file']}"
+        + (
+            f": first token {s['first_token_ms']:.0f} ms, decode {s['decode_tokens_per_s']:.1f} tokens/s"
+            if "decode_tokens_per_s" in s
+            else ""
+        )
+        + f"; {record['prompts']} {record.get('what', 'spec_bench prompts')}, interleaved)."
     )
 
 

@@ -88,6 +88,11 @@ class Runner:
     def input(self, unit: tuple[int, ...]):
         return self.encoded[unit[0]] if self.config.batch_size == 1 else [self.encoded[i] for i in unit]
 
+    def answer(self, unit: tuple[int, ...]) -> dict:
+        """A request's own answer length (a prompt file's `max_tokens`), where it has one and decodes alone."""
+        own = self.prompts[unit[0]].extra.get("max_tokens") if len(unit) == 1 else None
+        return {"max_new_tokens": own} if own else {}
+
     def __call__(self, item: tuple[tuple[int, ...], str]) -> dict:
         unit, name = item
         fn, c = self.fns[name], self.config
@@ -106,7 +111,7 @@ class Runner:
             "category": prompt.category,
             "prompt_tokens": sum(len(self.encoded[i]) for i in unit),
             "batch": len(unit),
-            **fn(self.input(unit), c.seed + unit[0]),
+            **fn(self.input(unit), c.seed + unit[0], **self.answer(unit)),
         }
         if name not in self.bytes:
             self.bytes[name] = plain_bytes(name, self.target)

@@ -20,7 +20,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from .. import continuations
+from .. import continuations, learning
 from ..config import DistillConfig
 from ..models import ModelOptions, load, load_drafter
 from ..models.hf import HFCausalLM
@@ -158,6 +158,27 @@ def _step(model, opt, micro_batches: list[list[dict]], loss_name: str, bf16: boo
     return total, tokens
 
 
+def stopped(config: DistillConfig, run_dir: RunDir, meta: dict, record) -> bool:
+    """The stop rule (`learning.pilot`), once the pilot share of the budget is trained: whether the learning curve
+    predicts an agreement below `stop_below` at the budget's end (a `stopped` record says what it predicted)."""
+    if not config.stop_below:
+        return False
+    done = meta["tokens"] / config.tokens if config.tokens else meta["seconds"] / (60 * config.minutes)
+    if done < config.pilot:
+        return False
+    at_end = config.tokens or meta["tokens"] / done  # at the rate measured so far
+    verdict = learning.pilot(run_dir.records(), config.stop_below, at_end)
+    if verdict is None or not verdict["stop"]:
+        return False
+    record({"event": "stopped", "step": meta["step"], "tokens": meta["tokens"], **verdict})
+    print(
+        f"stopped after the pilot: predicted agreement {verdict['predicted']:.3f} at the budget's end, "
+        f"{config.stop_below:.3f} needed to break even",
+        file=sys.stderr,
+    )
+    return True
+
+
 def run(config: DistillConfig, out: str | Path) -> Path:
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -195,7 +216,8 @@ def run(config: DistillConfig, out: str | Path) -> Path:
     budget = Budget(config.minutes, config.tokens, meta, "distill", "tok")
     prompts = [r["tokens"][: r["prompt_len"]].tolist() for r in rows]
     bf16 = use_autocast(config.autocast, config.device)
-    while budget.left(meta):
+    halted = any(r.get("event") == "stopped" for r in run_dir.records())  # a resumed run the rule stopped
+    while budget.left(meta) and not halted:
         start = time.perf_counter()
         step = meta["step"]
         on_policy = bool(config.on_policy_every) and (step + 1) % config.on_policy_every == 0
@@ -223,6 +245,8 @@ def run(config: DistillConfig, out: str | Path) -> Path:
         budget.advance(meta, tokens, f"loss {value:.4f}, {tokens / seconds:.0f} tok/s")
         if meta["step"] % config.eval_every == 0 and not record.has("eval", meta["step"]):  # not re-evaluated
             record({"event": "eval", "step": meta["step"], "tokens": meta["tokens"], **evaluate(model, eval_seqs)})
+            if stopped(config, run_dir, meta, record):
+                break
         if meta["step"] % config.checkpoint_every == 0:
             _save_state(run_dir.path / "state", model, opt, gen, meta)
     budget.close()

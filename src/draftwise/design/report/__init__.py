@@ -14,13 +14,13 @@ from ...report import machine as machine_section
 from ...report.doc import Doc
 from ...report.fmt import interval as _interval
 from ...report.fmt import num as _f
-from .. import fastest, rows, study
+from .. import fastest, study
 from ..build import read_candidates
 from ..measure import SCHEDULED as SCHEDULED_NAME
 from ..measure import limit_of
 from ..pipeline import CANDIDATES, DesignFolder
 from ..verdict import sentence
-from . import budget, charts, learning, lookup, models, per_row, schedule, served
+from . import answer, budget, charts, learning, lookup, models, per_row, schedule
 from .costs import accuracy_section, time_section
 from .models import LEFT_OUT, decision_text, read_json, stage_records
 
@@ -52,7 +52,7 @@ def write(p: DesignFolder) -> Path:
     points = lookup.select_points(p)
     doc = Doc()
     doc.h(f"draftwise design: {c.target}", 1)
-    _verdict(doc, p)
+    _verdict(doc, p, plots, footer)
     per_row.section(doc, p, plots, footer)
     _machine(doc, p)
     doc.p(f"Reproduce: `{command}`. Every stage's raw records are in `stages/`. {DEFINITIONS}")
@@ -251,13 +251,14 @@ def _head_and_lookahead(doc: Doc, p) -> None:
         )
 
 
-def _verdict(doc: Doc, p) -> None:
+def _verdict(doc: Doc, p, plots: Path, footer: str) -> None:
     """The decision first: what to run on this machine against the fastest plain decoding here, then the lean
     runtime's own verdict and every candidate's costs and break-even."""
     v, f = p.done["verdict"], p.done.get("fastest")
     doc.h("Verdict")
     if f:
-        _answer(doc, p, f)
+        answer.section(doc, p, f, plots, footer)
+        doc.h(f"The draftwise lean engine at {p.config.dtype}", 3)
     method = v.get("method", "sd") if v["recommend"] else "ar"
     doc.p(sentence(v) + fastest.versus(f, fastest.lean_name(p.config), method))
     table = [_candidate_row(name, x) for name, x in v["candidates"].items()]
@@ -286,40 +287,6 @@ def _verdict(doc: Doc, p) -> None:
         "or per drafting round (lookup, hybrid) at which its measured TAR only breaks even ('none': its verify passes "
         "alone cost more than it emits). The rule: " + v["rule"] + "."
     )
-
-
-def _answer(doc: Doc, p, f: dict) -> None:
-    """The design's answer (`fastest`): every option of the last grid against the fastest plain decoding here."""
-    quality = rows.quality_of(p)
-    reference = {fastest.lean_name(p.config): "the reference"} if p.config.dtype == "fp32" else {}
-    cost = quality.get(f["runtime"])
-    doc.p(
-        fastest.sentence(f, fastest.row_verdicts(p))
-        + (f" Its quality against fp32 (a lossy runtime): {cost}." if cost else "")
-    )
-    doc.table(
-        [
-            "option (one interleaved grid, the selection prompts)",
-            "tokens/s",
-            "over the fastest plain [95 %]",
-            "quality vs fp32",
-        ],
-        [
-            [
-                fastest.describe(n) + (" (plain)" if o["plain"] else ""),
-                _f(o["tokens_per_s"], ".1f"),
-                _interval(o["speedup"]),
-                quality.get(n.split("/")[0], reference.get(n.split("/")[0], "-")),
-            ]
-            for n, o in sorted(f["options"].items(), key=lambda kv: -kv[1]["tokens_per_s"])
-        ],
-    )
-    doc.p(
-        "The rule: " + f["rule"] + ". Each runtime's own verdict, below and under *Per runtime*, compares a method "
-        "with that engine's AR. " + per_row.quality_note(p)
-    )
-    served.section(doc, p)
-    doc.h(f"The draftwise lean engine at {p.config.dtype}", 3)
 
 
 def _candidate_row(name: str, x: dict) -> list:

@@ -16,7 +16,8 @@ DROPPED = {
     "batch": "the batch dividend",
     "gen-data-more": "more gen-data for the suffix corpus",
     "headline": "the headline against transformers",
-    "temperatures": "the temperatures above 0",
+    "temperatures": "the chosen drafter's own grid at the temperatures above 0 (the last grid measures every "
+    "temperature of the traffic whatever the budget)",
     "extra-rows": "the llama.cpp rows beyond the target's own file",
     "reduced-heads": "reduced draft heads and adaptive lookahead",
     "llama.cpp": "every llama.cpp row",

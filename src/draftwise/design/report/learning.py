@@ -30,14 +30,27 @@ def section(doc: Doc, p, plots: Path, footer: str) -> None:
     if not entries:
         return
     doc.h("When would training pay?")
-    for x in entries.values():
-        doc.p(x["sentence"])
+    for n, x in entries.items():
+        doc.p(x["sentence"] + stop_sentence(training_records(p, n)))
     doc.p(NOTE)
     series = [series_of(n, x, training_records(p, n)) for n, x in entries.items()]
     doc.img(
         plot_learning_fits(series, plots / "learning_fits.png", footer),
         "Held-out agreement vs teacher tokens, fitted curves extended to the predictions, break-even α (dotted) and "
         "the α that would beat the best lookup (dash-dot)",
+    )
+
+
+def stop_sentence(records: list[dict]) -> str:
+    """The stop rule's verdict, when it stopped the candidate's training after the pilot (`distill.stopped`)."""
+    stop = next((r for r in records if r.get("event") == "stopped"), None)
+    if stop is None:
+        return ""
+    return (
+        f" Its training was stopped after the pilot ({learning.tokens_text(stop['tokens'])} teacher tokens): the "
+        f"curve predicted an agreement of {stop['predicted']:.3f} by the budget's end "
+        f"({learning.tokens_text(stop['tokens_at_end'])} tokens), below the {stop['needed']:.3f} its break-even "
+        "needs at the draft cost predicted for its shape (a verify pass of one AR step: optimistic)."
     )
 
 

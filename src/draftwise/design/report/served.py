@@ -27,6 +27,7 @@ def section(doc: Doc, p) -> None:
             f"`{record['command']}`",
             _f(record["tokens_per_s"], ".1f"),
             _f(record["first_token_ms"], ".0f"),
+            _f(record.get("decode_tokens_per_s"), ".1f"),
             _f(record["server_tokens_per_s"], ".1f"),
             f"{record['accepted']} / {record['drafted']}",
         ]
@@ -34,16 +35,26 @@ def section(doc: Doc, p) -> None:
     server = record.get("llama_server")
     if server:
         own = methods.get(served.SERVER, {}).get("tokens_per_s")
-        rows.append([f"llama-server, plain decoding ({server['file']})", _f(server["tokens_per_s"], ".1f"), "-"])
+        rows.append([f"llama-server, plain decoding ({server['file']})", _f(server["tokens_per_s"], ".1f")])
+        rows[-1] += [_f(server.get("first_token_ms"), ".0f"), _f(server.get("decode_tokens_per_s"), ".1f")]
         rows[-1] += [_f(own, ".1f"), "-"]
     doc.table(
-        ["command", "tokens/s (client wall time)", "first token ms (median)", "its own timings: tokens/s", "accepted"],
+        [
+            "command",
+            "tokens/s (client wall time)",
+            "first token ms (median)",
+            "decode tokens/s",
+            "its own timings: tokens/s",
+            "accepted",
+        ],
         rows,
     )
     doc.p(
         served.sentence(record) + " One client asks one request at a time, both methods interleaved prompt by prompt "
         "after a warm-up run each: `draftwise serve` streamed (`/v1/completions`, server-sent events, the prompt as "
         "token ids), llama-server answering `/completion` whole; the tokens/s count the client's wall time from the "
-        "request to its last byte. Server start and model loading are not timed. The records are in "
+        "request to its last byte. First token: the client's, streamed; llama-server's is its own prompt time plus "
+        "the client's overhead (it answers whole). Decode: the tokens after the first over the time after it. "
+        "Server start and model loading are not timed. The records are in "
         f"`stages/{served.STAGE}/`."
     )

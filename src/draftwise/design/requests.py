@@ -1,0 +1,28 @@
+"""The design's traffic (`draftwise.traffic`): which requests its benchmarks measure, and what the plan needs to know
+of them."""
+
+from __future__ import annotations
+
+from .. import traffic
+from ..config import BenchConfig, DesignConfig
+from ..stages.bench import select_prompts
+
+
+def requests(config: DesignConfig, limit: int) -> set[tuple[float, str]]:
+    """The traffic's (temperature, prompt id) requests among the first `limit` prompts (`traffic.requests_of`)."""
+    bench = BenchConfig(target=config.target, suite=config.bench_suites, prompts=config.prompts, limit=limit)
+    return traffic.requests_of(select_prompts(bench), config.temperatures, own=bool(config.prompts))
+
+
+def temperatures(config: DesignConfig, limit: int) -> tuple[float, ...]:
+    """Every temperature of the traffic, in order: each one is measured."""
+    return tuple(sorted({t for t, _ in requests(config, limit)}))
+
+
+def outline(config: DesignConfig) -> dict:
+    """What the plan needs to know of the traffic: its temperatures and mean answer length (`costs.Outline`)."""
+    if not config.prompts:
+        return {"temperatures": len(config.temperatures), "answer": float(config.max_new_tokens)}
+    prompts = select_prompts(BenchConfig(target=config.target, prompts=config.prompts, limit=config.bench_limit))
+    answers = [p.extra.get("max_tokens", config.max_new_tokens) for p in prompts]
+    return {"temperatures": len(temperatures(config, config.bench_limit)), "answer": sum(answers) / len(answers)}
