@@ -135,7 +135,7 @@ def model_candidates(p: Pipeline, target, shape: cost.Shape) -> Pool:
         built=True,
     )
     specs = build.build(p, cands)
-    build.measure_costs(p, shape, specs, cands)
+    build.measure_costs(p, target, shape, specs, cands)
     best = {x.name: best_gamma(p, specs[x.name], x.name) for x in cands}
     return Pool(cands, specs, {x.name: best[x.name][0] for x in cands}, build.screen(cands, best), best=best)
 

@@ -31,7 +31,7 @@ from ..rundir import RunDir, write_atomic
 from ..sd.families import drafter_kind
 from ..specs import split_hybrid
 from ..stages import accuracy, agree, distill, feature, gen_data, profile, prune, sweep, teacher
-from . import lookup
+from . import lookup, requests
 from .candidates import FAMILY, FEATURE, Candidate, budget_shapes, choose_shapes
 from .estimate import GAMMAS, SCREEN
 from .measure import feasible_batch
@@ -239,8 +239,8 @@ def sweep_shapes(p: Pipeline, target: cost.Shape) -> tuple[cost.Shape, cost.Shap
     return cost.Shape(**chosen[0]), cost.Shape(**chosen[1])
 
 
-def measure_costs(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str], cands: list[Candidate]) -> None:
-    """Profile at batch 1 and at each trained candidate's feasible batch (for γ* there)."""
+def measure_costs(p: Pipeline, target, target_shape: cost.Shape, specs: dict[str, str], cands: list[Candidate]) -> None:
+    """Profile at batch 1 and at each trained candidate's feasible batch (for γ* there), at the traffic's context."""
     c, opts = p.config, runtime_options(p.config)
     depths = tuple(k for k in (1, 2, 4, 8) if k < target_shape.layers)
     batches = (1,) + tuple(
@@ -265,6 +265,7 @@ def measure_costs(p: Pipeline, target_shape: cost.Shape, specs: dict[str, str], 
                 batches=batches,
                 warmup=2,
                 repeats=7,
+                context=requests.context(c, target),
                 seed=c.seed,
                 **opts,
             ),

@@ -26,3 +26,16 @@ def outline(config: DesignConfig) -> dict:
     prompts = select_prompts(BenchConfig(target=config.target, prompts=config.prompts, limit=config.bench_limit))
     answers = [p.extra.get("max_tokens", config.max_new_tokens) for p in prompts]
     return {"temperatures": len(temperatures(config, config.bench_limit)), "answer": sum(answers) / len(answers)}
+
+
+def context(config: DesignConfig, target) -> int:
+    """The KV positions a decode step of the traffic sees on average — a selection prompt's tokens plus half its answer
+    — where the profiles time the target's passes: attention grows with the context, and on an int8 or q4 engine,
+    whose matrices are cheap, a profile at a shorter context predicts every method too fast."""
+    bench = BenchConfig(
+        target=config.target, suite=config.bench_suites, prompts=config.prompts, limit=config.bench_limit
+    )
+    prompts = select_prompts(bench)
+    spans = [len(target.encode(p.text)) + p.extra.get("max_tokens", config.max_new_tokens) / 2 for p in prompts]
+    most = getattr(target.config, "max_position_embeddings", None) or 1 << 20
+    return max(1, min(round(sum(spans) / len(spans)), most - 16))  # room for the passes timed after it

@@ -30,7 +30,7 @@ from ..sd.families import drafter_kind
 from ..stages import profile
 from ..stages.bench import SCHEDULED
 from ..stages.bench_grid import as_method, label
-from . import decide, lookup, measure, rows
+from . import decide, lookup, measure, requests, rows
 from .estimate import SCREEN, best_gamma
 from .verdict import candidate, predicted, verify_steps
 
@@ -62,7 +62,8 @@ def run_row(p, e: rows.Row, target, models: dict[str, str], lookups: bool) -> di
     """One row's stages (module docstring); returns its verdict record. `models`: the model candidates benchmarked on
     the lean engine ({name: spec})."""
     prof = f"profile@{e.name}"
-    p.isolated(prof, profile.run, e.profile_config(p.config, tuple(models.values())), e.name)
+    context = requests.context(p.config, target)  # the traffic's: where its passes are timed
+    p.isolated(prof, profile.run, e.profile_config(p.config, tuple(models.values()), context), e.name)
     cands = candidates(p, e, target, models, lookups)
     nearest = {n: b for n, (s, g) in cands.items() if (b := e.nearest(s, g)) is not None}
     # each tuned lookup's scheduled variant, priced by E's verify curve, from the design's calibration

@@ -65,8 +65,8 @@ class Row:
         """Whether the budget left the row out (`plan.DROPS`)."""
         raise NotImplementedError
 
-    def profile_config(self, c, drafters: tuple[str, ...]) -> ProfileConfig:
-        """Its verify curve, and each model candidate's step on it."""
+    def profile_config(self, c, drafters: tuple[str, ...], context: int = 256) -> ProfileConfig:
+        """Its verify curve, and each model candidate's step on it, at `context` cached positions."""
         return ProfileConfig(
             target=self.target,
             drafters=drafters,
@@ -75,6 +75,7 @@ class Row:
             batches=(1,),
             warmup=2,
             repeats=7,
+            context=context,
             seed=c.seed,
             backend=self.backend,
             dtype=self.dtype,
