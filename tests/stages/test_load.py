@@ -146,13 +146,22 @@ def test_failed_requests_and_503s_are_recorded_not_dropped(tiny_dir, tmp_path):
 
 
 def test_a_prompt_files_lines_ask_for_their_own_answer_lengths(tiny_dir, tmp_path):
-    """A mixed workload: each line's max_tokens is what its requests ask for (the others get --max-new-tokens)."""
+    """A mixed workload: each line's max_tokens and temperature are what its requests ask for (the others get
+    --max-new-tokens and --temperature)."""
     path = tmp_path / "mixed.jsonl"
-    lines = [{"prompt": PROMPTS[0], "max_tokens": 3}, {"prompt": PROMPTS[1]}, {"prompt": PROMPTS[2], "max_tokens": 12}]
+    lines = [
+        {"prompt": PROMPTS[0], "max_tokens": 3},
+        {"prompt": PROMPTS[1], "temperature": 1.0},
+        {"prompt": PROMPTS[2], "max_tokens": 12},
+    ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     out = load.run(config(tiny_dir, str(path), clients=(3,), requests=1), tmp_path / "run")
-    got = {r["prompt_id"]: (r["max_tokens"], r["new_tokens"]) for r in read(out) if r["kind"] == "request"}
-    assert got == {"user/1": (3, 3), "user/2": (8, 8), "user/3": (12, 12)}
+    got = {
+        r["prompt_id"]: (r["max_tokens"], r["new_tokens"], r["temperature"])
+        for r in read(out)
+        if r["kind"] == "request"
+    }
+    assert got == {"user/1": (3, 3, 0.0), "user/2": (8, 8, 1.0), "user/3": (12, 12, 0.0)}
 
 
 @pytest.mark.parametrize(

@@ -105,7 +105,7 @@ def prune_distill(p: Stages, cand: Candidate) -> None:
         loss=c.loss,
         minutes=p.sizes.distill_minutes,
         eval_prompts=16,
-        eval_every=50,
+        eval_every=15,  # the stop rule fits its curve after the pilot: a few evaluations by then
         stop_below=needed_agreement(p, cand),
         seed=c.seed,
         **opts,

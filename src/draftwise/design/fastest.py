@@ -252,7 +252,8 @@ def versus(f: dict | None, runtime: str, method: str) -> str:
     pt, lo, hi = o["speedup"]
     return (
         f" Against the fastest plain decoding measured on this machine ({describe(f['fastest_plain'])}, "
-        f"{f['plain_tokens_per_s']:.1f} tokens/s) it measured {pt:.2f}× [{lo:.2f}–{hi:.2f}] in the last grid."
+        f"{phases_text(f['options'][f['fastest_plain']])}) it measured {pt:.2f}× [{lo:.2f}–{hi:.2f}] in the last "
+        f"grid ({phases_text(o)})."
     )
 
 

@@ -64,23 +64,32 @@ def tokenizer_model(target: str) -> Model:
     return Model(target, config, tokenizer, None, "tokenizer", path)
 
 
-def encode_prompts(config: LoadConfig, target: Model) -> list[tuple[str, list[int], int]]:
-    """(prompt id, token ids, new tokens asked) of every prompt, as bench encodes them: a prompt file's line asks
-    for its own `max_tokens` (a mixed workload), else --max-new-tokens."""
+def encode_prompts(config: LoadConfig, target: Model) -> list[tuple[str, list[int], int, float]]:
+    """(prompt id, token ids, new tokens asked, temperature) of every prompt, as bench encodes them: a prompt file's
+    line asks for its own `max_tokens` and `temperature` (a mixed workload), else --max-new-tokens and
+    --temperature."""
     if config.prompts:
         prompts = data.read_prompt_file(config.prompts)[: config.limit]
     else:
         prompts = data.load_prompts(config.suite, config.split, config.limit)
-    encoded = [(p.id, target.encode(p.text), p.extra.get("max_tokens", config.max_new_tokens)) for p in prompts]
-    empty = [pid for pid, ids, _ in encoded if not ids]
+    encoded = [
+        (
+            p.id,
+            target.encode(p.text),
+            p.extra.get("max_tokens", config.max_new_tokens),
+            p.extra.get("temperature", config.temperature),
+        )
+        for p in prompts
+    ]
+    empty = [pid for pid, ids, _, _ in encoded if not ids]
     if not encoded or empty:
         raise DraftwiseError(f"prompt {empty[0]} encodes to no tokens" if empty else "no prompts to send")
     return encoded
 
 
-def context_per_slot(prompts: list[tuple[str, list[int], int]]) -> int:
+def context_per_slot(prompts: list[tuple[str, list[int], int, float]]) -> int:
     """llama-server's KV positions per slot: the longest request (prompt and answer) and room for drafts, in 256s."""
-    need = max(len(ids) + n for _, ids, n in prompts) + 32
+    need = max(len(ids) + n for _, ids, n, _ in prompts) + 32
     return max(512, -(-need // 256) * 256)
 
 

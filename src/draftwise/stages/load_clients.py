@@ -97,13 +97,13 @@ def model_id(server: LocalServer) -> str:
         raise DraftwiseError(f"{server.name} did not name its model at {server.url}/v1/models: {e}") from None
 
 
-def body(kind: str, model: str, ids: list[int], max_tokens: int, config: LoadConfig, seed: int) -> dict:
+def body(kind: str, model: str, ids: list[int], max_tokens: int, temperature: float, seed: int) -> dict:
     """One request's body (see the module docstring)."""
     out = {
         "model": model,
         "prompt": [int(i) for i in ids],
         "max_tokens": max_tokens,
-        "temperature": config.temperature,
+        "temperature": temperature,
         "seed": seed & 0xFFFFFFFF,
         "stream": True,
         "stream_options": {"include_usage": True},
@@ -171,13 +171,14 @@ def _wrong(kind: str, got, request: dict) -> str | None:
 
 @dataclass(frozen=True)
 class Block:
-    """One (server, clients) block's inputs: the prompts (id, token ids, new tokens asked) every server gets alike."""
+    """One (server, clients) block's inputs: the prompts (id, token ids, new tokens asked, temperature) every server
+    gets alike."""
 
     spec: str
     clients: int
     attempt: int
     config: LoadConfig
-    prompts: list[tuple[str, list[int], int]]
+    prompts: list[tuple[str, list[int], int, float]]
 
     def prompt_of(self, client: int, request: int) -> int:
         return (client * self.config.requests + request) % len(self.prompts)
@@ -195,7 +196,8 @@ def run_block(block: Block, server: LocalServer, append: Callable[[dict], None],
         server.start()
         ready = time.perf_counter()
         model = model_id(server)
-        warm = body(kind, model, block.prompts[0][1], min(WARMUP_TOKENS, block.prompts[0][2]), c, c.seed)
+        first = block.prompts[0]
+        warm = body(kind, model, first[1], min(WARMUP_TOKENS, first[2]), first[3], c.seed)
         warm = send(server, kind, warm, c.timeout, stop)
         if not warm["ok"]:
             raise DraftwiseError(f"{block.spec}: the warm-up request failed: {warm['error']}")
@@ -249,8 +251,8 @@ def _client(block: Block, server, kind: str, k: int, model: str, go, stop, answe
             if stop.is_set():
                 return
             i = block.prompt_of(k, j)
-            prompt_id, ids, max_tokens = block.prompts[i]
-            got = send(server, kind, body(kind, model, ids, max_tokens, c, c.seed + i), c.timeout, stop)
+            prompt_id, ids, max_tokens, temperature = block.prompts[i]
+            got = send(server, kind, body(kind, model, ids, max_tokens, temperature, c.seed + i), c.timeout, stop)
             answers.put(
                 {
                     "kind": "request",
@@ -262,6 +264,7 @@ def _client(block: Block, server, kind: str, k: int, model: str, go, stop, answe
                     "prompt_id": prompt_id,
                     "prompt_tokens": len(ids),
                     "max_tokens": max_tokens,
+                    "temperature": temperature,
                     **got,
                 }
             )

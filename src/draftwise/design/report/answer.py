@@ -79,16 +79,21 @@ def _crossover(x: dict, n: str) -> str:
     return f"faster beyond ~{at:.0f} tokens" if b.tpot_s < a.tpot_s else f"faster below ~{at:.0f} tokens"
 
 
-def lines(x: dict) -> dict[str, traffic.Figures]:
-    """The options a plot draws for one verdict record: the verdict and each engine's fastest plain decoding."""
+def lines(x: dict, longest: int) -> dict[str, traffic.Figures]:
+    """The options a plot draws for one verdict record: the verdict, each engine's fastest plain decoding, and any
+    option that crosses the verdict within `longest` new tokens."""
     figs = {n: traffic.Figures(**fastest._fields(o)) for n, o in x["options"].items() if "ttft_s" in o}
-    out = {x["option"]: figs[x["option"]]} if x["option"] in figs else {}
+    if x["option"] not in figs:
+        return {}
+    verdict = figs[x["option"]]
+    out = {x["option"]: verdict}
+    engines = {x["option"].split("-")[0]} if x["options"][x["option"]]["plain"] else set()
     for n, fg in sorted(figs.items(), key=lambda kv: kv[1].request_s):
-        engine = n.split("/")[0].split("-")[0]  # lean-int8 and lean-fp32: the lean engine; llama.cpp-Q4_1: llama.cpp
-        if x["options"][n]["plain"] and not any(
-            m.split("/")[0].split("-")[0] == engine and x["options"][m]["plain"] for m in out
-        ):
+        engine = n.split("-")[0]  # lean-int8 and lean-fp32: the lean engine; llama.cpp-Q4_1: llama.cpp
+        at = traffic.crossover(verdict, fg)
+        if x["options"][n]["plain"] and engine not in engines or at is not None and at <= longest:
             out[n] = fg
+            engines |= {engine} if x["options"][n]["plain"] else set()
     return out
 
 
@@ -97,7 +102,7 @@ def plot_request_time(f: dict, path: Path, footer: str, longest: int = 512) -> P
     temps = f["temperatures"]
     fig, axes = plt.subplots(1, len(temps), figsize=(5 * len(temps), 3.8), squeeze=False)
     for ax, (t, x) in zip(axes[0], temps.items()):
-        drawn = lines(x)
+        drawn = lines(x, longest)
         for n, fg in drawn.items():
             ax.plot(
                 [0, longest],
