@@ -20,7 +20,7 @@ PROMPTS = ["w1 w2 w3 w4 w5 w1 w2 w3", "w7 w8 w9 w7 w8 w9 w7", "w10 w11 w12 w13 w
 REQUEST_KEYS = {
     "kind", "server", "clients", "attempt", "client", "request", "prompt_id", "prompt_tokens", "new_tokens",
     "ttft_s", "wall_s", "start_s", "end_s", "ok", "error", "retries", "finish_reason", "drafted", "accepted",
-    "max_tokens",
+    "max_tokens", "temperature",
 }  # fmt: skip
 
 

@@ -45,7 +45,8 @@ def write(p: DesignFolder) -> Path:
     out, c = p.path, p.config
     plots = out / "plots"
     plots.mkdir(exist_ok=True)
-    command = f"draftwise design --target {c.target} --minutes {c.minutes:g} --out {shlex.quote(str(out))}"
+    traffic = f" --prompts {shlex.quote(c.prompts)}" if c.prompts else ""
+    command = f"draftwise design --target {c.target}{traffic} --minutes {c.minutes:g} --out {shlex.quote(str(out))}"
     footer = f"{command}; {out}"
     prof = read_json(p.folder("profile") / "profile.json")
     chosen, gamma = p.done["select-drafter"]["chosen"], p.done["select-gamma"]["chosen"]
