@@ -303,8 +303,14 @@ def interpolate(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
 
 
 def verify_curve(entry: dict) -> Callable[[float], float]:
-    """t_verify(g) in ms from a profile.json batch entry (g = 0: one AR step): piecewise-linear between the
-    profiled γ, extended linearly past them."""
-    points = [(0, entry["ar_step_ms"])] + sorted((int(g), ms) for g, ms in entry["verify_ms"].items())
+    """t_verify(g) in ms from a profile.json batch entry (g = 0: one AR step): each verify pass's ratio to the AR step
+    timed beside it, times the AR step — the ratios are what survives drift (the AR step's own point, timed at
+    another moment, moved 5–10 % away from the steps its verify passes were timed beside); piecewise-linear between
+    the profiled γ, extended linearly past them. An entry without ratios: its verify milliseconds."""
+    ar, ratios = entry["ar_step_ms"], entry.get("verify_over_ar_step")
+    verify = (
+        {int(g): ar * r for g, r in ratios.items()} if ratios else {int(g): ms for g, ms in entry["verify_ms"].items()}
+    )
+    points = [(0, ar)] + sorted(verify.items())
     xs, ys = [x for x, _ in points], [y for _, y in points]
     return lambda g: interpolate(xs, ys, g)

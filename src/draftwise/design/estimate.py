@@ -22,9 +22,9 @@ def predicted(
     if prof is None:
         return {}
     tar = json.loads((p.folder(f"agree-{name}") / "agree.json").read_text())["predicted_greedy_tar"]
-    verify = {int(g): ms for g, ms in prof["verify_ms"].items()}
+    verify = cost.verify_curve(prof)  # side-by-side ratios × the AR step
     step = prof["drafters"][spec]["step_ms"]
-    return {g: 1e3 * cost.throughput(tar[str(g)], g, step, verify[g]) for g in GAMMAS if tar.get(str(g))}
+    return {g: 1e3 * cost.throughput(tar[str(g)], g, step, verify(g)) for g in GAMMAS if tar.get(str(g))}
 
 
 def best_gamma(p: Stages | DesignFolder, spec: str, name: str, profile: str = "profile") -> tuple[int, float]:

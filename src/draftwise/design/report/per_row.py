@@ -139,6 +139,12 @@ def _summary(doc, p, verdicts: list[dict]) -> None:
     )
 
 
+def _profile_step_s(p, engine: str) -> float | None:
+    """The AR step (seconds) of a row's profile, the unit its replayed predictions were priced in."""
+    path = p.folder(f"profile@{engine}") / "profile.json"
+    return json.loads(path.read_text())["batches"]["1"]["ar_step_ms"] / 1e3 if path.exists() else None
+
+
 def _row(doc, p, v: dict) -> None:
     """A row's verdict sentence, how faithful its runtime is, its candidates and its llama-server built-ins."""
     doc.p(
@@ -147,30 +153,48 @@ def _row(doc, p, v: dict) -> None:
     )
     doc.p(_fidelity(v))
     tuned = p.done.get(f"tune-lookup@{v['engine']}", {})
-    decode = {
-        r["drafter"]: r["methods"]["sd"].get("decode_tokens_per_s")
-        for r in json.loads((p.folder(f"bench-select@{v['engine']}") / "grid.json").read_text())["points"]
-    }
+    points = json.loads((p.folder(f"bench-select@{v['engine']}") / "grid.json").read_text())["points"]
+    decode = {r["drafter"]: r["methods"]["sd"].get("decode_tokens_per_s") for r in points}
+    ar = next((r["methods"]["ar"].get("decode_tokens_per_s") for r in points if "ar" in r["methods"]), None)
+    step = _profile_step_s(p, v["engine"])
+    rows = []
+    for n, c in v["candidates"].items():
+        alone = (tuned.get(n) or {}).get("predicted_tokens_per_s")
+        ratio = alone * step if alone and step else None  # the replayed SD / AR, from the profile's own AR step
+        anchored = ratio * ar if ratio and ar else None
+        measured = decode.get(c["spec"])
+        rows.append(
+            [
+                f"{n} ({label(c['spec'], 48)}, γ={c['gamma']})",
+                _interval(c["speedup"]),
+                _f(c["tar"]),
+                _f(c["alpha"], ".3f"),
+                _f(alone, ".1f"),
+                _f(ratio, ".2f", "×"),
+                _f(anchored, ".1f"),
+                _f(measured, ".1f"),
+                _f(100 * (anchored / measured - 1), "+.1f", " %") if anchored and measured else "-",
+            ]
+        )
     doc.table(
         [
             "method",
             "SD / AR [95 %]",
             "TAR",
             "α",
-            "predicted decode tok/s (replayed, this engine's verify curve)",
+            "predicted decode tok/s (replayed, the profile's times)",
+            "predicted SD / AR (decode)",
+            "predicted decode tok/s (that × this grid's AR)",
             "measured decode tok/s",
+            "predicted ÷ measured",
         ],
-        [
-            [
-                f"{n} ({label(c['spec'], 48)}, γ={c['gamma']})",
-                _interval(c["speedup"]),
-                _f(c["tar"]),
-                _f(c["alpha"], ".3f"),
-                _f((tuned.get(n) or {}).get("predicted_tokens_per_s"), ".1f"),
-                _f(decode.get(c["spec"]), ".1f"),
-            ]
-            for n, c in v["candidates"].items()
-        ],
+        rows,
+    )
+    doc.p(
+        "Predicted: the tuned setting's rounds replayed over the target's greedy text and priced with this engine's "
+        "profiled verify curve; its ratio to the profile's AR step is anchored on the AR decode speed measured in this "
+        "same grid, as a profile's absolute milliseconds, taken in another process, move by 5–10 % from run to run "
+        "while ratios measured side by side hold."
     )
     if not v["builtins"]:
         return
