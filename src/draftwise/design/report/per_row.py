@@ -145,13 +145,8 @@ def _profile_step_s(p, engine: str) -> float | None:
     return json.loads(path.read_text())["batches"]["1"]["ar_step_ms"] / 1e3 if path.exists() else None
 
 
-def _row(doc, p, v: dict) -> None:
-    """A row's verdict sentence, how faithful its runtime is, its candidates and its llama-server built-ins."""
-    doc.p(
-        row_verdict.sentence(v)
-        + fastest.versus(p.done.get("fastest"), v["engine"], v.get("method", "sd") if v["recommend"] else "ar")
-    )
-    doc.p(_fidelity(v))
+def _predictions(doc, p, v: dict) -> None:
+    """A row's candidates: measured speedup, TAR, α, and the replayed decode prediction beside the measured one."""
     tuned = p.done.get(f"tune-lookup@{v['engine']}", {})
     points = json.loads((p.folder(f"bench-select@{v['engine']}") / "grid.json").read_text())["points"]
     decode = {r["drafter"]: r["methods"]["sd"].get("decode_tokens_per_s") for r in points}
@@ -196,6 +191,16 @@ def _row(doc, p, v: dict) -> None:
         "same grid, as a profile's absolute milliseconds, taken in another process, move by 5–10 % from run to run "
         "while ratios measured side by side hold."
     )
+
+
+def _row(doc, p, v: dict) -> None:
+    """A row's verdict sentence, how faithful its runtime is, its candidates and its llama-server built-ins."""
+    doc.p(
+        row_verdict.sentence(v)
+        + fastest.versus(p.done.get("fastest"), v["engine"], v.get("method", "sd") if v["recommend"] else "ar")
+    )
+    doc.p(_fidelity(v))
+    _predictions(doc, p, v)
     if not v["builtins"]:
         return
     doc.table(
