@@ -38,11 +38,12 @@ fi
 read -r BUDGET NARROW_SPEC < <("$PY" - "$TARGET" "$WIDE" "$NARROW" <<'EOF'
 import sys
 from draftwise import cost
-from draftwise.models import random
+from draftwise.shapes import Shape, shape_for_budget
+from draftwise.targets import random
 target, wide, narrow = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-shape = cost.Shape.of(random.llama_config(random.parse(target)))
+shape = Shape.of(random.llama_config(random.parse(target)))
 budget = shape.layer_params() * wide
-s = cost.shape_for_budget(shape, narrow, budget)
+s = shape_for_budget(shape, narrow, budget)
 print(budget, f"random:layers={s.layers},hidden={s.hidden},heads={s.heads},kv_heads={s.kv_heads},ffn={s.ffn},seed=2")
 EOF
 )

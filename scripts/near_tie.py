@@ -8,7 +8,8 @@ import sys
 import torch
 
 from draftwise.config import BenchConfig
-from draftwise.models import ModelOptions, load
+from draftwise.runtimes.base import ModelOptions
+from draftwise.runtimes.registry import load
 from draftwise.stages.bench import encode_prompts
 
 torch.set_num_threads(2)

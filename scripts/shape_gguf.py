@@ -9,10 +9,10 @@ import argparse
 
 import torch
 
-from draftwise.models import load
-from draftwise.models.gguf_export import QUANTS, write_gguf
-from draftwise.models.random import llama_config, random_state_dict
-from draftwise.models.source import default_gguf
+from draftwise.gguf.write import QUANTS, write_gguf
+from draftwise.runtimes.registry import load
+from draftwise.targets.random import llama_config, random_state_dict
+from draftwise.targets.source import default_gguf
 
 # SmolLM2's published shapes (config.json of HuggingFaceTB/SmolLM2-360M and -1.7B), all with the 49,152-token
 # vocabulary, in the default target's family (Llama); Qwen3's (Qwen/Qwen3-0.6B and -1.7B: q/k norms, head_dim 128,

@@ -11,7 +11,8 @@ import time
 import torch
 
 from draftwise import machine
-from draftwise.models import ModelOptions, load
+from draftwise.runtimes.base import ModelOptions
+from draftwise.runtimes.registry import load
 
 CONTEXT, PASSES, ROUNDS = 128, (1, 2, 4, 8), 8
 

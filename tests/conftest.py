@@ -129,7 +129,7 @@ def tiny_drafter_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_gguf(tiny_dir, tmp_path_factory):
     """`tiny_dir` (the 4-layer tiny Llama) exported as GGUF at f32, tokenizer built from its own: the .gguf path."""
-    from draftwise.models.spec_export import export
+    from draftwise.gguf.export import export
 
     return str(export(tiny_dir, tmp_path_factory.mktemp("tiny-gguf") / "tiny.gguf", "f32", target=tiny_dir))
 
@@ -137,7 +137,7 @@ def tiny_gguf(tiny_dir, tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_drafter_gguf(tiny_dir, tiny_drafter_dir, tmp_path_factory):
     """`tiny_drafter_dir` exported as GGUF at f32 with `tiny_gguf`'s tokenizer metadata: the .gguf path."""
-    from draftwise.models.spec_export import export
+    from draftwise.gguf.export import export
 
     return str(
         export(
@@ -150,8 +150,8 @@ def small_gguf(out, quant: str) -> str:
     """A 2-layer Llama with the default target's tokenizer (49,152 tokens; transformers reads it back) whose
     matrices all block (d 64, ffn 96), written at `quant` by the project's GGUF writer, marked as random weights."""
     from draftwise.errors import DraftwiseError
-    from draftwise.models.gguf_export import write_gguf
-    from draftwise.models.source import default_gguf
+    from draftwise.gguf.write import write_gguf
+    from draftwise.targets.source import default_gguf
 
     try:
         tokenizer = default_gguf()

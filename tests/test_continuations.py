@@ -1,7 +1,7 @@
 """Target-generated text: which prompts a stage continues."""
 
 from draftwise import continuations, data
-from draftwise.models import load
+from draftwise.runtimes.registry import load
 
 
 def test_prompts_rotate_over_suites_before_categories(tiny_dir):

@@ -4,7 +4,9 @@ import pytest
 from conftest import tiny_config
 from draftwise import cost
 from draftwise.errors import DraftwiseError
-from draftwise.models.lean import LeanLM
+from draftwise.runtimes.lean.forward import LeanLM
+from draftwise.shapes import Shape, max_batch, shape_for_budget
+from draftwise.units import parse_count
 
 
 def simulate_tokens_per_round(acceptance, rounds, seed=0):
@@ -46,9 +48,9 @@ def test_best_gamma_on_synthetic_costs():
 def test_parameter_count_convention_matches_built_model(tied):
     from transformers import AutoModelForCausalLM
 
-    template = cost.Shape.of(tiny_config(layers=4, tie_word_embeddings=tied))
+    template = Shape.of(tiny_config(layers=4, tie_word_embeddings=tied))
     for layers in (1, 2, 3):
-        shape = cost.shape_for_budget(template, layers, budget=30_000)
+        shape = shape_for_budget(template, layers, budget=30_000)
         config = tiny_config(
             layers=layers,
             hidden_size=shape.hidden,
@@ -63,19 +65,19 @@ def test_parameter_count_convention_matches_built_model(tied):
         assert counted["total"] == sum(p.numel() for p in model.parameters())  # tied head counted once
         assert counted["embedding"] == model.get_input_embeddings().weight.numel()
         assert counted["head"] == (0 if tied else model.get_output_embeddings().weight.numel())
-        assert cost.Shape.of(config) == shape
+        assert Shape.of(config) == shape
 
 
 def test_shapes_at_equal_budget_keep_head_dim_and_gqa():
-    template = cost.Shape(layers=30, hidden=576, heads=9, kv_heads=3, head_dim=64, ffn=1536, vocab=49152)
+    template = Shape(layers=30, hidden=576, heads=9, kv_heads=3, head_dim=64, ffn=1536, vocab=49152)
     budget = 15_000_000
-    shapes = [cost.shape_for_budget(template, k, budget) for k in (1, 2, 4, 8)]
+    shapes = [shape_for_budget(template, k, budget) for k in (1, 2, 4, 8)]
     for s in shapes:
         assert s.head_dim == 64 and s.heads == 3 * s.kv_heads and s.hidden == s.heads * 64
         assert abs(s.params()["non_embedding"] - budget) / budget < 0.01
     assert [s.hidden for s in shapes] == sorted((s.hidden for s in shapes), reverse=True)  # deeper = narrower
     with pytest.raises(DraftwiseError, match="smaller than 40 layer"):
-        cost.shape_for_budget(template, 40, 100_000)
+        shape_for_budget(template, 40, 100_000)
 
 
 def test_kv_bytes_equal_the_allocated_cache():
@@ -84,25 +86,22 @@ def test_kv_bytes_equal_the_allocated_cache():
     config = tiny_config(layers=3)
     lm = LeanLM(config, tiny_model(config).state_dict())
     lm.reset(batch_size=2, max_len=100)
-    assert cost.Shape.of(config).kv_bytes(context=100, batch=2) == lm.kv_bytes()
+    assert Shape.of(config).kv_bytes(context=100, batch=2) == lm.kv_bytes()
     assert lm.k_cache.numel() * 4 * 2 == lm.kv_bytes()
 
 
 def test_max_batch():
-    t = cost.Shape(30, 576, 9, 3, 64, 1536, 49152)
-    d = cost.Shape(2, 576, 9, 3, 64, 1536, 49152)
+    t = Shape(30, 576, 9, 3, 64, 1536, 49152)
+    d = Shape(2, 576, 9, 3, 64, 1536, 49152)
     per_seq = t.kv_bytes(1024) + d.kv_bytes(1024)
     mem = t.weight_bytes() + d.weight_bytes() + 10 * per_seq + 5
-    assert cost.max_batch(mem, t, d, 1024) == 10
+    assert max_batch(mem, t, d, 1024) == 10
 
 
 def test_step_model_fit_recovers_known_coefficients():
     truth = cost.StepModel(fixed_ms=1.5, layer_overhead_ms=0.3, ms_per_layer_mb=0.05, ms_per_head_mb=0.04)
     shapes = [
-        cost.Shape(L, d, d // 64, d // 64, 64, 3 * d, V)
-        for L in (1, 2, 4, 8)
-        for d in (256, 512)
-        for V in (8192, 49152)
+        Shape(L, d, d // 64, d // 64, 64, 3 * d, V) for L in (1, 2, 4, 8) for d in (256, 512) for V in (8192, 49152)
     ]
     model = cost.StepModel.fit([(s, truth.predict_ms(s)) for s in shapes])
     for field in ("fixed_ms", "layer_overhead_ms", "ms_per_layer_mb", "ms_per_head_mb"):
@@ -112,9 +111,9 @@ def test_step_model_fit_recovers_known_coefficients():
 def test_interpolate_and_counts():
     assert cost.interpolate([1, 2, 4], [10, 12, 16], 3) == 14
     assert cost.interpolate([1, 2, 4], [10, 12, 16], 6) == 20  # extended past the last point
-    assert cost.parse_count("15M") == 15_000_000 and cost.parse_count("16GiB") == 16 * 2**30
+    assert parse_count("15M") == 15_000_000 and parse_count("16GiB") == 16 * 2**30
     with pytest.raises(DraftwiseError):
-        cost.parse_count("lots")
+        parse_count("lots")
 
 
 def test_mixture_throughput_is_tokens_over_time_of_the_round_mix():
@@ -150,7 +149,7 @@ def test_budget_shapes_of_a_target_whose_width_is_not_its_attention_width():
     head layout is the target's own and the FFN absorbs the budget."""
     from draftwise.design.candidates import budget_shapes
 
-    gemma = cost.Shape(
+    gemma = Shape(
         layers=18, hidden=640, heads=4, kv_heads=1, head_dim=256, ffn=2048, vocab=262144, norms=4, qk_norm=True
     )
     shapes = budget_shapes(gemma, 2 * gemma.layer_params())

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from draftwise.config import BenchConfig, ProfileConfig, SweepConfig
-from draftwise.models import ModelOptions, load, load_drafter
+from draftwise.runtimes.base import ModelOptions
+from draftwise.runtimes.registry import load, load_drafter
 from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 from draftwise.stages import bench, profile, sweep

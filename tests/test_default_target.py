@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from draftwise import data
-from draftwise.models import load, load_drafter
+from draftwise.runtimes.registry import load, load_drafter
 from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 
@@ -54,7 +54,7 @@ def test_greedy_sd_identical_to_ar_on_packaged_prompts(target, drafter_spec):
 def test_int8_greedy_sd_on_the_real_model_reproduces_int8_ar_and_stays_near_fp32(target):
     """The int8 precision of the default target: greedy SD with a `layers:` drafter gives int8 AR's tokens, and its
     first tokens are fp32's (a lossy precision, but not a different model)."""
-    from draftwise.models import ModelOptions
+    from draftwise.runtimes.base import ModelOptions
 
     q = load("default", ModelOptions(dtype="int8"))
     drafter = load_drafter("layers:0,1,2", q, ModelOptions(dtype="int8"))
@@ -74,8 +74,8 @@ def test_a_gguf_type_the_requantiser_cannot_read_gets_one_line(tmp_path):
     import gguf
 
     from draftwise.errors import DraftwiseError
-    from draftwise.models import ModelOptions
-    from draftwise.models.source import default_gguf
+    from draftwise.runtimes.base import ModelOptions
+    from draftwise.targets.source import default_gguf
 
     f = tmp_path / "smol-patched.gguf"
     shutil.copy(default_gguf(), f)

@@ -11,12 +11,13 @@ from draftwise import data, specs
 from draftwise.cli import main
 from draftwise.config import BenchConfig, BenchGridConfig, GenDataConfig
 from draftwise.errors import DraftwiseError
-from draftwise.models import load, write_fingerprint
+from draftwise.runtimes.registry import load
 from draftwise.sd.drafters import HybridDrafter
 from draftwise.sd.families import drafter_kind, hybrid, ngram, suffix
 from draftwise.sd.lookup import NgramDrafter, SuffixDrafter
 from draftwise.shards import read_shard
 from draftwise.stages import gen_data
+from draftwise.targets.fingerprint import write_fingerprint
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,10 @@ LAYERS = [
     ("stages", "executors"),
     ("report", "specs", "continuations"),
     ("sd",),
-    ("models", "data", "cost", "learning", "traffic", "shapes", "shards", "metrics", "timing"),
+    ("runtimes",),  # the runtimes: what runs a model (lean, transformers, llama.cpp) and their registry
+    # what a spec names and GGUF files (one layer: a spec may name a file, a file is written from a spec), the peer
+    # servers' processes, the models of cost and the data
+    ("targets", "gguf", "peers", "data", "cost", "learning", "traffic", "shapes", "shards", "metrics", "timing"),
     ("config", "rundir", "paths", "machine", "isolate"),
     ("errors", "units", "__init__"),
 ]

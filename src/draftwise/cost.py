@@ -22,8 +22,8 @@ Step time of a decoder (any lean-path family) at batch b (fitted to measured poi
 Batch-1 decoding reads every weight once per step, so bytes over an effective bandwidth is the natural unit; the
 per-layer overhead is what a layer costs beyond its bytes (launches, attention, norms, syncs).
 
-Shapes, parameter counts (the convention every draftwise table uses), weight and KV bytes: `shapes`, whose `Shape`,
-`shape_for_budget` and `max_batch` callers reach through this module.
+Shapes, parameter counts (the convention every draftwise table uses), weight and KV bytes, the largest batch that
+fits: `shapes`, imported from there.
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import DraftwiseError
-from .shapes import Shape, max_batch, shape_for_budget  # noqa: F401  (cost.Shape & co: callers size through cost)
-from .units import parse_count  # noqa: F401  (cost.parse_count: callers read counts through the cost model)
+from .shapes import Shape
 
 # --- acceptance and throughput --------------------------------------------------------------------------------------
 

@@ -9,8 +9,8 @@ reached (`share`):
                    saves that register state (XCR0), so a flag there is one the CPU *and* the OS allow. AMX is the
                    exception: its tile data is granted per process, on request (`arch_prctl(ARCH_REQ_XCOMP_PERM)`);
                    `amx` says whether this kernel grants it (`ARCH_GET_XCOMP_SUPP`, a read that changes nothing).
-  llama.cpp build  what `scripts/setup.sh` built and why (`llamacpp_build`: the flags, the smoke test, the builds that
-                   failed it), read from the record it leaves beside the libraries.
+  llama.cpp build  what `scripts/setup.sh` built and why (`runtimes.llamacpp.build`: the flags, the smoke test, the
+                   builds that failed it), read from the record it leaves beside the libraries.
   OpenMP           the variables that decide whether idle OpenMP threads spin (OMP_WAIT_POLICY, GOMP_SPINCOUNT,
                    KMP_BLOCKTIME), with a warning where two engines on one machine (draftwise and llama-server) would
                    steal each other's cores while one of them waits.
@@ -53,7 +53,7 @@ ARCH_GET_XCOMP_SUPP = 0x1021
 SYS_ARCH_PRCTL = 158  # x86-64
 SPIN = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_NUM_THREADS", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY")
 BANDWIDTH_ENV = "DRAFTWISE_BANDWIDTH"
-BUILD_RECORD = "draftwise-build.json"  # what setup built, beside the llama.cpp libraries (`llamacpp_build`)
+BUILD_RECORD = "draftwise-build.json"  # what setup built, beside the llama.cpp libraries (`runtimes.llamacpp.build`)
 
 
 def cpuinfo(path: str = "/proc/cpuinfo") -> tuple[str, set[str]]:

@@ -31,7 +31,7 @@ class Shape:
 
     @classmethod
     def of(cls, config) -> Shape:
-        from .models.family import FAMILIES, Family
+        from .targets.family import FAMILIES, Family
 
         family = FAMILIES.get(config.model_type, Family())
         heads = config.num_attention_heads

@@ -1,7 +1,7 @@
 """Drafter specs: the strings `--drafter` takes, loaded into what the loop drafts with through the registry of drafter
 families (`sd.families`: one module each, which also owns its spec's parsing and options).
 
-  DIR | FILE.gguf | layers:i,j,... | random:...     a model drafter (see `models.load_drafter`)
+  DIR | FILE.gguf | layers:i,j,... | random:...     a model drafter (see `runtimes.registry.load_drafter`)
   ngram[:min=1,max=4]                               prompt lookup over the request (prompt + output so far)
   suffix[:DIR][,depth=32,factor=1,min_prob=0.1,max_n=8,learn=0]
                                                     the request's n-grams plus a suffix index over the target's own
@@ -24,7 +24,7 @@ import dataclasses
 
 from .config import BenchConfig, BenchGridConfig
 from .errors import DraftwiseError
-from .models import Model, ModelOptions
+from .runtimes.base import Model, ModelOptions
 from .sd import families
 from .sd.families import Loaded as Drafter
 from .sd.families import drafter_kind, family_of, lookup_names

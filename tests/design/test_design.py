@@ -23,15 +23,16 @@ from draftwise.design.candidates import (
 )
 from draftwise.errors import DraftwiseError
 from draftwise.sd.families import drafter_kind
+from draftwise.shapes import Shape
 from draftwise.stages import agree, bench, distill, gen_data, prune  # noqa: F401  (loaded for monkeypatching)
 
 pytestmark = pytest.mark.slow  # end-to-end designs on a tiny target: the slow tier
 
-SMOL = cost.Shape(layers=30, hidden=576, heads=9, kv_heads=3, head_dim=64, ffn=1536, vocab=49152)
+SMOL = Shape(layers=30, hidden=576, heads=9, kv_heads=3, head_dim=64, ffn=1536, vocab=49152)
 
 
 def test_narrow_twin_has_the_wide_drafters_parameters():
-    wide = cost.Shape(2, 576, 9, 3, 64, 1536, 49152)
+    wide = Shape(2, 576, 9, 3, 64, 1536, 49152)
     narrow = narrow_twin(SMOL, 2, 3)
     assert (narrow.layers, narrow.heads, narrow.kv_heads, narrow.ffn) == (6, 3, 1, 512)
     ratio = narrow.params()["non_embedding"] / wide.params()["non_embedding"]
@@ -40,7 +41,7 @@ def test_narrow_twin_has_the_wide_drafters_parameters():
 
 def test_narrow_twin_narrows_the_ffn_when_kv_heads_do_not_split():
     narrow = narrow_twin(SMOL, 2, 2)  # 3 KV heads cannot be halved
-    wide = cost.Shape(2, 576, 9, 3, 64, 1536, 49152)
+    wide = Shape(2, 576, 9, 3, 64, 1536, 49152)
     assert (narrow.layers, narrow.heads, narrow.kv_heads) == (4, 9, 3) and narrow.ffn < 1536
     assert abs(narrow.params()["non_embedding"] / wide.params()["non_embedding"] - 1) < 0.01
     assert narrow_twin(SMOL, 16, 2) is None  # deeper than the target
@@ -55,7 +56,7 @@ def test_candidates_cover_roles_and_baselines():
 
 
 def test_the_familys_small_model_drafts_for_a_target_of_its_vocabulary_many_times_its_size():
-    big = cost.Shape(layers=24, hidden=2048, heads=32, kv_heads=32, head_dim=64, ffn=8192, vocab=49152)  # 1.7B
+    big = Shape(layers=24, hidden=2048, heads=32, kv_heads=32, head_dim=64, ffn=8192, vocab=49152)  # 1.7B
     assert family_drafter(big, SMOL, same_vocabulary=True)
     assert not family_drafter(big, SMOL, same_vocabulary=False) and not family_drafter(SMOL, SMOL, True)
     family = ("smollm2-135m", "default")
@@ -79,13 +80,13 @@ def test_bad_design_config_is_refused():
         DesignConfig(memory="lots")
 
 
-def _shape(path) -> cost.Shape:
+def _shape(path) -> Shape:
     from transformers import AutoConfig
 
-    return cost.Shape.of(AutoConfig.from_pretrained(path, local_files_only=True))
+    return Shape.of(AutoConfig.from_pretrained(path, local_files_only=True))
 
 
-def _expected_max_batch(memory: int, target: cost.Shape, drafter: cost.Shape, context: int) -> int:
+def _expected_max_batch(memory: int, target: Shape, drafter: Shape, context: int) -> int:
     """The footprint with SD on, from the shapes' own byte counts (fp32): weights of both, then KV per sequence."""
     free = memory - target.weight_bytes(4) - drafter.weight_bytes(4)
     return max(0, free // (target.kv_bytes(context, 1, 4) + drafter.kv_bytes(context, 1, 4)))
@@ -650,7 +651,7 @@ def test_an_export_that_lost_to_plain_decoding_says_so(tiny_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from draftwise.design import export
-    from draftwise.models import load
+    from draftwise.runtimes.registry import load
 
     p = design.Pipeline(DesignConfig(target=tiny_dir), tmp_path / "d")
     assert export.export(p, load(tiny_dir), verdict_record("layers:0,1", False, "first-2")) is not None

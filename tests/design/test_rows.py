@@ -11,7 +11,7 @@ import pytest
 from draftwise.config import DesignConfig
 from draftwise.design import costs, row_verdict, rows
 from draftwise.errors import DraftwiseError
-from draftwise.models.source import default_gguf
+from draftwise.targets.source import default_gguf
 
 
 def test_a_gguf_target_gets_its_own_file_then_each_requested_precision():

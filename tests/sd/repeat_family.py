@@ -8,7 +8,7 @@ spec alone), its vLLM / transformers export (their n-gram prompt lookup) and its
 
 from __future__ import annotations
 
-from draftwise.models import Model
+from draftwise.runtimes.base import Model
 from draftwise.sd.families import LookupFamily, register
 from draftwise.sd.families.base import body, options
 from draftwise.sd.lookup import LookupSession

@@ -2,9 +2,9 @@ import pytest
 import torch
 
 from conftest import tiny_config, tiny_model
-from draftwise.models import kernels
-from draftwise.models.hf import HFCausalLM
-from draftwise.models.lean import LeanLM
+from draftwise.runtimes.hf.model import HFCausalLM
+from draftwise.runtimes.lean import kernels
+from draftwise.runtimes.lean.forward import LeanLM
 from draftwise.sd.batched import generate_batch
 from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams

@@ -14,13 +14,15 @@ from conftest import tiny_config
 from draftwise import specs
 from draftwise.config import BenchConfig, TrainFeatureConfig
 from draftwise.errors import DraftwiseError
-from draftwise.models import ModelOptions, fingerprint, load
-from draftwise.models.feature_head import FeatureHead, FeatureHeadConfig, draft_vocab
+from draftwise.runtimes.base import ModelOptions
+from draftwise.runtimes.lean.feature_head import FeatureHead, FeatureHeadConfig, draft_vocab
+from draftwise.runtimes.registry import load
 from draftwise.sd.families import drafter_kind, family_of
 from draftwise.sd.families.feature import FeatureDrafter, FeatureSession, target_features
 from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 from draftwise.stages.feature import Positions, _step
+from draftwise.targets.fingerprint import fingerprint
 
 
 def head_for(lm, d2t, seed=0) -> FeatureHead:

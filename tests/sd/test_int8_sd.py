@@ -7,14 +7,14 @@ from chisquare import chisquare_pvalue
 from test_loop import exact_first_three, sampled_first_three
 
 from conftest import tiny_config, tiny_model
-from draftwise.models import layer_subset
-from draftwise.models.int8 import Int8Weight
-from draftwise.models.lean import LeanLM
+from draftwise.runtimes.lean.forward import LeanLM
+from draftwise.runtimes.lean.int8 import Int8Weight
 from draftwise.sd.drafters import HybridDrafter, ModelDrafter
 from draftwise.sd.lookup import NgramDrafter, SuffixDrafter
 from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 from draftwise.sd.suffix import SuffixTrie
+from draftwise.targets.layers import layer_subset
 
 GREEDY = SamplingParams()
 

@@ -6,11 +6,12 @@ from chisquare import chisquare_pvalue
 
 from conftest import tiny_config, tiny_model
 from draftwise.errors import DraftwiseError
-from draftwise.models.hf import HFCausalLM
-from draftwise.models.lean import LeanLM
-from draftwise.models.vocab import ReducedHead, slice_head
+from draftwise.runtimes.hf.model import HFCausalLM
+from draftwise.runtimes.lean.forward import LeanLM
+from draftwise.runtimes.lean.reduced import ReducedHead
 from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams, probs
+from draftwise.targets.vocab_map import slice_head
 
 GREEDY = SamplingParams()
 
@@ -42,7 +43,7 @@ def test_greedy_sd_is_identical_to_greedy_ar(pair, gamma):
 def test_greedy_identity_with_a_drafter_made_of_target_layers():
     config = tiny_config(vocab=64, layers=4)
     target = lean(config, seed=13)
-    from draftwise.models import layer_subset
+    from draftwise.targets.layers import layer_subset
 
     drafter = target.subset([0, 1, 3], layer_subset(config, {}, [0, 1, 3])[0])
     ar = generate(target, [1, 2, 3], GREEDY, 50, torch.Generator())

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from draftwise.models import load, load_drafter
+from draftwise.runtimes.registry import load, load_drafter
 from draftwise.sd.batched_sd import generate_batch_sd
 from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams

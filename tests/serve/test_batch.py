@@ -11,7 +11,8 @@ import torch
 from serving import ar, serving
 
 from draftwise.config import ServeConfig
-from draftwise.models import ModelOptions, load
+from draftwise.runtimes.base import ModelOptions
+from draftwise.runtimes.registry import load
 from draftwise.sd.drafters import Context
 from draftwise.sd.lookup import NgramDrafter
 from draftwise.sd.loop import Generation, generate

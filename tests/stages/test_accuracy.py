@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from draftwise import data
-from draftwise.models import load
+from draftwise.runtimes.registry import load
 from draftwise.stages import accuracy
 
 

@@ -6,7 +6,8 @@ import torch
 
 from draftwise import continuations
 from draftwise.config import AgreeConfig
-from draftwise.models import ModelOptions, load, load_drafter
+from draftwise.runtimes.base import ModelOptions
+from draftwise.runtimes.registry import load, load_drafter
 from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 from draftwise.stages import agree
@@ -100,7 +101,7 @@ def test_a_lookup_drafters_replay_is_a_real_greedy_sd_run(tiny_dir, tmp_path):
 
 def test_agreement_on_llama_cpp_predicts_its_greedy_sd_run(tiny_dir, tiny_drafter_dir, tmp_path):
     """Both models in llama.cpp (GGUF at f32): the replayed TAR is what greedy SD on that engine measures."""
-    from draftwise.models import ModelOptions
+    from draftwise.runtimes.base import ModelOptions
 
     out = agree.run(
         AgreeConfig(

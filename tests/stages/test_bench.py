@@ -43,7 +43,7 @@ def test_bench_writes_run_folder_and_summary(tiny_dir, tmp_path, capsys):
 def test_plain_decoding_is_set_against_the_machines_bandwidth_limit(tiny_dir, tmp_path, capsys):
     """Plain methods' records carry the weight bytes a step reads; the summary, the measured bandwidth and each plain
     method's share of its limit (decode tokens/s × bytes per step ÷ bandwidth); machine.json says where it ran."""
-    from draftwise.models import load
+    from draftwise.runtimes.registry import load
 
     out = bench.run(config(tiny_dir, baselines=("ar", "hf-generate"), limit=2), tmp_path / "run")
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]

@@ -12,8 +12,8 @@ from safetensors.torch import load_file
 from draftwise import continuations, data, shards, specs
 from draftwise.config import AgreeConfig, ProfileConfig, TrainFeatureConfig
 from draftwise.errors import DraftwiseError
-from draftwise.models import load
-from draftwise.models.feature_head import WEIGHTS
+from draftwise.runtimes.lean.feature_head import WEIGHTS
+from draftwise.runtimes.registry import load
 from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 from draftwise.stages import agree, feature, profile

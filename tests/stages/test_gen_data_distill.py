@@ -157,7 +157,7 @@ def test_bad_distill_inputs(tiny_dir, tmp_path):
 
 
 def test_draft_vocab_writes_a_reduced_copy_beside_the_checkpoint(tiny_dir, data_dir, tmp_path):
-    from draftwise.models import vocab
+    from draftwise.targets import vocab_map as vocab
 
     out = distill.run(distill_config(tiny_dir, data_dir, tokens=40, draft_vocab=16), tmp_path / "d")
     ids, size = vocab.read_map(out / "reduced")

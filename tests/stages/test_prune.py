@@ -102,7 +102,7 @@ def test_prune_importance_end_to_end(tiny_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from draftwise.config import PruneConfig
-    from draftwise.models import load, load_drafter
+    from draftwise.runtimes.registry import load, load_drafter
     from draftwise.sd.loop import generate
     from draftwise.sd.sampling import SamplingParams
     from draftwise.stages import prune
@@ -202,7 +202,8 @@ def test_prune_every_family_reloads_in_transformers_and_runs_in_the_engine(kind,
 
     from conftest import tiny_tokenizer
     from draftwise.config import PruneConfig
-    from draftwise.models import load, load_drafter, save_checkpoint
+    from draftwise.runtimes.hf.model import save_checkpoint
+    from draftwise.runtimes.registry import load, load_drafter
     from draftwise.sd.loop import generate
     from draftwise.sd.sampling import SamplingParams
     from draftwise.stages import prune

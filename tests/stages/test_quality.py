@@ -7,7 +7,7 @@ from draftwise.cli import main
 from draftwise.config import QualityConfig
 from draftwise.continuations import prompts_for
 from draftwise.errors import DraftwiseError
-from draftwise.models import load
+from draftwise.runtimes.registry import load
 from draftwise.stages import quality
 
 SMALL = dict(suites="spec_bench", limit=4, max_prompt_tokens=64, threads=2)

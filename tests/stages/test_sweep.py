@@ -3,9 +3,9 @@ import json
 import pytest
 import torch
 
-from draftwise import cost
 from draftwise.config import SweepConfig
 from draftwise.errors import DraftwiseError
+from draftwise.shapes import Shape, max_batch
 from draftwise.stages import sweep
 
 
@@ -36,7 +36,7 @@ def test_sweep_times_every_shape_and_fits(tiny_dir, tmp_path):
     assert len(rows) == (3 + 2 + 2) * 2
     eq = [r for r in rows if r["family"] == "equal_budget" and r["shape"]["vocab"] == 64]
     for r in eq:  # the stated convention, recomputed from the shape
-        assert r["params"] == cost.Shape(**r["shape"]).params()
+        assert r["params"] == Shape(**r["shape"]).params()
         assert abs(r["params"]["non_embedding"] - 20_000) < 0.1 * 20_000
     assert {r["shape"]["vocab"] for r in rows} == {64, 16}
     assert summary["fits"]["1"]["fixed_ms"] >= 0 and summary["findings"]
@@ -71,11 +71,11 @@ def test_bf16_sweep_counts_two_bytes_per_value(tiny_dir, tmp_path):
     out = sweep.run(cfg(tiny_dir, dtype="bf16", vocabs=(0,), layers=(1, 2), widths=(16,)), tmp_path / "s")
     summary = json.loads((out / "sweep.json").read_text())
     assert summary["bytes_per_value"] == 2 and summary["fits"]["1"]["bytes_per_value"] == 2
-    target = cost.Shape(**summary["target"])
+    target = Shape(**summary["target"])
     for r in summary["rows"]:
-        shape = cost.Shape(**r["shape"])
+        shape = Shape(**r["shape"])
         assert r["kv_bytes_per_seq"] == shape.kv_bytes(32, 1, 2)
-        assert r["max_batch"] == cost.max_batch(2**30, target, shape, 32, 2)
+        assert r["max_batch"] == max_batch(2**30, target, shape, 32, 2)
     assert summary["machine"]["dtype"] == "bf16"
 
 
@@ -101,10 +101,8 @@ def test_sweep_at_int8_times_int8_shapes(tiny_dir, tmp_path):
     out = sweep.run(cfg(tiny_dir, vocabs=(0,), truncations=(), dtype="int8"), tmp_path / "s")
     summary = json.loads((out / "sweep.json").read_text())
     assert summary["dtype"] == "int8" and summary["machine"]["dtype"] == "int8" and len(summary["rows"]) == 5
-    from draftwise.models import load
-    from draftwise.models.int8 import Int8Weight
+    from draftwise.runtimes.lean.int8 import Int8Weight
+    from draftwise.runtimes.registry import load
 
-    model = sweep.random_model(
-        load(tiny_dir).config, cost.Shape(1, 32, 4, 2, 8, 48, 64), torch.float32, "cpu", 0, "int8"
-    )
+    model = sweep.random_model(load(tiny_dir).config, Shape(1, 32, 4, 2, 8, 48, 64), torch.float32, "cpu", 0, "int8")
     assert isinstance(model.layers[0].wgu, Int8Weight)

@@ -11,8 +11,9 @@ from conftest import save_checkpoint, tiny_config, tiny_model, tiny_tokenizer
 from draftwise import data, shards
 from draftwise.config import GenDataConfig, TeacherConfig
 from draftwise.errors import DraftwiseError
-from draftwise.models import ModelOptions, load
 from draftwise.rundir import read_records
+from draftwise.runtimes.base import ModelOptions
+from draftwise.runtimes.registry import load
 from draftwise.stages import gen_data, teacher
 from faults import compare, draftwise, run_killed
 

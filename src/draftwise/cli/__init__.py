@@ -13,7 +13,7 @@ import sys
 import time
 
 from ..errors import DraftwiseError
-from . import bench, design, load, serve, stages
+from . import bench, design, load_test, serve, stages
 from .command import Command, close_executors
 
 
@@ -22,7 +22,7 @@ def build() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     parser = argparse.ArgumentParser(prog="draftwise", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     commands: dict[str, Command] = {}
-    for module in (bench, stages, design, serve, load):
+    for module in (bench, stages, design, serve, load_test):
         commands.update(module.add(sub))
     return parser, commands
 

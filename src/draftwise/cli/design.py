@@ -44,7 +44,7 @@ def _report(config: ReportConfig, args) -> None:
 
 
 def _export_gguf(config: ExportGgufConfig, args) -> None:
-    from ..models.spec_export import export
+    from ..gguf.export import export
 
     path = export(config.model, args.out, config.quant, config.target)
     print(f"{path} ({path.stat().st_size / 2**20:.1f} MiB)")

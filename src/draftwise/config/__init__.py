@@ -35,7 +35,7 @@ from .bench import (
 )
 from .design import DesignConfig, ExportGgufConfig, ReportConfig
 from .feature import TrainFeatureConfig
-from .load import LoadConfig
+from .load_test import LoadConfig
 from .quality import RUNTIME_FORMS, QualityConfig, check_runtime
 from .serve import ServeConfig
 from .teacher import TeacherConfig

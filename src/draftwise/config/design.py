@@ -192,7 +192,7 @@ class DesignConfig:
 @dataclass(frozen=True)
 class ExportGgufConfig:
     """`draftwise export-gguf`: a model written as a GGUF file llama.cpp runs, with the target's tokenizer
-    (models.spec_export; it refuses an unknown quantization)."""
+    (gguf.export; it refuses an unknown quantization)."""
 
     model: str = opt(
         "",

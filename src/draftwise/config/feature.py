@@ -10,8 +10,8 @@ from .base import LOSSES, check_budget, check_trainable, opt, opt_device, opt_dt
 
 @dataclass(frozen=True)
 class TrainFeatureConfig:
-    """`draftwise train-feature`: a small head on the target's features (`models.feature_head`), trained toward the
-    target's next-next-token distribution and its next feature on a `draftwise teacher` folder (features stored)."""
+    """`draftwise train-feature`: a small head on the target's features (`runtimes.lean.feature_head`), trained toward
+    the target's next-next-token distribution and its next feature on a `draftwise teacher` folder (features stored)."""
 
     target: str = opt_target()
     data: str = opt("", "a `draftwise teacher` run folder whose shards hold the target's features", required=True)

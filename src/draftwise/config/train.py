@@ -87,7 +87,7 @@ class AgreeConfig:
     )
     dtype: str = opt_dtype()
     device: str = opt_device()
-    backend: str = opt_backend()  # the engine both models run on (llama.cpp: GGUF files, see models.llamacpp_load)
+    backend: str = opt_backend()  # the engine both models run on (llama.cpp: GGUF files, see runtimes.llamacpp.load)
     gguf_quant: str = opt_gguf_quant()
     threads: int | None = opt_threads()
 

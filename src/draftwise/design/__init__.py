@@ -26,14 +26,17 @@ from pathlib import Path
 
 import torch
 
-from .. import cost, machine
+from .. import machine
 from ..config import DesignConfig, QualityConfig
 from ..executors import Executor
 from ..isolate import NativeCrash
-from ..models import ModelOptions, config_and_tokenizer, load
-from ..models.source import resolve
+from ..runtimes.base import ModelOptions
+from ..runtimes.registry import load, runtime
 from ..sd.families import drafter_kind
+from ..shapes import Shape
 from ..stages import quality
+from ..targets.checkpoint import config_and_tokenizer
+from ..targets.source import resolve
 from . import (
     build,
     export,
@@ -91,7 +94,7 @@ def run(
     if p.planner:
         p.planner.measure(target, lambda: load(config.target, options))
     p.replan("start")  # a budget too small is refused here, before any stage
-    shape = cost.Shape.of(target.config)
+    shape = Shape.of(target.config)
     pool = model_candidates(p, target, shape)
     lookup_candidates(p, target, pool)
     chosen, gamma = select(p, pool, shape)
@@ -113,7 +116,7 @@ def run(
     return p.path
 
 
-def model_candidates(p: Pipeline, target, shape: cost.Shape) -> Pool:
+def model_candidates(p: Pipeline, target, shape: Shape) -> Pool:
     """The sweep and the shapes it picks, then every model candidate built, profiled and screened by prediction."""
     c = p.base
     shapes = build.sweep_shapes(p, shape) if c.trains and not p.dropped("training") else None
@@ -140,7 +143,7 @@ def model_candidates(p: Pipeline, target, shape: cost.Shape) -> Pool:
     return Pool(cands, specs, {x.name: best[x.name][0] for x in cands}, build.screen(cands, best), best=best)
 
 
-def family_of(target, shape: cost.Shape) -> tuple[str, str] | None:
+def family_of(target, shape: Shape) -> tuple[str, str] | None:
     """The family's small model as a candidate (name, spec): the packaged default model where it speaks the target's
     vocabulary and the target is big enough beside it (`candidates.family_drafter`)."""
     small = resolve(FAMILY[1])
@@ -148,7 +151,7 @@ def family_of(target, shape: cost.Shape) -> tuple[str, str] | None:
         return None
     config, tokenizer = config_and_tokenizer(small, ModelOptions())
     same = tokenizer.get_vocab() == target.tokenizer.get_vocab()
-    return FAMILY if family_drafter(shape, cost.Shape.of(config), same) else None
+    return FAMILY if family_drafter(shape, Shape.of(config), same) else None
 
 
 def lookup_candidates(p: Pipeline, target, pool: Pool) -> None:
@@ -166,7 +169,7 @@ def lookup_candidates(p: Pipeline, target, pool: Pool) -> None:
         pool.scheduled = lookup.scheduled_options(done)
 
 
-def select(p: Pipeline, pool: Pool, shape: cost.Shape) -> tuple[str, int]:
+def select(p: Pipeline, pool: Pool, shape: Shape) -> tuple[str, int]:
     """The chosen drafter and γ* from one grid, then the temperatures, the batch dividend and the headline."""
     kv = build.kv_bytes(p, pool.cands, pool.specs)
     p.replan("select")
@@ -204,7 +207,7 @@ def per_row(p: Pipeline, target, pool: Pool) -> list[dict]:
             p.replan(f"row-{e.name}")
         if not rows.dropped(p, e) and e.name not in p.dead:
             # a feature head reads the target's hidden states, which only the lean engine hands out
-            models = {n: s for n, s in lean_models.items() if e.backend == "lean" or drafter_kind(s) == "model"}
+            models = {n: s for n, s in lean_models.items() if runtime(e.backend).features or drafter_kind(s) == "model"}
             try:
                 out.append(row_verdict.run_row(p, e, target, models, p.base.lookups))
             except NativeCrash:

@@ -26,11 +26,15 @@ from ..config import (
     TrainFeatureConfig,
 )
 from ..executors import exclusive
-from ..models import ModelOptions, hf, load_drafter
 from ..rundir import RunDir, write_atomic
+from ..runtimes.base import ModelOptions
+from ..runtimes.hf import model as hf
+from ..runtimes.registry import load_drafter
 from ..sd.families import drafter_kind
+from ..shapes import Shape
 from ..specs import split_hybrid
 from ..stages import accuracy, agree, distill, feature, gen_data, profile, prune, sweep, teacher
+from ..units import parse_count
 from . import lookup, requests
 from .candidates import FAMILY, FEATURE, Candidate, budget_shapes, choose_shapes
 from .estimate import GAMMAS, SCREEN
@@ -183,14 +187,14 @@ def build(p: Pipeline, cands: list[Candidate]) -> dict[str, str]:
     return {cand.name: spec_of(p, cand) for cand in cands}
 
 
-def budget(config: DesignConfig, target: cost.Shape) -> int:
+def budget(config: DesignConfig, target: Shape) -> int:
     """The drafters' non-embedding parameter budget: `--budget`, or that of the target's first `--wide-layers` (2)."""
     if config.budget:
-        return cost.parse_count(config.budget)
+        return parse_count(config.budget)
     return replace(target, layers=min(config.wide_layers or (2,))).params()["non_embedding"]
 
 
-def sweep_shapes(p: Pipeline, target: cost.Shape) -> tuple[cost.Shape, cost.Shape] | None:
+def sweep_shapes(p: Pipeline, target: Shape) -> tuple[Shape, Shape] | None:
     """The shape sweep (random weights: latency needs no training), then — unless `--wide-layers` overrides — the
     trained shapes from its fitted step model: the predicted-fastest at the budget and its control (a record)."""
     c, opts, n = p.config, runtime_options(p.config), budget(p.config, target)
@@ -236,10 +240,10 @@ def sweep_shapes(p: Pipeline, target: cost.Shape) -> tuple[cost.Shape, cost.Shap
         }
 
     chosen = p.stage("choose-shapes", decide)["shapes"]
-    return cost.Shape(**chosen[0]), cost.Shape(**chosen[1])
+    return Shape(**chosen[0]), Shape(**chosen[1])
 
 
-def measure_costs(p: Pipeline, target, target_shape: cost.Shape, specs: dict[str, str], cands: list[Candidate]) -> None:
+def measure_costs(p: Pipeline, target, target_shape: Shape, specs: dict[str, str], cands: list[Candidate]) -> None:
     """Profile at batch 1 and at each trained candidate's feasible batch (for γ* there), at the traffic's context."""
     c, opts = p.config, runtime_options(p.config)
     depths = tuple(k for k in (1, 2, 4, 8) if k < target_shape.layers)
@@ -303,7 +307,7 @@ def kv_bytes(p: Pipeline, cands: list[Candidate], specs: dict[str, str]) -> dict
     drafters = json.loads((p.folder("profile") / "profile.json").read_text())["batches"]["1"]["drafters"]
     bpv = hf.bytes_per_value(p.config.dtype)
     model = {
-        x.name: cost.Shape(**drafters[specs[x.name]]["shape"]).kv_bytes(p.config.context, 1, bpv)
+        x.name: Shape(**drafters[specs[x.name]]["shape"]).kv_bytes(p.config.context, 1, bpv)
         for x in cands
         if drafter_kind(specs[x.name]) == "model"
     }
@@ -339,7 +343,7 @@ def read_candidates(folder) -> tuple[list[Candidate], dict[str, str]]:
     """`write_candidates`' file, as Candidates and specs."""
     saved = json.loads((folder.path / CANDIDATES).read_text())
     cands = [
-        Candidate(r["name"], r["role"], cost.Shape(**r["shape"]) if r["shape"] else None, r["spec"])
+        Candidate(r["name"], r["role"], Shape(**r["shape"]) if r["shape"] else None, r["spec"])
         for r in saved["candidates"]
     ]
     return cands, saved["specs"]

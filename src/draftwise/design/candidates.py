@@ -8,7 +8,7 @@ wide-shallow       k layers of the target at full width (the paper's recommendat
 deep-narrow        the same non-embedding parameters spread over f·k layers of 1/f width (heads, KV heads, FFN ÷ f)
 self-speculative   the target with its middle half skipped, no training (Draft & Verify / LayerSkip style)
 first-k            the target's first k layers, untrained (what naive truncation gives)
-feature            a feature-level drafter (EAGLE-style head on the target's features, `models.feature_head`),
+feature            a feature-level drafter (EAGLE-style head on the target's features, `runtimes.lean.feature_head`),
                    trained on the teacher data
 family             a small model of the target's tokenizer family, taken as it is: the packaged default model
                    (SmolLM2-135M-Instruct) where it speaks the target's vocabulary and the target is at least
@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 from .. import cost
 from ..errors import DraftwiseError
+from ..shapes import Shape, shape_for_budget
 
 FEATURE = "feature"  # the role (and name) of the feature-level candidate
 FAMILY = "family"  # the role of the family's small model
@@ -33,7 +34,7 @@ FAMILY_RATIO = 2.0  # a target this many times the small model's non-embedding p
 class Candidate:
     name: str  # folder-safe: wide-L2, narrow-L6, self-spec, first-2, user
     role: str  # wide-shallow | deep-narrow | self-speculative | first-k | feature | family | user
-    shape: cost.Shape | None = None  # pruned candidates: the exact shape to carve out
+    shape: Shape | None = None  # pruned candidates: the exact shape to carve out
     spec: str = ""  # drafters taken as they are: layers:i,j,... of the target or a checkpoint
 
     @property
@@ -46,7 +47,7 @@ class Candidate:
         return f"layers={s.layers},hidden={s.hidden},heads={s.heads},kv_heads={s.kv_heads},ffn={s.ffn}"
 
 
-def narrow_twin(target: cost.Shape, layers: int, factor: int) -> cost.Shape | None:
+def narrow_twin(target: Shape, layers: int, factor: int) -> Shape | None:
     """A shape with `factor`× the layers of a full-width `layers`-deep drafter and about its non-embedding parameters.
 
     Heads, KV heads and FFN shrink by `factor` when the KV heads divide evenly (GQA groups stay intact); otherwise
@@ -74,13 +75,13 @@ def self_speculative_layers(n_layers: int) -> list[int]:
     return sorted(set(range(keep)) | set(range(n_layers - keep, n_layers)))
 
 
-def budget_shapes(target: cost.Shape, budget: int) -> list[cost.Shape]:
+def budget_shapes(target: Shape, budget: int) -> list[Shape]:
     """A shape of `budget` non-embedding parameters at every depth below the target's where one exists inside the
     target (pruning cannot make a dimension larger: a shallower shape that would need more width is left out)."""
     out = []
     for layers in range(1, target.layers):
         try:
-            s = cost.shape_for_budget(target, layers, budget)
+            s = shape_for_budget(target, layers, budget)
         except DraftwiseError:
             break  # deeper shapes only get narrower than the narrowest head layout
         if s.hidden <= target.hidden and s.heads <= target.heads and s.ffn <= target.ffn:
@@ -88,7 +89,7 @@ def budget_shapes(target: cost.Shape, budget: int) -> list[cost.Shape]:
     return out
 
 
-def choose_shapes(target: cost.Shape, budget: int, model: cost.StepModel, factor: int) -> tuple[cost.Shape, cost.Shape]:
+def choose_shapes(target: Shape, budget: int, model: cost.StepModel, factor: int) -> tuple[Shape, Shape]:
     """(the shape the fitted step model predicts fastest at the budget, its equal-parameter control): the control of a
     full-width shape is its deep-narrow twin, that of a narrower shape the full-width one."""
     fastest = min(budget_shapes(target, budget), key=model.predict_ms)
@@ -101,7 +102,7 @@ def choose_shapes(target: cost.Shape, budget: int, model: cost.StepModel, factor
     return fastest, control
 
 
-def trained(target: cost.Shape, shapes: list[cost.Shape]) -> list[Candidate]:
+def trained(target: Shape, shapes: list[Shape]) -> list[Candidate]:
     """Named by width and depth; the shallower of a pair is the wide-shallow one."""
     out = []
     for s in sorted(shapes, key=lambda s: s.layers):
@@ -112,11 +113,11 @@ def trained(target: cost.Shape, shapes: list[cost.Shape]) -> list[Candidate]:
 
 
 def candidates(
-    target: cost.Shape,
+    target: Shape,
     wide_layers: tuple[int, ...],
     factor: int,
     user: str | None = None,
-    shapes: tuple[cost.Shape, cost.Shape] | None = None,
+    shapes: tuple[Shape, Shape] | None = None,
     feature: bool = False,
     family: tuple[str, str] | None = None,
 ) -> list[Candidate]:
@@ -152,7 +153,7 @@ def candidates(
     return out
 
 
-def family_drafter(target: cost.Shape, small: cost.Shape, same_vocabulary: bool) -> bool:
+def family_drafter(target: Shape, small: Shape, same_vocabulary: bool) -> bool:
     """Whether the family's small model (`small`) drafts for `target`: the same vocabulary, and a target at least
     FAMILY_RATIO × its size (non-embedding parameters)."""
     size = target.layers * target.layer_params()

@@ -24,8 +24,8 @@ import shutil
 from pathlib import Path
 
 from ..config.serve import PLACEHOLDER, SERVE_FILE, ServeConfig
-from ..models.source import resolve
 from ..sd.families import drafter_kind, family_of, feature, hybrid
+from ..targets.source import resolve
 
 PORT = ServeConfig.default_port()  # the port the README's calls name
 PENDING = "Through `draftwise serve` (HTTP, streamed, client wall time): not measured yet."  # `served` replaces it

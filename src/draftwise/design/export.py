@@ -11,10 +11,11 @@ import shutil
 from pathlib import Path
 
 from .. import specs
-from ..models import layer_subset, parse_layers, read_weights, save_checkpoint
-from ..models.source import resolve
+from ..runtimes.hf.model import save_checkpoint
 from ..sd import calibrate, families
 from ..sd.families import drafter_kind
+from ..targets.layers import checkpoint_of
+from ..targets.source import resolve
 from . import deploy
 from .fastest import lean_name, versus
 from .verdict import sentence
@@ -205,9 +206,7 @@ def export_model(out: Path, target, spec: str) -> Path:
     ckpt = out / "drafter"
     if not (ckpt / "config.json").exists():
         if spec.startswith("layers:"):  # a layer subset of the target: write its weights as a checkpoint of its own
-            config, weights = layer_subset(
-                target.config, read_weights(target.path), parse_layers(spec, target.config.num_hidden_layers)
-            )
+            config, weights = checkpoint_of(spec, target.config, target.path)
             save_checkpoint(ckpt, config, weights, target.tokenizer)
         else:
             shutil.copytree(resolve(spec), ckpt, dirs_exist_ok=True)

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from .. import machine
 from ..config.serve import SERVE_FILE
-from ..models.llamacpp_load import written
+from ..gguf.export import written
 from ..sd.families import family_of
 from . import deploy, fastest, row_verdict, rows
 from .export import copy_schedule, local_lookup
@@ -89,20 +89,20 @@ def _how(top: Path, final: dict | None, verdicts: dict[str, dict] | None, target
     command does not apply."""
     if not final:
         return None
-    runtime, threads = final["runtime"], config.threads
-    device = getattr(config, "device", "cpu") if runtime == fastest.lean_name(config) else "cpu"  # rows: the CPU
-    if not runtime.startswith("lean-"):
+    row, threads = final["runtime"], config.threads
+    device = getattr(config, "device", "cpu") if row == fastest.lean_name(config) else "cpu"  # rows: the CPU
+    if not row.startswith("lean-"):
         return (
-            fastest.deploy_command(final, (verdicts or {}).get(runtime), target_spec, threads)
+            fastest.deploy_command(final, (verdicts or {}).get(row), target_spec, threads)
             + " (`draftwise serve` does not apply: the answer does not run on the draftwise engine)"
         )
-    dtype = runtime.removeprefix("lean-")
+    dtype = row.removeprefix("lean-")
     if not final["recommend"]:
         bench = f"draftwise bench --target {target_spec} --dtype {dtype} --baseline ar"
         return deploy.block(deploy.plain(target_spec, dtype, threads, device), None, target_spec, bench, pending=True)
-    where = "." if runtime == fastest.lean_name(config) else f"engines/{runtime}"
+    where = "." if row == fastest.lean_name(config) else f"engines/{row}"
     saved = json.loads((top / where / SERVE_FILE).read_text())
-    v = (verdicts or {}).get(runtime)
+    v = (verdicts or {}).get(row)
     bench = lean_command(v, target_spec, where + "/") if v and where != "." else None  # the top folder's says below
     args, same = deploy.command(where, target_spec, threads, device), deploy.explicit(saved, where, threads, device)
     return deploy.block(args, same, target_spec, bench, pending=True)

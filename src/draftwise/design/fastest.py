@@ -31,13 +31,12 @@ from dataclasses import dataclass
 
 from .. import traffic
 from ..config import BenchConfig, BenchGridConfig
-from ..models.llamacpp_load import LLAMA_CPP
 from ..rundir import read_records
+from ..runtimes.llamacpp.load import LLAMA_CPP
 from ..stages.bench import SCHEDULED
 from ..stages.bench_grid import label
 from . import decide, measure, requests, rows
 
-PLAIN = ("ar", "llama-server")  # the plain methods of a row: draftwise AR, llama-server without speculation
 STAGE = "bench-fastest"
 
 
@@ -74,7 +73,7 @@ def entries(p) -> list[Entry]:
             e,
             drafter=pick["spec"] if pick else None,
             gamma=pick["gamma"] if pick else 1,
-            baselines=PLAIN if e.backend == LLAMA_CPP else ("ar",),
+            baselines=e.plain,
             **scheduled,
         )
         out.append(Entry(e.name, bench, pick and pick["method"], pick and pick["drafter"]))
@@ -99,7 +98,7 @@ def option(entries: list[Entry]):
 
     def key(r: dict):
         runtime = r.get("runtime") or entries[0].name
-        if r["method"] in PLAIN or r["method"] == chosen.get(runtime):
+        if r["method"] in rows.PLAIN or r["method"] == chosen.get(runtime):
             return f"{runtime}/{r['method']}"
         return decide.IGNORE
 
@@ -130,7 +129,7 @@ def decide_over(p, rs: list[Entry], by: dict, wanted) -> dict:
     """Every option over the fastest plain one by expected request time on the `wanted` requests (docstring)."""
     times = {n: t for n, t in traffic.request_times(by, wanted).items() if t}
     figures = {n: traffic.figures(by[n], times[n]) for n in times}
-    plain = [n for n in times if n.split("/", 1)[1] in PLAIN]
+    plain = [n for n in times if n.split("/", 1)[1] in rows.PLAIN]
     fastest_plain = min(plain, key=lambda n: figures[n].request_s)
     result = decide.compare(times, times[fastest_plain], p.config.seed)
     drafters = {r.name: r.drafter for r in rs}

@@ -2,7 +2,7 @@
 
   lean-int8   int8 weights, activations quantized per token: a lossy choice, on the CPU, for any target
   lean-q4     the target file's own 4-bit blocks (Q4_0, Q4_1, Q4_K), activations as at int8: only where the target
-              is a GGUF file that has them (`models.q4`)
+              is a GGUF file that has them (`runtimes.lean.q4`)
 
 Both the plan (`costs`, which prices rows before any exists) and the rows themselves (`rows.LeanRow`) ask here, so
 they never disagree on which lean rows a design has.
@@ -10,9 +10,9 @@ they never disagree on which lean rows a design has.
 
 from __future__ import annotations
 
-from ..models import q4
-from ..models.int8 import NAME as INT8
-from ..models.llamacpp_load import gguf_file
+from ..runtimes.lean import q4
+from ..runtimes.lean.int8 import NAME as INT8
+from .target import has_q4_blocks
 
 LEAN_INT8 = "lean-int8"
 LEAN_Q4 = "lean-q4"
@@ -27,11 +27,5 @@ def planned(config) -> dict[str, str]:
     return {
         name: dtype
         for name, dtype in PRECISIONS.items()
-        if name in config.rows and dtype != config.dtype and (dtype != q4.NAME or has_q4_blocks(config.target))
+        if name in config.rows and dtype != config.dtype and (dtype != q4.NAME or has_q4_blocks(config))
     }
-
-
-def has_q4_blocks(target: str) -> bool:
-    """Whether the target is a GGUF file holding blocks the lean engine's q4 precision runs."""
-    path = gguf_file(target)
-    return path is not None and q4.has_blocks(path)

@@ -27,14 +27,15 @@ from pathlib import Path
 
 from .. import continuations, cost, metrics
 from ..config import AgreeConfig, GenDataConfig
-from ..models import Model, write_fingerprint
 from ..rundir import write_atomic
+from ..runtimes.base import Model
 from ..sd import calibrate, families
 from ..sd.families import hybrid
 from ..sd.families.suffix import CORPUS_FILE, gen_data_corpus, save_corpus
 from ..sd.lookup import SuffixDrafter
 from ..sd.suffix import SuffixTrie
 from ..stages import agree, gen_data
+from ..targets.fingerprint import write_fingerprint
 from . import decide
 from .measure import SCHEDULED
 

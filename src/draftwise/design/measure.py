@@ -21,12 +21,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import cost
 from ..config import BenchConfig, BenchGridConfig
-from ..models import hf
+from ..runtimes.hf import model as hf
 from ..sd.families import drafter_kind
+from ..shapes import Shape, max_batch
 from ..stages import bench, bench_grid
 from ..stages.draft_vocab import write_reduced
+from ..units import parse_count
 from . import decide, estimate, requests
 from .candidates import Candidate
 from .pipeline import runtime_options
@@ -237,17 +238,15 @@ def headline(p, spec: str, gamma: int, method: str = "sd") -> None:
     p.stage("bench-headline", lambda f: bench.run(config, f, p.executor), drafter=spec, gamma=gamma, method=method)
 
 
-def feasible_batch(config, target: cost.Shape, drafter: cost.Shape) -> tuple[int, int]:
+def feasible_batch(config, target: Shape, drafter: Shape) -> tuple[int, int]:
     """(largest batch whose SD footprint fits `memory`, the batch benchmarked: that capped at `batch_cap`)."""
     largest = int(
-        cost.max_batch(
-            cost.parse_count(config.memory), target, drafter, config.context, hf.bytes_per_value(config.dtype)
-        )
+        max_batch(parse_count(config.memory), target, drafter, config.context, hf.bytes_per_value(config.dtype))
     )
     return largest, min(largest, config.batch_cap)
 
 
-def batch_dividend(p, target_shape: cost.Shape, specs: dict[str, str], cands: list[Candidate]) -> None:
+def batch_dividend(p, target_shape: Shape, specs: dict[str, str], cands: list[Candidate]) -> None:
     """Each trained candidate at the largest batch whose footprint with SD on fits `memory`: target + drafter
     weights, plus target + drafter KV of `context` positions per sequence (capped at `batch_cap`), SD beside AR.
 
@@ -255,7 +254,7 @@ def batch_dividend(p, target_shape: cost.Shape, specs: dict[str, str], cands: li
     spec_bench eval prompts in full batches of that size at T = 0 and the γ* predicted at that batch (`estimate`:
     the profile at that batch, the candidate's greedy TAR; its batch-1 γ when the profile lacks the batch)."""
     c = p.config
-    memory, bpv = cost.parse_count(c.memory), hf.bytes_per_value(c.dtype)
+    memory, bpv = parse_count(c.memory), hf.bytes_per_value(c.dtype)
     for cand in (x for x in cands if x.trained):
         spec, shape = specs[cand.name], cand.shape
 

@@ -178,7 +178,7 @@ class Planner:
     def measure(self, target, load=None) -> None:
         """The probe (a record): the target's decode step, a prefill of the selection prompts' mean length, and
         `load()` timed, the target loaded as each stage loads it (the run's own load may have built a pack of it:
-        `models.packed`)."""
+        `runtimes.lean.packed`)."""
         if self.step_s is None:
             self.step_s = probe(target)
             tokens = prompt_tokens(target, self.p.base)

@@ -25,13 +25,13 @@ from pathlib import Path
 
 from .. import metrics
 from ..config import BenchGridConfig
-from ..models import random_weights
 from ..sd.families import drafter_kind
 from ..stages import profile
 from ..stages.bench import SCHEDULED
 from ..stages.bench_grid import as_method, label
 from . import decide, lookup, measure, requests, rows
 from .estimate import SCREEN, best_gamma
+from .target import target_of
 from .verdict import candidate, predicted, verify_steps
 
 RULE = (
@@ -109,7 +109,7 @@ def verdict(
     ar, _ = mine.pop(None), peers.pop(None)
     decision = _decision(p, mine, ar, cands, points, scheduled)
     chosen = decision["chosen"]
-    random = random_weights(p.config.target)
+    random = target_of(p.config).random_weights
     recommend = decision["speedup"][chosen][1] > 1.0 and not random  # not chosen by acceptance on random weights
     spec, method = cands[chosen][0], _method(chosen, scheduled)
     any_point = next(iter(points.values()))

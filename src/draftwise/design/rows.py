@@ -24,11 +24,16 @@ import json
 from dataclasses import dataclass
 
 from ..config import BenchConfig, BenchGridConfig, ProfileConfig
-from ..models import q4
-from ..models.llamacpp_load import LLAMA_CPP, gguf_file, quant_name, written
+from ..gguf.export import written
+from ..gguf.read import quant_name
+from ..runtimes.lean import q4
+from ..runtimes.llamacpp.load import LLAMA_CPP
 from ..sd.families import family_of
 from . import decide, lean_rows, measure
 from .estimate import GAMMAS
+from .target import target_of
+
+PLAIN = ("ar", "llama-server")  # the plain methods of a row: draftwise AR, llama-server without speculation
 
 SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache")  # llama-server's draft-free built-ins
 
@@ -51,6 +56,7 @@ class Row:
     )
     backend: str = LLAMA_CPP
     dtype: str = "fp32"  # the lean engine's precision on a lean row
+    plain: tuple[str, ...] = PLAIN  # the plain decodings its last grid measures beside the verdict
 
     @classmethod
     def plan(cls, config) -> list[Row]:
@@ -124,6 +130,7 @@ class LeanRow(Row):
     4-bit blocks, where it has them)."""
 
     backend: str = "lean"
+    plain: tuple[str, ...] = ("ar",)
 
     @classmethod
     def plan(cls, config) -> list[Row]:
@@ -165,7 +172,7 @@ class LlamaCppRow(Row):
         if LLAMA_CPP not in config.rows:
             return []
         out: list[Row] = []
-        own = gguf_file(config.target)
+        own = target_of(config).file
         if own is not None:
             q = quant_name(own)
             out.append(cls(f"{LLAMA_CPP}-{q}", str(own), q, DRAFTER_QUANT.get(q, "q8_0"), True))
@@ -238,8 +245,8 @@ def forget(p) -> None:
     if p.dead:
         alive = live(p)
         p.know(
-            rows=sum(e.backend == LLAMA_CPP for e in alive),
-            lean_rows=tuple(e.name for e in alive if e.backend == "lean"),
+            rows=sum(isinstance(e, LlamaCppRow) for e in alive),
+            lean_rows=tuple(e.name for e in alive if isinstance(e, LeanRow)),
         )
 
 

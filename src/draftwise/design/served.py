@@ -27,12 +27,12 @@ from pathlib import Path
 from ..errors import DraftwiseError
 from ..isolate import NativeCrash
 from ..metrics import tokens_per_s
-from ..models.llama_server import find_binary
-from ..models.llamacpp_load import gguf_file
+from ..peers.llama_server import find_binary
 from ..rundir import read_records
 from ..stages import bench
 from . import decide, deploy, measure, requests
 from .fastest import lean_name
+from .target import target_of
 
 STAGE, DECISION = "bench-serve", "served"
 LEFT_OUT = "not measured: the time budget left it out"
@@ -46,25 +46,25 @@ def export_target(config) -> str:
     return "default" if config.target == "default" else "<target>"
 
 
-def folder_of(config, runtime: str) -> str:
-    """A lean runtime's export folder, relative to export/: the design's own engine at its top, a lean row's under
+def folder_of(config, row: str) -> str:
+    """A lean row's export folder, relative to export/: the design's own engine at its top, another lean row's under
     engines/."""
-    return "." if runtime == lean_name(config) else f"engines/{runtime}"
+    return "." if row == lean_name(config) else f"engines/{row}"
 
 
 def command(p, final: dict | None, readme: bool = True) -> list[str] | None:
     """The serve command of the design's answer, None when it does not run on the draftwise engine: as the export
     README prints it (run from export/), or as the bench runs it (`readme=False`: the folder absolute, the target as
     the design was given it)."""
-    runtime = final["runtime"] if final else ""
-    if not runtime.startswith("lean-"):
+    row = final["runtime"] if final else ""
+    if not row.startswith("lean-"):
         return None
     c = p.base
     target = export_target(c) if readme else c.target
-    device = c.device if runtime == lean_name(c) else "cpu"  # a lean row runs on the CPU (`rows`)
+    device = c.device if row == lean_name(c) else "cpu"  # a lean row runs on the CPU (`rows`)
     if not final["recommend"]:
-        return deploy.plain(target, runtime.removeprefix("lean-"), c.threads, device)
-    where = folder_of(c, runtime)
+        return deploy.plain(target, row.removeprefix("lean-"), c.threads, device)
+    where = folder_of(c, row)
     return deploy.command(where if readme else str((p.path / "export" / where).resolve()), target, c.threads, device)
 
 
@@ -139,7 +139,7 @@ def decide_served(p, baseline: str, readme: str) -> dict:
     wall = [{**r, "seconds": r["wall_s"]} for r in server]
     per_prompt = lambda rs: decide.timings(rs, lambda r: None)[None]  # noqa: E731
     over = decide.compare({"serve": per_prompt(served)}, per_prompt(wall), p.config.seed) if server else None
-    own = gguf_file(p.base.target)
+    own = target_of(p.base).file
     return {
         "applies": True,
         "measured": True,

@@ -17,14 +17,14 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from .. import cost, machine
+from .. import machine
 from ..config import DesignConfig
 from ..config.design import AUTO
-from ..models import ModelOptions, config_and_tokenizer, random
-from ..models.source import resolve
 from ..rundir import write_atomic
+from ..shapes import Shape
 from . import lean_rows
 from .plan import Planner
+from .target import has_q4_blocks, target_of
 
 FILE = "study.json"
 ROWS = ("lean-int8", "lean-q4", "llama.cpp")  # the rows an fp32 study must keep to be chosen
@@ -48,7 +48,7 @@ def resolve_config(config: DesignConfig, out: str | Path) -> DesignConfig:
 
 def decide(config: DesignConfig) -> dict:
     """The study's precision and why (module docstring)."""
-    shape = cost.Shape.of(_model_config(config.target))
+    shape = Shape.of(target_of(config).model_config())
     fp32_bytes = 4 * shape.params()["total"]
     bandwidth = machine.bandwidth(config.threads)["read_gb_per_s"]
     step_s = fp32_bytes / (bandwidth * 1e9)
@@ -58,7 +58,7 @@ def decide(config: DesignConfig) -> dict:
     left_out = [] if not config.plan else sorted(asked) if sizes is None else sorted(asked & set(sizes.dropped))
     available = machine.memory().get("available_gib")
     too_big = available is not None and fp32_bytes > MEMORY_SHARE * available * 2**30
-    quantized = "q4" if lean_rows.has_q4_blocks(config.target) else "int8"
+    quantized = "q4" if has_q4_blocks(config) else "int8"
     dtype = "fp32" if config.device != "cpu" or not (left_out or too_big) else quantized
     facts = f"fp32 weights {fp32_bytes / 1e9:.1f} GB, a step predicted at {1e3 * step_s:.0f} ms ({bandwidth:g} GB/s)"
     if dtype == "fp32":
@@ -78,10 +78,3 @@ def decide(config: DesignConfig) -> dict:
         "fp32_plan_left_out": left_out,
         "available_gib": available,
     }
-
-
-def _model_config(target: str):
-    """The target's transformers config, nothing loaded (a `random:` shape's from its spec)."""
-    if target.startswith(random.PREFIX):
-        return random.llama_config(random.parse(target))
-    return config_and_tokenizer(resolve(target), ModelOptions())[0]

@@ -22,11 +22,11 @@ from __future__ import annotations
 import json
 
 from .. import cost, learning
-from ..models import random_weights
 from ..rundir import read_records
 from ..sd.families import SERIAL, drafter_kind
 from ..stages.bench_grid import as_method, label
 from .measure import grid_points, method_of, summary
+from .target import target_of
 
 TRAINING = ("distill", "feature")  # the stages that train a candidate, each logging its learning curve
 ALPHAS = (0.3, 0.5, 0.7)  # the acceptances a candidate's speedup is predicted at, from its measured costs
@@ -135,7 +135,7 @@ def decide(p, gamma: int) -> dict:
     _add_learning(p, cands, points, specs, t_verify)
     speedup, method = decision["speedup"][chosen], method_of(p, chosen)
     headline = summary(p, "bench-headline")["methods"][method]["speedup_vs_ar"] if "bench-headline" in p.done else None
-    random = random_weights(p.config.target)
+    random = target_of(p.config).random_weights
     return {
         "recommend": speedup[1] > 1.0 and not random,  # a drafter is not chosen by acceptance on random weights
         "drafter": chosen,

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..models.lean import LeanLM
+from ..runtimes.lean.forward import LeanLM
 from ..sd.loop import Generation, generate
 from ..sd.sampling import SamplingParams
 from .batch import Batch, Seq, round_

@@ -24,8 +24,9 @@ from tqdm import tqdm
 
 from .. import continuations, metrics, specs
 from ..config import AgreeConfig
-from ..models import ModelOptions, load
 from ..rundir import RunDir
+from ..runtimes.base import ModelOptions
+from ..runtimes.registry import load
 from ..sd.families import feature
 from ..sd.roles import Draft
 

@@ -22,8 +22,9 @@ from .. import data, machine, metrics, specs
 from ..config import BenchConfig
 from ..errors import DraftwiseError
 from ..executors import Executor, InProcess, exclusive
-from ..models import Model, describe, load
 from ..rundir import RunDir
+from ..runtimes.base import Model
+from ..runtimes.registry import describe, load
 from .bench_methods import SCHEDULED, method_names, methods, model_options, plain_bytes
 
 

@@ -25,8 +25,11 @@ import torch
 from .. import specs
 from ..config import BenchConfig
 from ..errors import DraftwiseError
-from ..models import Model, ModelOptions, hf, llamacpp, stamp
 from ..rundir import read_records
+from ..runtimes.base import Model, ModelOptions
+from ..runtimes.hf import model as hf
+from ..runtimes.llamacpp import lm as llamacpp
+from ..runtimes.registry import stamp
 from ..sd import calibrate
 from ..sd.batched_sd import generate_batch_sd
 from ..sd.loop import generate

@@ -22,9 +22,10 @@ from safetensors.torch import load_file, save_file
 
 from .. import continuations, learning
 from ..config import DistillConfig
-from ..models import ModelOptions, load, load_drafter
-from ..models.hf import HFCausalLM
 from ..rundir import RunDir
+from ..runtimes.base import ModelOptions
+from ..runtimes.hf.model import HFCausalLM
+from ..runtimes.registry import load, load_drafter
 from ..sd.batched import generate_batch
 from ..sd.sampling import SamplingParams
 from ..shards import load_rows

@@ -1,5 +1,5 @@
-"""A reduced-vocabulary copy of a drafter checkpoint (see `models.vocab`): the head cut to the N tokens the target
-emits most in gen-data (`train` prompts only), with the id map beside the weights."""
+"""A reduced-vocabulary copy of a drafter checkpoint (see `runtimes.lean.reduced`): the head cut to the N tokens the
+target emits most in gen-data (`train` prompts only), with the id map beside the weights."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 from safetensors.torch import save_file
 
 from ..errors import DraftwiseError
-from ..models import read_weights, vocab
-from ..models.source import resolve
 from ..shards import load_rows
+from ..targets import vocab_map as vocab
+from ..targets.checkpoint import read_weights
+from ..targets.source import resolve
 
 
 def write_reduced(drafter: str | Path, data_dir: str | Path, size: int, out: str | Path) -> Path:

@@ -1,4 +1,5 @@
-"""`draftwise train-feature`: train a feature-level drafter (`models.feature_head`) on a `draftwise teacher` folder.
+"""`draftwise train-feature`: train a feature-level drafter (`runtimes.lean.feature_head`) on a `draftwise teacher`
+folder.
 
 Training pairs come straight from the teacher's shards, position by position (the head reads one feature and one
 token, so a batch is `batch_size` positions drawn from every sequence, not whole sequences). Scored position j of a
@@ -40,11 +41,13 @@ from safetensors.torch import load_file, save_file
 from .. import continuations
 from ..config import TrainFeatureConfig
 from ..errors import DraftwiseError
-from ..models import ModelOptions, fingerprint, load
-from ..models import feature_head as fh
 from ..rundir import RunDir
+from ..runtimes.base import ModelOptions
+from ..runtimes.lean import feature_head as fh
+from ..runtimes.registry import load
 from ..sd.families.feature import FeatureDrafter, target_features
 from ..shards import load_rows
+from ..targets.fingerprint import fingerprint
 from . import losses
 from .agree import feature_score
 from .budget import Budget, Log

@@ -21,11 +21,13 @@ from tqdm import tqdm
 
 from .. import data
 from ..config import GenDataConfig
-from ..models import ModelOptions, load, write_fingerprint
 from ..rundir import RunDir
+from ..runtimes.base import ModelOptions
+from ..runtimes.registry import load
 from ..sd.batched import generate_batch
 from ..sd.sampling import SamplingParams
 from ..shards import write_shard
+from ..targets.fingerprint import write_fingerprint
 
 
 def units(config: GenDataConfig, target) -> list[tuple[data.Prompt, list[int], float]]:

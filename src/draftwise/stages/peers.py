@@ -5,9 +5,9 @@
                             drafter's `max` when the point's drafter is one, else its default (2)
   llama-cpp-lookup          the same with the point's own draftwise lookup drafter as its draft model
                             (`sd.llama_draft.LookupDraftModel`: what the export's llama-cpp-python snippet runs)
-  llama-server[:ARGS]       llama.cpp's server (`models.llama_server`), one process per baseline for the whole run,
+  llama-server[:ARGS]       llama.cpp's server (`peers.llama_server`), one process per baseline for the whole run,
                             started with ARGS (shell-quoted), e.g. `--spec-type ngram-mod` or `-md d.gguf`
-  serve[:ARGS]              draftwise's own server (`models.served`: `draftwise serve ARGS`, e.g. a design's
+  serve[:ARGS]              draftwise's own server (`peers.draftwise_server`: `draftwise serve ARGS`, e.g. a design's
                             `--export DIR --threads 2`; bare: the bench's own target, drafter, γ and runtime options),
                             one process per baseline, asked through its OpenAI API, streamed: `ServeMethod`
 
@@ -42,9 +42,11 @@ from .. import isolate
 from ..config import BenchConfig, llama_server_args
 from ..config.bench import serve_args
 from ..errors import DraftwiseError
-from ..models import Model, llamacpp_load
-from ..models.llama_server import LlamaServer, find_binary
-from ..models.served import DraftwiseServer
+from ..gguf.export import written
+from ..peers.draftwise_server import DraftwiseServer
+from ..peers.llama_server import LlamaServer, find_binary
+from ..runtimes.base import Model
+from ..targets.spec import parse
 
 PEERS = ("llama-cpp", "llama-cpp-prompt-lookup", "llama-cpp-lookup")
 LLAMA_CPP_LOOKUP_NGRAM = 2  # LlamaPromptLookupDecoding's default max_ngram_size
@@ -54,9 +56,10 @@ def target_gguf(target: Model) -> Path:
     """The GGUF llama.cpp's baselines run for `target` (see the module docstring)."""
     if target.gguf:
         return Path(target.gguf)
-    if target.name.startswith("random:"):
+    named = parse(target.name)
+    if named.built:
         raise DraftwiseError(f"{target.name}: a random-weight target has no GGUF file for llama.cpp's baselines")
-    return llamacpp_load.gguf_file(target.name) or llamacpp_load.written(target.name, target.name, "f32")
+    return named.file or written(target.name, target.name, "f32")
 
 
 def context_size(longest_prompt: int, config: BenchConfig) -> int:

@@ -21,14 +21,15 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .. import cost, data, specs
+from .. import data, specs
 from ..config import ProfileConfig
 from ..errors import DraftwiseError
 from ..executors import Executor, InProcess, exclusive
-from ..models import Model, ModelOptions, fill_cache, load, load_drafter, stamp
-from ..models.llamacpp_load import LLAMA_CPP
 from ..rundir import RunDir
+from ..runtimes.base import Model, ModelOptions
+from ..runtimes.registry import fill_cache, load, load_drafter, runtime, stamp
 from ..sd.families import drafter_kind
+from ..shapes import Shape
 from ..timing import check_machine, measure_interleaved, median
 
 DEFINITIONS = """\
@@ -51,7 +52,7 @@ def points(config: ProfileConfig, n_layers: int) -> list[dict]:
     """Every timing point of a run, in the order they are taken (a point is also its record's key). llama.cpp runs a
     whole forward or nothing, so its runs have no LM-head points."""
     drafters = [depth_spec(k) for k in config.depths if k < n_layers] + list(config.drafters)
-    heads = config.backend != LLAMA_CPP
+    heads = runtime(config.backend).lm_heads
     out = []
     for b in config.batches:
         out.append({"kind": "step", "model": "target", "batch": b, "tokens": 1})
@@ -158,7 +159,7 @@ class Timer:
         return lambda: lm.forward(ids, ctx, t)  # a lean cache is preallocated: garbage in it costs what real keys do
 
     def feature_step(self, head, batch: int):
-        """One draft step of a feature head (`models.feature_head`): a feature and a token per row in, the next
+        """One draft step of a feature head (`runtimes.lean.feature_head`): a feature and a token per row in, the next
         feature and the drafted token out; it reads no cache, so `context` does not change it."""
         dev = head.d2t.device
         features = torch.randn(batch, head.config.hidden, generator=self.gen).to(dev)
@@ -220,7 +221,7 @@ def run(config: ProfileConfig, out: str | Path, executor: Executor | None = None
 
 def summarize(records: list[dict], configs: dict, config: ProfileConfig) -> dict:
     """profile.json from the raw records (medians, ratios, shares and the depth fit are all derived here)."""
-    target_shape = cost.Shape.of(configs["target"])
+    target_shape = Shape.of(configs["target"])
     out = {
         "definitions": DEFINITIONS,
         "context": config.context,
@@ -262,7 +263,7 @@ def summarize(records: list[dict], configs: dict, config: ProfileConfig) -> dict
         for spec in dict.fromkeys(r["model"] for r in recs if r["kind"] == "step" and r["model"] != "target"):
             step = get[("step", spec, 1)]
             head = get.get(("head", spec, 1)) or (entry["head_ms"] if spec.startswith("layers:") else None)
-            shape = cost.Shape.of(configs[spec]) if spec in configs else None
+            shape = Shape.of(configs[spec]) if spec in configs else None
             entry["drafters"][spec] = {
                 "kind": drafter_kind(spec),  # model, or feature (a feature head's step)
                 "layers": shape.layers if shape else None,

@@ -21,9 +21,12 @@ from tqdm import tqdm
 
 from .. import continuations, isolate
 from ..config import QualityConfig, check_runtime
-from ..models import ModelOptions, load
-from ..models.llamacpp_load import LLAMA_CPP, gguf_file, written
+from ..gguf.export import written
 from ..rundir import RunDir
+from ..runtimes.base import ModelOptions
+from ..runtimes.llamacpp.load import LLAMA_CPP
+from ..runtimes.registry import load
+from ..targets.source import gguf_file
 
 REFERENCE = "lean:fp32"
 

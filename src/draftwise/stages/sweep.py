@@ -25,13 +25,17 @@ from .. import cost
 from ..config import SweepConfig
 from ..errors import DraftwiseError
 from ..executors import Executor, InProcess, exclusive
-from ..models import ModelOptions, fill_cache, layer_subset, load, load_drafter, stamp
-from ..models.hf import bytes_per_value, torch_dtype
-from ..models.lean import LeanLM
-from ..models.llamacpp_load import LLAMA_CPP
-from ..models.random import llama_config, random_lm
 from ..rundir import RunDir
+from ..runtimes.base import ModelOptions
+from ..runtimes.checkpoint import random_lm
+from ..runtimes.hf.model import torch_dtype
+from ..runtimes.lean.forward import LeanLM
+from ..runtimes.registry import fill_cache, load, load_drafter, runtime, stamp
+from ..shapes import Shape, max_batch, shape_for_budget
+from ..targets.layers import layer_subset
+from ..targets.random import llama_config
 from ..timing import check_machine, measure_interleaved, median
+from ..units import parse_count
 
 DEFINITIONS = """\
 step_ms: one drafter step (1 token per sequence, `context` positions cached), median of repeats. \
@@ -42,14 +46,11 @@ both models' weights.
 fit: least squares step_ms = fixed + layers·(layer_overhead + layer_MB·ms_per_layer_MB) + head_MB·ms_per_head_MB."""
 
 
-GGUF_BYTES = {"f32": 4, "f16": 2, "q8_0": 34 / 32}  # bytes per weight of the GGUF types (Q8_0: 32 int8 + an f16 scale)
-
-
-def points(config: SweepConfig, target: cost.Shape) -> list[dict]:
-    budget = cost.parse_count(config.budget)
-    shapes: list[tuple[str, cost.Shape]] = []
+def points(config: SweepConfig, target: Shape) -> list[dict]:
+    budget = parse_count(config.budget)
+    shapes: list[tuple[str, Shape]] = []
     for k in config.layers:
-        shapes.append(("equal_budget", cost.shape_for_budget(target, k, budget)))
+        shapes.append(("equal_budget", shape_for_budget(target, k, budget)))
     unit = target.head_dim * (target.heads // target.kv_heads)
     for w in config.widths:
         if w % unit:
@@ -82,8 +83,8 @@ def points(config: SweepConfig, target: cost.Shape) -> list[dict]:
     return out
 
 
-def shape_of(point: dict) -> cost.Shape:
-    return cost.Shape(**{k: point[k] for k in cost.Shape.__dataclass_fields__ if k in point})
+def shape_of(point: dict) -> Shape:
+    return Shape(**{k: point[k] for k in Shape.__dataclass_fields__ if k in point})
 
 
 def key(point: dict) -> tuple:
@@ -91,7 +92,7 @@ def key(point: dict) -> tuple:
 
 
 def random_model(
-    template_config, shape: cost.Shape, dtype: torch.dtype, device: str, seed: int, precision: str = "fp32"
+    template_config, shape: Shape, dtype: torch.dtype, device: str, seed: int, precision: str = "fp32"
 ) -> LeanLM:
     """A random-weight drafter of `shape` at the sweep's precision (int8: its matrices quantized, as a drafter's
     are)."""
@@ -102,7 +103,7 @@ def options_of(config: SweepConfig) -> ModelOptions:
     return ModelOptions(config.dtype, config.device, config.backend, gguf_quant=config.gguf_quant)
 
 
-def random_spec(shape: cost.Shape, seed: int) -> str:
+def random_spec(shape: Shape, seed: int) -> str:
     """The `random:` drafter spec of a shape (left-out settings, such as a tied head, are the target's)."""
     keys = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab")
     return "random:" + ",".join(f"{k}={getattr(shape, k)}" for k in keys) + f",seed={seed}"
@@ -125,14 +126,14 @@ class SweepWork:
 class Timer:
     def __init__(self, target, config: SweepConfig, machine: dict):
         self.target, self.config, self.machine = target, config, machine
-        self.target_shape = cost.Shape.of(target.config)
+        self.target_shape = Shape.of(target.config)
 
-    def drafter_lm(self, point: dict, shape: cost.Shape):
+    def drafter_lm(self, point: dict, shape: Shape):
         """The shape as a model of the run's engine: a truncation shares the target's weights; other shapes get random
         ones (on llama.cpp, written as GGUF files at `gguf_quant` first)."""
         ids = list(range(shape.layers))
         truncation = point["family"] == "truncation" and shape.vocab == self.target_shape.vocab
-        if self.config.backend == LLAMA_CPP:
+        if runtime(self.config.backend).file_drafters:  # e.g. llama.cpp: drafters are GGUF files it writes
             spec = "layers:" + ",".join(map(str, ids)) if truncation else random_spec(shape, self.config.seed)
             return load_drafter(spec, self.target, options_of(self.config)).lm
         if truncation:
@@ -166,7 +167,7 @@ def run(config: SweepConfig, out: str | Path, executor: Executor | None = None) 
     work = SweepWork(config)
     timer = work()  # the target here too: its shape; an in-process executor times with this same Timer
     target = timer.target
-    all_points = points(config, cost.Shape.of(target.config))
+    all_points = points(config, Shape.of(target.config))
     records = run_dir.records()
     done = {key(r) for r in records}
     todo = [p for p in all_points if key(p) not in done]
@@ -180,7 +181,7 @@ def run(config: SweepConfig, out: str | Path, executor: Executor | None = None) 
             f"{point['family']} {shape_of(point).describe()} b={point['batch']}: {median(times['ms']):.2f} ms"
         )
     bar.close()
-    summary = summarize(run_dir.records(), cost.Shape.of(target.config), config)
+    summary = summarize(run_dir.records(), Shape.of(target.config), config)
     run_dir.write_json("sweep.json", summary)
     from ..report.plots import plot_sweep
 
@@ -190,9 +191,9 @@ def run(config: SweepConfig, out: str | Path, executor: Executor | None = None) 
     return run_dir.path
 
 
-def summarize(records: list[dict], target: cost.Shape, config: SweepConfig) -> dict:
-    memory = cost.parse_count(config.memory)
-    bpv = bytes_per_value(config.dtype) if config.backend != LLAMA_CPP else GGUF_BYTES[config.gguf_quant]
+def summarize(records: list[dict], target: Shape, config: SweepConfig) -> dict:
+    memory = parse_count(config.memory)
+    bpv = runtime(config.backend).bytes_per_value(options_of(config))
     rows = []
     for r in records:
         shape = shape_of(r)
@@ -206,12 +207,12 @@ def summarize(records: list[dict], target: cost.Shape, config: SweepConfig) -> d
                 "step_ms": median(r["ms"]),
                 "c": median(r["ms"]) / median(r["ref_ms"]),
                 "kv_bytes_per_seq": shape.kv_bytes(config.context, 1, bpv),
-                "max_batch": cost.max_batch(memory, target, shape, config.context, bpv),
+                "max_batch": max_batch(memory, target, shape, config.context, bpv),
             }
         )
     fits = {}
     for b in config.batches:
-        pts = [(cost.Shape(**row["shape"]), row["step_ms"]) for row in rows if row["batch"] == b]
+        pts = [(Shape(**row["shape"]), row["step_ms"]) for row in rows if row["batch"] == b]
         if len(pts) >= 4:
             model = cost.StepModel.fit(pts, bpv)
             errs = [abs(model.predict_ms(s) - ms) / ms for s, ms in pts]
@@ -228,7 +229,7 @@ def summarize(records: list[dict], target: cost.Shape, config: SweepConfig) -> d
         "dtype": config.dtype,
         "bytes_per_value": bpv,
         "machine": next((r["machine"] for r in records if r.get("machine")), None),
-        "budget": cost.parse_count(config.budget),
+        "budget": parse_count(config.budget),
         "rows": rows,
         "fits": fits,
         "depth_lines": _depth_lines(rows),
@@ -253,7 +254,7 @@ def _depth_lines(rows: list[dict]) -> dict:
     return out
 
 
-def _findings(rows: list[dict], fits: dict, target: cost.Shape) -> list[str]:
+def _findings(rows: list[dict], fits: dict, target: Shape) -> list[str]:
     """Plain statements the batch-1 measurements support, each with its numbers."""
     out = []
     b1 = [r for r in rows if r["batch"] == min(r["batch"] for r in rows)] if rows else []

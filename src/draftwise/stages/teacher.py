@@ -35,10 +35,12 @@ from tqdm import tqdm
 from .. import continuations, data
 from ..config import TeacherConfig
 from ..errors import DraftwiseError
-from ..models import ModelOptions, check_fingerprint, fingerprint, load, write_fingerprint
 from ..paths import cache_dir
 from ..rundir import RunDir, read_records
+from ..runtimes.base import ModelOptions
+from ..runtimes.registry import load
 from ..shards import read_shard, write_shard
+from ..targets.fingerprint import check_fingerprint, fingerprint, write_fingerprint
 from ..timing import native_bf16
 
 

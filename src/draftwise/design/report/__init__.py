@@ -14,7 +14,7 @@ from ...report import machine as machine_section
 from ...report.doc import Doc
 from ...report.fmt import interval as _interval
 from ...report.fmt import num as _f
-from .. import fastest, study
+from .. import fastest, rows, study
 from ..build import read_candidates
 from ..measure import SCHEDULED as SCHEDULED_NAME
 from ..measure import limit_of
@@ -75,14 +75,14 @@ def write(p: DesignFolder) -> Path:
     return out / "report.md"
 
 
-def _machine(doc: Doc, p) -> None:
+def _machine(doc: Doc, p: DesignFolder) -> None:
     """The machine (machine.json) and every runtime's plain decoding in the last grid against its bandwidth limit."""
     path = p.path / "machine.json"
     m = read_json(path) if path.exists() else None
     lean = fastest.lean_name(p.config)
     recs = stage_records(p.folder(fastest.STAGE)) if fastest.STAGE in p.done else []
     plain = machine_section.plain_speeds(
-        [r for r in recs if r["method"] in fastest.PLAIN], lambda r: f"{r.get('runtime') or lean}/{r['method']}"
+        [r for r in recs if r["method"] in rows.PLAIN], lambda r: f"{r.get('runtime') or lean}/{r['method']}"
     )
     machine_section.section(doc, m, plain, fastest.describe)
     if (p.path / study.FILE).exists():
@@ -90,7 +90,9 @@ def _machine(doc: Doc, p) -> None:
         doc.p(f"The study ran at {decision['dtype']} (`--dtype auto`): {decision['reason']}.")
 
 
-def _chosen_section(doc: Doc, p, tasks: dict, points: dict, chosen: str, plots: Path, footer: str) -> None:
+def _chosen_section(
+    doc: Doc, p: DesignFolder, tasks: dict, points: dict, chosen: str, plots: Path, footer: str
+) -> None:
     """The chosen drafter's TAR per task and its speed at each temperature, then the round scheduler's section."""
     method = p.done["verdict"].get("method", "sd")
     tar = {0.0: {s: v["tar"] for s, v in tasks.get(chosen, {}).items()}}
@@ -147,7 +149,7 @@ def render(out: str | Path) -> Path:
     return write(DesignFolder(folder))
 
 
-def _export_section(doc: Doc, p) -> None:
+def _export_section(doc: Doc, p: DesignFolder) -> None:
     """Where the export is and what it holds."""
     out = p.path
     doc.h("Export")
@@ -170,7 +172,7 @@ def _export_section(doc: Doc, p) -> None:
         doc.p("No vLLM config: a feature-level head runs on the draftwise engine only (docs/feature.md).")
 
 
-def _headline(doc: Doc, p, chosen: str, gamma: int, specs: dict[str, str]) -> None:
+def _headline(doc: Doc, p: DesignFolder, chosen: str, gamma: int, specs: dict[str, str]) -> None:
     """The chosen drafter on the spec_bench eval mix against draftwise AR and transformers' own methods."""
     doc.h("Headline (spec_bench eval mix, T=0)")
     if "bench-headline" not in p.done:
@@ -204,7 +206,7 @@ def _headline(doc: Doc, p, chosen: str, gamma: int, specs: dict[str, str]) -> No
     doc.table(["method", "tokens/s", "vs draftwise AR", "vs transformers AR", "TAR", "same tokens as AR"], rows)
 
 
-def _head_and_lookahead(doc: Doc, p) -> None:
+def _head_and_lookahead(doc: Doc, p: DesignFolder) -> None:
     """Reduced draft heads of the chosen drafter (one grid beside AR) and adaptive lookahead."""
     doc.h("Reduced-vocabulary draft head and adaptive lookahead")
     d = p.done["select-vocab"]
@@ -252,7 +254,7 @@ def _head_and_lookahead(doc: Doc, p) -> None:
         )
 
 
-def _verdict(doc: Doc, p, plots: Path, footer: str) -> None:
+def _verdict(doc: Doc, p: DesignFolder, plots: Path, footer: str) -> None:
     """The decision first: what to run on this machine against the fastest plain decoding here, then the lean
     runtime's own verdict and every candidate's costs and break-even."""
     v, f = p.done["verdict"], p.done.get("fastest")

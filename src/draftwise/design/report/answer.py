@@ -12,10 +12,11 @@ from ...report.fmt import interval as _interval
 from ...report.fmt import num as _f
 from ...report.plots import _save, plt
 from .. import fastest, rows
+from ..pipeline import DesignFolder
 from . import per_row, served
 
 
-def section(doc: Doc, p, f: dict, plots: Path, footer: str) -> None:
+def section(doc: Doc, p: DesignFolder, f: dict, plots: Path, footer: str) -> None:
     """The answer's sentence, its table and plot, the served figure."""
     quality = rows.quality_of(p)
     reference = {fastest.lean_name(p.config): "the reference"} if p.config.dtype == "fp32" else {}

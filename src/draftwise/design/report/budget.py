@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...report.doc import Doc
 from ...report.fmt import num as _f
 from ...report.plots import _save, plt
+from ..pipeline import DesignFolder
 from ..plan import DECIDED, FLOORS
 
 DROPPED = {
@@ -40,7 +42,7 @@ SHOWN = {  # the sizes a phase's plan sets, as its table heads them
 }
 
 
-def section(doc, p, plots: Path, footer: str) -> None:
+def section(doc: Doc, p: DesignFolder, plots: Path, footer: str) -> None:
     """The budget against the time the stages took, each phase's plan, and what the budget left out."""
     planner = p.planner
     plans = list(planner.plans.values()) if planner else []  # in the order they were made
@@ -123,7 +125,7 @@ def left_out(plans: list[dict]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def timeline(p, plans: list[dict], budget: float, folder: Path, footer: str) -> Path:
+def timeline(p: DesignFolder, plans: list[dict], budget: float, folder: Path, footer: str) -> Path:
     """Elapsed minutes at each finished stage, each phase's planned finish, and the budget with its ±10 % band."""
     done = sorted((r["elapsed_s"], r["stage"]) for r in p.done.values() if "elapsed_s" in r)
     fig, ax = plt.subplots(figsize=(8, 4))

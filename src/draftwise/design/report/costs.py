@@ -8,11 +8,12 @@ from pathlib import Path
 from ...report.doc import Doc
 from ...report.fmt import num as _f
 from ...report.plots import plot_profile, plot_sweep
+from ..pipeline import DesignFolder
 from . import charts
 from .models import KV_CONTEXT, LEFT_OUT, read_json
 
 
-def time_section(doc: Doc, p, prof: dict, kv: dict[str, float], plots: Path, footer: str) -> None:
+def time_section(doc: Doc, p: DesignFolder, prof: dict, kv: dict[str, float], plots: Path, footer: str) -> None:
     """The profile's step and verify costs, the sweep's findings and plots, and KV per sequence."""
     b1 = prof["batches"]["1"]
     doc.h("Where the time goes (profile and sweep)")
@@ -37,7 +38,7 @@ def time_section(doc: Doc, p, prof: dict, kv: dict[str, float], plots: Path, foo
     doc.img(charts.kv_footprint(kv, KV_CONTEXT, plots, footer), f"KV cache per sequence at {KV_CONTEXT} positions")
 
 
-def accuracy_section(doc: Doc, p, acc_points: list[dict], plots: Path, footer: str) -> None:
+def accuracy_section(doc: Doc, p: DesignFolder, acc_points: list[dict], plots: Path, footer: str) -> None:
     """Task accuracy against greedy TAR; a sentence alone when the budget left the check out."""
     doc.h("Accuracy sanity check: task accuracy vs TAR")
     if "accuracy" not in p.done:

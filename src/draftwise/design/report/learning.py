@@ -11,6 +11,7 @@ import numpy as np
 from ... import learning
 from ...report.doc import Doc
 from ...report.plots import plot_learning_fits
+from ..pipeline import DesignFolder
 from ..verdict import training_records
 
 NOTE = (
@@ -23,7 +24,7 @@ NOTE = (
 )
 
 
-def section(doc: Doc, p, plots: Path, footer: str) -> None:
+def section(doc: Doc, p: DesignFolder, plots: Path, footer: str) -> None:
     """One sentence per trained candidate and one plot; nothing when no candidate was trained (or the verdict was
     recorded before learning curves were)."""
     entries = {n: x["learning"] for n, x in p.done["verdict"]["candidates"].items() if x.get("learning")}

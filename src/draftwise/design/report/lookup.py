@@ -7,14 +7,16 @@ import json
 from pathlib import Path
 
 from ... import metrics
+from ...report.doc import Doc
 from ...report.fmt import num as _f
 from ...rundir import read_records
 from ...stages.bench_grid import as_method
 from ..measure import limit_of, method_of
+from ..pipeline import DesignFolder
 from . import charts
 
 
-def select_points(p) -> dict[str, dict]:
+def select_points(p: DesignFolder) -> dict[str, dict]:
     """{candidate name: its point summary in the selection grid (T = 0)}; a scheduled option's is its static option's
     point seen through the scheduled method (its figures where the point's static SD figures are)."""
     specs = p.done["bench-select"]["drafters"]
@@ -23,7 +25,7 @@ def select_points(p) -> dict[str, dict]:
     return {name: as_method(by_spec[spec], method_of(p, name)) for name, spec in specs.items() if spec in by_spec}
 
 
-def tasks_section(doc, p, plots: Path, footer: str) -> dict[str, dict[str, dict]]:
+def tasks_section(doc: Doc, p: DesignFolder, plots: Path, footer: str) -> dict[str, dict[str, dict]]:
     """TAR and speedup per task of every benchmarked candidate; returns {name: per_task}."""
     c, specs = p.config, p.done["bench-select"]["drafters"]
     records = [r for r in read_records(p.folder("bench-select") / "records.jsonl") if r["temperature"] == 0]
@@ -59,7 +61,7 @@ def tasks_section(doc, p, plots: Path, footer: str) -> dict[str, dict[str, dict]
     return tasks
 
 
-def lookup_section(doc, p) -> list[dict]:
+def lookup_section(doc: Doc, p: DesignFolder) -> list[dict]:
     """The lookup candidates: tuning (predicted from replayed rounds) beside their measured selection-grid points, and
     the suffix corpus; returns predicted-vs-measured rows for the plot."""
     if "tune-lookup" not in p.done:
@@ -145,7 +147,7 @@ def short(spec: str) -> str:
     return " " + body
 
 
-def _corpus_section(doc, p) -> None:
+def _corpus_section(doc: Doc, p: DesignFolder) -> None:
     gain, index = p.done.get("corpus-gain"), p.done.get("suffix-index")
     if not gain or not index:
         return

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ... import cost
 from ...report.doc import Doc
 from ...report.fmt import interval as _interval
 from ...report.fmt import num as _f
 from ...rundir import read_records
+from ...shapes import Shape
 from .. import decide, measure
 from ..estimate import predicted
+from ..pipeline import DesignFolder
 from ..verdict import training_records
 from . import charts, lookup
 
@@ -39,7 +40,7 @@ def section(
     doc.h("Model drafters")
     rows, pred_rows, acc_points, kv = [], [], [], {}
     if "shape" in prof["target"]:
-        kv["target"] = cost.Shape(**prof["target"]["shape"]).kv_bytes(KV_CONTEXT) / 1e6
+        kv["target"] = Shape(**prof["target"]["shape"]).kv_bytes(KV_CONTEXT) / 1e6
     for cand in (x for x in cands if x.role not in ("lookup", "hybrid")):
         row, kv[cand.name], pred, acc_point = _model_row(p, cand, specs[cand.name], b1, points, acc)
         rows.append(row)
@@ -87,7 +88,7 @@ def section(
     return acc_points, kv
 
 
-def _bars(p, points: dict[str, dict], chosen: str, gamma: int) -> list[dict]:
+def _bars(p: DesignFolder, points: dict[str, dict], chosen: str, gamma: int) -> list[dict]:
     """Tokens/s of every option of the selection grid, and of the chosen drafter at each γ of its refinement."""
     bars = [
         {
@@ -112,10 +113,12 @@ def _bars(p, points: dict[str, dict], chosen: str, gamma: int) -> list[dict]:
     return bars
 
 
-def _model_row(p, cand, spec: str, b1: dict, points: dict, acc: dict) -> tuple[list, float, list[dict], dict]:
+def _model_row(
+    p: DesignFolder, cand, spec: str, b1: dict, points: dict, acc: dict
+) -> tuple[list, float, list[dict], dict]:
     """One model candidate's table row, KV MB per sequence, predicted-vs-measured point and accuracy point."""
     d = b1["drafters"][spec]
-    shape = cost.Shape(**d["shape"]) if d.get("shape") else None  # None: a feature head (no decoder stack, no cache)
+    shape = Shape(**d["shape"]) if d.get("shape") else None  # None: a feature head (no decoder stack, no cache)
     kv = shape.kv_bytes(KV_CONTEXT) / 1e6 if shape else 0.0
     agree_summary = read_json(p.folder(f"agree-{cand.name}") / "agree.json")
     pred = predicted(p, spec, cand.name)
@@ -160,7 +163,7 @@ def _model_row(p, cand, spec: str, b1: dict, points: dict, acc: dict) -> tuple[l
     return row, kv, pred_rows, {"drafter": cand.name, "tar": tar4, "mmlu": mmlu, "hellaswag": hellaswag}
 
 
-def batch_dividend(doc: Doc, p, cands) -> None:
+def batch_dividend(doc: Doc, p: DesignFolder, cands) -> None:
     """Each trained candidate at the largest batch its SD footprint allows in `memory`, SD beside AR at that batch."""
     c = p.config
     measured = [x for x in cands if f"max-batch-{x.name}" in p.done]
@@ -208,7 +211,7 @@ def batch_dividend(doc: Doc, p, cands) -> None:
     )
 
 
-def _batch_row(p, cand) -> list:
+def _batch_row(p: DesignFolder, cand) -> list:
     """A trained candidate's batch decision and, when it ran, SD and AR at that batch."""
     d = p.done[f"max-batch-{cand.name}"]
     stage = f"bench-{cand.name}-batch"
@@ -238,7 +241,7 @@ def _cost_model_split(dw: dict, dn: dict, fit: dict) -> str:
     """The sweep's fitted step model, split into per-layer overhead and weight bytes, for a wide/deep pair."""
     parts = []
     for d in (dw, dn):
-        shape = cost.Shape(**d["shape"])
+        shape = Shape(**d["shape"])
         mb = shape.layers * shape.layer_params() * fit.get("bytes_per_value", 4) / 1e6
         parts.append((shape.layers * fit["layer_overhead_ms"], mb * fit["ms_per_layer_mb"], mb))
     (ow, bw, mw), (on, bn, mn) = parts
@@ -255,7 +258,7 @@ def accuracy_by_model(records: list[dict]) -> dict[tuple[str, str], float]:
     return {k: sum(v) / len(v) for k, v in by.items()}
 
 
-def _wide_vs_deep(p, cands, specs, b1, fit: dict | None) -> list[str]:
+def _wide_vs_deep(p: DesignFolder, cands, specs, b1, fit: dict | None) -> list[str]:
     """Each wide/deep pair, decided by the selection's own rule (paired intervals, then the cheaper step): when the
     chosen drafter is one of the pair, the section names it, so the report tells one story."""
     decision, lines = p.done["select-drafter"], []
@@ -281,15 +284,15 @@ def _wide_vs_deep(p, cands, specs, b1, fit: dict | None) -> list[str]:
     return lines or ["(no benchmarked wide/deep pair among the candidates)"]
 
 
-def _shapes(doc: Doc, p, cands, specs, b1) -> None:
+def _shapes(doc: Doc, p: DesignFolder, cands, specs, b1) -> None:
     """The shapes the cost model ranked before training, beside what the trained ones measured."""
     if "choose-shapes" not in p.done:
         return
     d, decision = p.done["choose-shapes"], p.done["select-drafter"]
-    trained = {cost.Shape(**x.shape.__dict__): x for x in cands if x.trained}
+    trained = {Shape(**x.shape.__dict__): x for x in cands if x.trained}
     rows = []
     for rank, s in enumerate(d["ranking"], 1):
-        shape = cost.Shape(**{k: v for k, v in s.items() if k != "predicted_ms"})
+        shape = Shape(**{k: v for k, v in s.items() if k != "predicted_ms"})
         cand = trained.get(shape)
         step = b1["drafters"][specs[cand.name]]["step_ms"] if cand else None
         rows.append(
@@ -306,9 +309,7 @@ def _shapes(doc: Doc, p, cands, specs, b1) -> None:
     measured = sorted((x for x in trained.values()), key=lambda x: b1["drafters"][specs[x.name]]["step_ms"])
     order = " < ".join(f"{x.name} {b1['drafters'][specs[x.name]]['step_ms']:.2f} ms" for x in measured)
     pairs = sorted(
-        (ms, trained[cost.Shape(**s)].name)
-        for ms, s in zip(d["predicted_ms"], d["shapes"])
-        if cost.Shape(**s) in trained
+        (ms, trained[Shape(**s)].name) for ms, s in zip(d["predicted_ms"], d["shapes"]) if Shape(**s) in trained
     )
     held = [n for _, n in pairs] == [x.name for x in measured]
     control = (
@@ -328,7 +329,7 @@ def _shapes(doc: Doc, p, cands, specs, b1) -> None:
     )
 
 
-def _pair(p, decision, a: str, b: str) -> dict:
+def _pair(p: DesignFolder, decision, a: str, b: str) -> dict:
     """The paired comparison of two candidates on the selection grid's records (as the selection measured them)."""
     stages = ["bench-select"] + [
         "bench-select-repeat" + (f"-{i}" if i else "") for i in range(decision.get("passes", 1) - 1)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ...report.doc import Doc
 from ...report.fmt import interval as _interval
 from ...report.fmt import num as _f
 from ...report.plots import _save, plt
 from ...stages.bench_grid import label
 from .. import fastest, row_verdict, rows
+from ..pipeline import DesignFolder
 
 
 def verify_curves(curves: dict[str, dict[int, float]], folder: Path, footer: str) -> Path:
@@ -35,11 +37,11 @@ def _curve(profile_json: Path) -> dict[int, float]:
     return {0: 1.0, **{int(g): r for g, r in entry["verify_over_ar_step"].items()}}
 
 
-def rows_of(p) -> list[dict]:
+def rows_of(p: DesignFolder) -> list[dict]:
     return [r for name, r in sorted(p.done.items()) if name.startswith("verdict@")]
 
 
-def quality_note(p) -> str:
+def quality_note(p: DesignFolder) -> str:
     """What the quality column means, with its sample."""
     if "quality" not in p.done:
         return ""
@@ -52,7 +54,7 @@ def quality_note(p) -> str:
     )
 
 
-def section(doc, p, plots: Path, footer: str) -> None:
+def section(doc: Doc, p: DesignFolder, plots: Path, footer: str) -> None:
     """The rows' table, each row's own verdict and candidates, and the verify curves (nothing when the design ran on
     the lean runtime alone)."""
     verdicts = rows_of(p)
@@ -68,7 +70,7 @@ def section(doc, p, plots: Path, footer: str) -> None:
         _curves(doc, p, verdicts, plots, footer)
 
 
-def died(doc, p) -> None:
+def died(doc: Doc, p: DesignFolder) -> None:
     """The rows whose engine died (by a signal, in a child process): what they cost, and how to measure them again."""
     for row, d in sorted(p.dead.items()):
         doc.p(
@@ -78,7 +80,7 @@ def died(doc, p) -> None:
         )
 
 
-def _summary(doc, p, verdicts: list[dict]) -> None:
+def _summary(doc: Doc, p: DesignFolder, verdicts: list[dict]) -> None:
     """One line per runtime: its plain decoding, its verdict, its quality, and llama-server's best built-in."""
     lean = p.done["verdict"]
     lean_pt = next(iter(json.loads((p.folder("bench-select") / "grid.json").read_text())["points"]))
@@ -139,13 +141,13 @@ def _summary(doc, p, verdicts: list[dict]) -> None:
     )
 
 
-def _profile_step_s(p, engine: str) -> float | None:
+def _profile_step_s(p: DesignFolder, engine: str) -> float | None:
     """The AR step (seconds) of a row's profile, the unit its replayed predictions were priced in."""
     path = p.folder(f"profile@{engine}") / "profile.json"
     return json.loads(path.read_text())["batches"]["1"]["ar_step_ms"] / 1e3 if path.exists() else None
 
 
-def _predictions(doc, p, v: dict) -> None:
+def _predictions(doc: Doc, p: DesignFolder, v: dict) -> None:
     """A row's candidates: measured speedup, TAR, α, and the replayed decode prediction beside the measured one."""
     tuned = p.done.get(f"tune-lookup@{v['engine']}", {})
     points = json.loads((p.folder(f"bench-select@{v['engine']}") / "grid.json").read_text())["points"]
@@ -193,7 +195,7 @@ def _predictions(doc, p, v: dict) -> None:
     )
 
 
-def _row(doc, p, v: dict) -> None:
+def _row(doc: Doc, p: DesignFolder, v: dict) -> None:
     """A row's verdict sentence, how faithful its runtime is, its candidates and its llama-server built-ins."""
     doc.p(
         row_verdict.sentence(v)
@@ -226,7 +228,7 @@ def _row(doc, p, v: dict) -> None:
     )
 
 
-def _curves(doc, p, verdicts: list[dict], plots: Path, footer: str) -> None:
+def _curves(doc: Doc, p: DesignFolder, verdicts: list[dict], plots: Path, footer: str) -> None:
     """Every runtime's verify curve on one chart, and in words."""
     curves = {f"draftwise lean ({p.config.dtype})": _curve(p.folder("profile") / "profile.json")}
     curves.update({v["engine"]: _curve(p.folder(f"profile@{v['engine']}") / "profile.json") for v in verdicts})

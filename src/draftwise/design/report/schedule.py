@@ -7,17 +7,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ...report.doc import Doc
 from ...report.fmt import num as _f
 from ...report.plots import _save, plt
 from ...stages.bench import SCHEDULED
 from ...stages.bench_grid import label
+from ..pipeline import DesignFolder
 from .per_row import rows_of
 
 MIN_POSITIONS = 100  # a calibration bin is judged when it holds this many observed positions
 PLOT_POSITIONS = 30  # and drawn when it holds this many
 
 
-def scheduled_points(p) -> list[dict]:
+def scheduled_points(p: DesignFolder) -> list[dict]:
     """Every grid point of the design that ran the scheduler: its engine, temperature and both SD summaries."""
     stages = [("bench-select", "lean"), ("bench-temps", "lean")] + [
         (f"bench-select@{v['engine']}", v["engine"]) for v in rows_of(p)
@@ -74,7 +76,7 @@ def calibration_plot(points: list[dict], folder: Path, footer: str) -> Path:
     return _save(fig, folder / "schedule_calibration.png", footer)
 
 
-def section(doc, p, plots: Path, footer: str) -> None:
+def section(doc: Doc, p: DesignFolder, plots: Path, footer: str) -> None:
     points = scheduled_points(p)
     if not points:
         return

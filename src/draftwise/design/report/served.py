@@ -5,10 +5,11 @@ from __future__ import annotations
 from ...report.doc import Doc
 from ...report.fmt import num as _f
 from .. import served
+from ..pipeline import DesignFolder
 from .models import read_json
 
 
-def section(doc: Doc, p) -> None:
+def section(doc: Doc, p: DesignFolder) -> None:
     """What was measured through `draftwise serve` (or why nothing was), with both methods' figures; nothing for a
     design folder written before this measurement existed."""
     record = p.done.get(served.DECISION)

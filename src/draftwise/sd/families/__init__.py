@@ -16,7 +16,7 @@ when imported (tests/sd/repeat_family.py is one).
 from __future__ import annotations
 
 from ...errors import DraftwiseError
-from ...models import Model, ModelOptions
+from ...runtimes.base import Model, ModelOptions
 from ..roles import Drafter
 from . import feature, hybrid, model, ngram, suffix
 from .base import (

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Protocol
 
 from ...errors import DraftwiseError
-from ...models import Model, ModelOptions
-from ...models import describe as describe_model
+from ...runtimes.base import Model, ModelOptions
+from ...runtimes.registry import describe as describe_model
 from ..roles import Drafter
 
 MODEL = "model"  # the family of model drafters: every spec no other family claims

@@ -1,5 +1,5 @@
-"""`feature:PATH`: a feature-level drafter (EAGLE-style, `models.feature_head`), PATH a `draftwise train-feature` run
-folder or its `checkpoint/`. Each draft step reads a feature — the target's own for the first step, the head's
+"""`feature:PATH`: a feature-level drafter (EAGLE-style, `runtimes.lean.feature_head`), PATH a `draftwise train-feature`
+run folder or its `checkpoint/`. Each draft step reads a feature — the target's own for the first step, the head's
 estimate after — and the token before, so γ steps cost γ small head passes and no drafter cache.
 
 Where the feature comes from: the lean target keeps its last forward's hidden states (`LeanLM.last_hidden`). The
@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from ...errors import DraftwiseError
-from ...models import Model, ModelOptions
-from ...models import feature_head as fh
+from ...runtimes.base import Model, ModelOptions
+from ...runtimes.lean import feature_head as fh
 from ..drafters import bucket, draw, own_prob
 from ..roles import Draft
 from ..sampling import SamplingParams, argmax

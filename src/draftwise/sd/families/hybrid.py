@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...errors import DraftwiseError
-from ...models import Model, ModelOptions
+from ...runtimes.base import Model, ModelOptions
 from ..drafters import HybridDrafter
 from .base import SERIAL, Builtin, Loaded, drafter_kind, family_of, lookup_names
 

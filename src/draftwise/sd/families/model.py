@@ -1,5 +1,5 @@
-"""Model drafters: `DIR | FILE.gguf | layers:i,j,... | random:...` (see `models.load_drafter`); the drafter is
-`sd.drafters.ModelDrafter`, γ serial forwards of a small LM. Every spec no other family claims is one.
+"""Model drafters: `DIR | FILE.gguf | layers:i,j,... | random:...` (see `runtimes.registry.load_drafter`); the drafter
+is `sd.drafters.ModelDrafter`, γ serial forwards of a small LM. Every spec no other family claims is one.
 
 Its counterparts elsewhere: vLLM's draft model (`"model": <its folder>`), transformers' assisted generation,
 llama-server's `draft-simple` (`-md` the drafter written as GGUF).
@@ -12,7 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...errors import DraftwiseError
-from ...models import Model, ModelOptions, load_drafter
+from ...runtimes.base import Model, ModelOptions
+from ...runtimes.registry import load_drafter
 from ..drafters import ModelDrafter
 from .base import MODEL, Builtin, Loaded, usages
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...errors import DraftwiseError
-from ...models import Model
+from ...runtimes.base import Model
 from ..lookup import NgramDrafter
 from .base import NGRAM_MAX, NGRAM_MIN, Builtin, LookupFamily, Setting, body, options
 

@@ -18,9 +18,10 @@ from safetensors.torch import load_file, save_file
 
 from ... import data
 from ...errors import DraftwiseError
-from ...models import Model, check_fingerprint
 from ...rundir import read_records
+from ...runtimes.base import Model
 from ...shards import read_shard
+from ...targets.fingerprint import check_fingerprint
 from ..lookup import SuffixDrafter
 from ..suffix import SuffixTrie
 from .base import Builtin, LookupFamily, Setting, body, options

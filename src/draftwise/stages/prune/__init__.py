@@ -17,11 +17,16 @@ from pathlib import Path
 
 import torch
 
-from ... import continuations, cost
+from ... import continuations
 from ...config import PruneConfig
-from ...models import ModelOptions, check_fingerprint, load, read_weights, save_checkpoint
 from ...rundir import RunDir
+from ...runtimes.base import ModelOptions
+from ...runtimes.hf.model import save_checkpoint
+from ...runtimes.registry import load
+from ...shapes import Shape
 from ...shards import load_rows
+from ...targets.checkpoint import read_weights
+from ...targets.fingerprint import check_fingerprint
 from ..draft_vocab import ensure_reduced
 from . import l0, scores
 from .slicing import PruneShape, select, slice_checkpoint
@@ -119,7 +124,7 @@ def run(config: PruneConfig, out: str | Path) -> Path:
     save_checkpoint(run_dir.path / "checkpoint", new_config, new_weights, target.tokenizer)
     info.update(
         kept=kept.as_dict(),
-        params=cost.Shape.of(new_config).params(),
+        params=Shape.of(new_config).params(),
         calibration={
             "split": "train",
             "source": config.data or "generated",

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...models.family import FAMILIES, Shape, layer_tensors, rope_keys, rope_table, windows
-from ...models.lean import attend, rotate
+from ...runtimes.lean.forward import attend, rotate
+from ...targets.family import FAMILIES, Shape, layer_tensors, rope_keys, rope_table, windows
 
 
 @dataclass

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ...continuations import Sequence, batches
-from ...models import layer_subset
+from ...targets.layers import layer_subset
 from .masks import MaskedLM, Masks
 
 Batch = tuple[torch.Tensor, list[int], torch.Tensor, int]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ...errors import DraftwiseError
-from ...models.family import FAMILIES, Shape
+from ...targets.family import FAMILIES, Shape
 
 DIMENSIONS = ("layers", "hidden", "heads", "kv_heads", "ffn")
 

@@ -1,0 +1,119 @@
+"""What every runtime shares: the options a model loads with, the loaded `Model`, the `LM` Protocol the decoding loop
+calls, and the `Runtime` Protocol each runtime package meets (`runtimes.registry.RUNTIMES` registers them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+
+class LM(Protocol):
+    """What the decoding loop calls on a model's forward (`LeanLM`, `HFCausalLM`, `LlamaCppLM`, a drafter's view):
+    `reset` makes room for `batch` rows of `length` positions, `forward` runs `ids` from position `pos` and returns the
+    logits of the last `n_logits` positions (all where 0), rolling back whatever the cache held past `pos`."""
+
+    vocab_size: int
+    device: str
+
+    def reset(self, batch: int, length: int) -> None: ...
+
+    def forward(self, ids: torch.Tensor, pos: int, n_logits: int) -> torch.Tensor: ...
+
+    def weight_bytes(self) -> int: ...
+
+
+class Runtime(Protocol):
+    """A runtime: how a spec becomes a `Model` on it, and what a timing taken on it says it ran. One package each
+    (`runtimes/lean`, `runtimes/hf`, `runtimes/llamacpp`), registered in `runtimes.registry.RUNTIMES`; stages ask these
+    fields instead of branching on a runtime's name."""
+
+    name: str
+    lm_heads: bool  # a drafter's LM head can be timed alone (profile); llama.cpp runs the head inside its graph
+    cpu_only: bool  # runs on the CPU only (no --device cuda)
+
+    def load(self, spec: str, options: ModelOptions) -> Model: ...
+
+    def load_drafter(self, spec: str, target: Model, options: ModelOptions) -> Model: ...
+
+    def engine(self, model: Model, options: ModelOptions) -> str: ...
+
+    def stamp(self, model: Model, options: ModelOptions) -> dict: ...
+
+    def kv_bytes_per_value(self, options: ModelOptions) -> float: ...
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    dtype: str = (
+        "fp32"  # fp32 | bf16 | fp16 | int8 (the lean engine's int8 weights, int16 activations; lossy: `int8.py`)
+    )
+    device: str = "cpu"  # cpu | cuda | cuda:N
+    backend: str = "auto"  # auto: lean when the architecture allows, else transformers
+    compile: bool = False  # torch.compile each layer of the lean forward (it then bypasses the CPU C kernels)
+    trust_remote_code: bool = False
+    gguf_quant: str = "f32"  # llama.cpp: the precision draftwise writes a GGUF at when it must write one (an HF dir,
+    # a trained, layers: or random: drafter); a .gguf file or 'default' runs at its own quantization
+    llama_exact: bool = (
+        False  # llama.cpp: an f32 KV cache and no flash attention (its defaults: f16 KV, flash attention
+    )
+    # where llama.cpp picks it, which llama-server runs too); see `llamacpp.LlamaCppLM`
+
+
+@dataclass
+class Model:
+    """A loaded causal LM. `lm` is what the engine calls; `hf_model()` builds its transformers twin (baselines)."""
+
+    name: str
+    config: object
+    tokenizer: object
+    lm: object  # LeanLM | HFCausalLM
+    backend: str
+    path: Path | None = None
+    load_seconds: float = 0.0
+    _hf_factory: Callable[[], object] | None = field(default=None, repr=False)
+    _hf: object | None = field(default=None, repr=False)
+    gguf: Path | None = None  # the GGUF file llama.cpp runs (backend llama.cpp)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.lm.vocab_size
+
+    def hf_model(self):
+        """A plain transformers model of the same weights (its own instance: the engine's fallback model runs on
+        draftwise's kernels, and a baseline must measure transformers as users run it)."""
+        if self._hf is None:
+            self._hf = self._hf_factory()
+        return self._hf
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of a user prompt, through the chat template when the tokenizer has one."""
+        tok = self.tokenizer
+        if getattr(tok, "chat_template", None):
+            ids = tok.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+            )
+            return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        return tok(text)["input_ids"]
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        """Tokens that end a generation: the tokenizer's EOS and the config's (an int or a list)."""
+        ids = set()
+        for source in (self.tokenizer.eos_token_id, getattr(self.config, "eos_token_id", None)):
+            ids.update(source if isinstance(source, (list, tuple)) else [source] if source is not None else [])
+        return frozenset(ids)
+
+    def weight_bytes(self) -> int:
+        """Bytes of weights one plain decoding step reads on this runtime (the bandwidth limit's denominator)."""
+        return self.lm.weight_bytes()
+
+    def parameter_count(self) -> int:
+        """Total parameters, a tied head counted once (the convention used in every draftwise table)."""
+        from .hf.model import HFCausalLM
+
+        model = self.lm.model if isinstance(self.lm, HFCausalLM) else self.hf_model()
+        return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,192 @@
+"""The lean engine's int8 precision: linear layers and the LM head hold int8 weights in blocks of 32 along the input,
+each block of each row with its own scale and offset (w = s·q + z); each activation row (token) is quantized to int16
+with its own scale when it enters a linear layer; norms, attention, the KV cache and the residual stream stay fp32.
+A lossy choice the user makes (`--dtype int8`), labelled so wherever its figures appear; `stages/quality.py`
+measures what it costs against fp32 (teacher-forced top-1 agreement and NLL).
+
+Why these choices (measured on the default target, teacher-forced top-1 agreement with fp32 over 24 eval prompts):
+per-row int8 weights with per-row int8 activations agreed on 0.84 of positions, the Q4_1 file in llama.cpp on
+0.98. Both halves cost: a weight scale per row cannot keep the levels of rows whose blocks differ in range (a Q4_1
+file's blocks do), and 8-bit activations lose their small channels beside outliers. Asymmetric blocks of 32 hold a
+Q4_1 block's 16 levels exactly (and any other block's to 1/255 of its range), and 16-bit activations cost about
+nothing in quality; the dot products stay exact integer sums per block.
+
+Why per row, not per tensor: a (γ+1)-token verify pass must give each row the bits its one-token step gives, or
+greedy SD stops reproducing greedy AR on this precision. With a scale per row and exact sums per block combined in a
+fixed order (see `cpu_int8.c`), nothing a row computes depends on the other rows of the pass.
+
+`kernels.linear` runs an `Int8Weight` on the C kernel (`draftwise_int8_gemm`, AVX-512 or AVX2) on x86 CPUs;
+elsewhere on `reference_linear`, the same function in torch (exact integer sums in float64, the same fp32 operations
+in the same order): slower, never different.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ...errors import DraftwiseError
+
+NAME = "int8"
+BLOCK = 32  # weights: one scale and offset per block of 32 inputs of a row
+ALIGN = 64  # K and N are padded with zeros to multiples of this (N: the kernel's tiles of 4 groups of 16 rows)
+GROUP = 16  # rows packed together (`cpu_int8.c`): 64 bytes hold 4 consecutive k of 16 rows
+QMAX = 32767.0  # activations: int16, symmetric, one scale per row
+
+
+def _up(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+class Int8Weight(nn.Module):
+    """A weight [N, K] as int8 in blocks of 32 along K: w ≈ s·q + z per (row, block), s and z in fp16 (`dequantize`),
+    packed for the kernel (`cpu_int8.c`: groups of 16 rows, K and N zero-padded to multiples of 64), with each
+    block's sum of q (the kernel's correction for its unsigned activation bytes)."""
+
+    BITS = 8  # bits of q as stored (`q4.Q4Weight`: 4)
+    SCALES = torch.float16  # how s and z are stored
+
+    def __init__(self, w: torch.Tensor):
+        super().__init__()
+        if w.dim() != 2 or not w.is_floating_point():
+            raise DraftwiseError(f"int8: can only quantize a 2-D floating-point weight, got {tuple(w.shape)} {w.dtype}")
+        n, k = w.shape
+        blocks = torch.zeros(_up(n), _up(k), device=w.device)
+        blocks[:n, :k] = w.detach().float()
+        blocks = blocks.view(_up(n), -1, BLOCK)  # [Np, B, 32]
+        lo, hi = blocks.amin(-1), blocks.amax(-1)
+        s = ((hi - lo) / 255).half()  # the stored values: q is computed against what the kernel will read
+        z = (lo + 128 * s.float()).half()
+        q = torch.where(s[..., None] > 0, torch.round((blocks - z.float()[..., None]) / s.float()[..., None]), 0.0)
+        self._pack(q.clamp(-128, 127).to(torch.int8).view(_up(n), -1), s, z, n, k)
+
+    def _pack(
+        self, q: torch.Tensor, s: torch.Tensor, z: torch.Tensor, n: int, k: int, per8: tuple | None = None
+    ) -> None:
+        """q [Np, Kp] int8, s and z [Np, B] (stored as `SCALES`) -> the kernel's layout. `per8`: (sd, zd) [Np, B/8]
+        fp32, when s and z are bytes that scale them (Q4_K's, `q4.py`): a block's scale is s·sd, its offset z·zd."""
+        self.in_features, self.out_features = k, n
+        rows, cols = q.shape
+        groups = rows // GROUP
+        lay = lambda t: t.view(groups, GROUP, -1).permute(0, 2, 1).contiguous()  # noqa: E731 [G, B, 16]
+        self.register_buffer("q", self._packed(q.view(groups, GROUP, cols)), persistent=False)
+        held = torch.uint8 if per8 is not None else self.SCALES
+        qsum = q.view(rows, -1, BLOCK).sum(-1, dtype=torch.int16)  # |Σ| <= 32 * 128
+        for name, t in (("s", s.to(held)), ("z", z.to(held)), ("qsum", qsum)):
+            self.register_buffer(name, lay(t), persistent=False)
+        if self.BITS != 8:  # q >= 0: the kernel needs no sums of q (`cpu_int8.c`), so a step does not read them
+            self.qsum = qsum.new_empty(0)
+        for name, t in zip(("sd", "zd"), per8 or (None, None)):
+            self.register_buffer(name, lay(t.float()) if t is not None else torch.empty(0), persistent=False)
+
+    BUFFERS = ("q", "s", "z", "qsum", "sd", "zd")  # what a packed weight is (`packed.py` keeps them as they are)
+
+    @classmethod
+    def of_buffers(cls, buffers: dict[str, torch.Tensor], out_features: int, in_features: int) -> Int8Weight:
+        """A weight from the buffers `_pack` made (`BUFFERS`), packed already: nothing is computed."""
+        out = cls.__new__(cls)
+        nn.Module.__init__(out)
+        out.in_features, out.out_features = in_features, out_features
+        for name in cls.BUFFERS:
+            out.register_buffer(name, buffers[name], persistent=False)
+        return out
+
+    @property
+    def scale_format(self) -> int:
+        """How s and z are held (`cpu_int8.c`): 0 fp32, 1 fp16, 2 bytes times an fp32 per 8 blocks."""
+        return 2 if self.sd.numel() else int(self.s.dtype == torch.float16)
+
+    @staticmethod
+    def _packed(q: torch.Tensor) -> torch.Tensor:
+        """q [G, 16, Kp] -> [G, Kp*16]: 64 bytes hold 4 consecutive k of 16 rows."""
+        groups, _, cols = q.shape
+        return q.view(groups, GROUP, cols // 4, 4).permute(0, 2, 1, 3).reshape(groups, -1).contiguous()
+
+    @staticmethod
+    def _unpacked(q: torch.Tensor, cols: int) -> torch.Tensor:
+        """`_packed`'s inverse: [G, Kp*16] -> [G*16, Kp]."""
+        groups = q.shape[0]
+        return q.view(groups, cols // 4, GROUP, 4).permute(0, 2, 1, 3).reshape(groups * GROUP, cols)
+
+    @property
+    def padded_in(self) -> int:
+        return _up(self.in_features)
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((self.out_features, self.in_features))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.int8
+
+    def unpacked(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(q [Np, Kp] int8, s [Np, B], z [Np, B] as fp32), padding included."""
+        q = self._unpacked(self.q, self.padded_in)
+        s, z = (t.permute(0, 2, 1).reshape(q.shape[0], -1).float() for t in (self.s, self.z))
+        if self.sd.numel():  # s·sd, z·zd: exact products, the kernel's
+            sd, zd = (
+                t.permute(0, 2, 1).reshape(q.shape[0], -1).repeat_interleave(8, dim=1) for t in (self.sd, self.zd)
+            )
+            s, z = s * sd, z * zd
+        return q, s, z
+
+    def dequantize(self) -> torch.Tensor:
+        """The fp32 weight this int8 weight stands for, [N, K]."""
+        q, s, z = self.unpacked()
+        w = q.float().view(q.shape[0], -1, BLOCK) * s[..., None] + z[..., None]
+        return w.view(q.shape[0], -1)[: self.out_features, : self.in_features]
+
+    def rows(self, ids) -> Int8Weight:
+        """The weight of some output rows (a reduced head), quantized as they are here (blocks are per row)."""
+        ids = torch.as_tensor(list(ids), dtype=torch.long)
+        q, s, z = self.unpacked()
+        out = type(self).__new__(type(self))
+        nn.Module.__init__(out)
+        out.SCALES = self.s.dtype if self.s.is_floating_point() else torch.float32  # Q4_K's: their fp32 products
+        rows = _up(len(ids))
+        pad = lambda t: torch.cat([t[ids], t.new_zeros(rows - len(ids), t.shape[1])])  # noqa: E731
+        out._pack(pad(q), pad(s), pad(z), len(ids), self.in_features)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"{self.out_features}x{self.in_features}, blocks of {BLOCK} with scale and offset"
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row symmetric int16: x [M, K] fp32 -> (q [M, K] as float, scale [M]), as `cpu_int8.c`'s quantize_rows."""
+    amax = x.abs().amax(dim=1)
+    inv = torch.where(amax > 0, torch.full_like(amax, QMAX) / amax, torch.zeros_like(amax))  # a true division
+    q = torch.round(x * inv[:, None]).clamp(-QMAX, QMAX)
+    return q, amax / QMAX
+
+
+def reference_linear(x2: torch.Tensor, w: Int8Weight) -> torch.Tensor:
+    """`linear` in torch: x2 [M, K] fp32 -> [M, N], the kernel's operations in its order: per block an exact integer
+    sum d (float64 here) and the activations' block sum t, acc = acc + (d·s + t·z) in fp32, then acc · sx."""
+    q, sx = quantize_rows(x2.float())
+    m, k, cols = q.shape[0], w.in_features, w.padded_in
+    xq = torch.zeros(m, cols, dtype=torch.float64)
+    xq[:, :k] = q
+    wq, s, z = w.unpacked()
+    xb, wb = xq.view(m, -1, BLOCK), wq.double().view(wq.shape[0], -1, BLOCK)  # [M, B, 32], [Np, B, 32]
+    d = torch.einsum("mbk,nbk->mnb", xb, wb).float()  # exact: |d| < 2^31
+    t = xb.sum(-1).float()  # [M, B]
+    acc = torch.zeros(m, wq.shape[0])
+    for b in range(xb.shape[1]):
+        acc = acc + (d[:, :, b] * s[:, b] + t[:, b, None] * z[:, b])
+    return (acc * sx[:, None])[:, : w.out_features]
+
+
+def check_supported(device: str, backend: str, name: str = NAME) -> None:
+    """The one-line refusal of an int8 (or q4: `q4.py`) model where this precision does not run."""
+    if device != "cpu":
+        raise DraftwiseError(
+            f"--dtype {name} is a precision of the lean engine on the CPU; device {device!r} cannot "
+            "run it (use fp32, bf16 or fp16 there)"
+        )
+    if backend not in ("auto", "lean"):
+        raise DraftwiseError(
+            f"--dtype {name} is a precision of the lean engine, not of backend {backend!r} (llama.cpp "
+            "runs a GGUF file at its own quantization: --gguf-quant)"
+        )

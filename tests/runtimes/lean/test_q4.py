@@ -1,0 +1,143 @@
+"""The lean engine's q4 precision: a GGUF file's own 4-bit blocks, dequantized bit for bit as gguf-py reads them, run
+by the int8 kernel's function on nibbles (its paths equal the torch reference bitwise, a verify pass's rows their
+one-token bits), loaded from a file with the rows matched whatever order the lean engine keeps them in, and greedy
+SD on it token-identical to AR on it."""
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf.quants import dequantize as gguf_dequantize
+
+from conftest import small_gguf
+from draftwise.errors import DraftwiseError
+from draftwise.runtimes.base import ModelOptions
+from draftwise.runtimes.lean import kernels
+from draftwise.runtimes.lean.int8 import Int8Weight, reference_linear
+from draftwise.runtimes.lean.q4 import TYPES, Q4Weight, blocks, dequantize, k_factors
+from draftwise.runtimes.registry import load, load_drafter
+from draftwise.sd.drafters import ModelDrafter
+from draftwise.sd.lookup import NgramDrafter
+from draftwise.sd.loop import generate
+from draftwise.sd.sampling import SamplingParams
+
+PATHS = [isa for isa in (1, 2) if isa <= kernels.int8_isa()]
+
+
+def raw_rows(qtype: str, n: int, k: int, seed: int) -> np.ndarray:
+    """n rows of k weights as random blocks of `qtype`, with finite fp16 scales (and mins) in every block."""
+    t = GGMLQuantizationType[qtype]
+    block, size = GGML_QUANT_SIZES[t]
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, (n, k // block, size), dtype=np.uint8)
+    halves = 2 if qtype == "Q4_0" else 4  # d (and m or dmin) lead each block
+    raw[..., :halves] = (rng.standard_normal((n, k // block, halves // 2)) * 0.05).astype(np.float16).view(np.uint8)
+    return raw.reshape(n, -1)
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_the_files_blocks_dequantize_bit_for_bit_as_gguf_reads_them(qtype):
+    raw = raw_rows(qtype, 8, 512, seed=len(qtype))
+    q, s, z = blocks(raw, qtype)
+    assert q.dtype == np.uint8 and q.max() <= 15 and s.shape == z.shape == (8, 16)
+    want = gguf_dequantize(raw, GGMLQuantizationType[qtype])
+    assert np.array_equal(dequantize(q, s, z), want)  # exactly equal (Q4_0's d·(8 - 8) is +0 here, -0 in gguf-py)
+    held = Q4Weight(*(torch.from_numpy(t) for t in (q, s, z)))
+    assert torch.equal(held.dequantize(), torch.from_numpy(want))  # packed into nibbles and back
+    assert held.q.numel() == 64 * 512 // 2 and held.qsum.numel() == 0  # two to a byte (rows padded to 64)
+    assert held.scale_format == (0 if qtype == "Q4_K" else 1)  # a Q4_K scale d·sc needs fp32; the others are fp16
+    rows = held.rows([5, 1])
+    assert torch.equal(rows.dequantize(), torch.from_numpy(want[[5, 1]])) and rows.scale_format == held.scale_format
+    if qtype == "Q4_K":  # held as the file holds them: sc and mn a byte each, d and -dmin per super-block
+        factored = Q4Weight(*(torch.from_numpy(t) for t in (q, s, z)), tuple(map(torch.from_numpy, k_factors(raw))))
+        assert factored.scale_format == 2 and factored.s.dtype == torch.uint8
+        assert torch.equal(factored.dequantize(), torch.from_numpy(want))
+        assert torch.equal(factored.rows([5, 1]).dequantize(), torch.from_numpy(want[[5, 1]]))
+
+
+@pytest.mark.skipif(not PATHS, reason="no int8 C kernel on this machine")
+@pytest.mark.parametrize(
+    "qtype,n,k,fmt",
+    [("Q4_1", 96, 64, 1), ("Q4_1", 61, 160, 1), ("Q4_0", 256, 576, 1), ("Q4_K", 61, 512, 0), ("Q4_K", 96, 768, 2)],
+)
+def test_kernel_paths_equal_the_torch_reference_bitwise(qtype, n, k, fmt):
+    """Every format of the scales (fp32, fp16, Q4_K's bytes and super-blocks), on each path the CPU has."""
+    gen = torch.Generator().manual_seed(n)
+    raw = raw_rows(qtype, n, k, seed=n)
+    factors = tuple(map(torch.from_numpy, k_factors(raw))) if fmt == 2 else None
+    w = Q4Weight(*(torch.from_numpy(t) for t in blocks(raw, qtype)), factors)
+    assert w.scale_format == fmt
+    for m in (1, 2, 3, 4, 5, 7, 9):
+        x = 3 * torch.randn(m, k, generator=gen)
+        ref = reference_linear(x, w)
+        for isa in PATHS:
+            got = kernels.int8_gemm(x, w, isa)
+            assert torch.equal(got, ref), (m, isa)
+            for i in range(m):  # a row alone: its bits in the pass
+                assert torch.equal(kernels.int8_gemm(x[i : i + 1].contiguous(), w, isa)[0], got[i])
+
+
+def test_loading_a_gguf_at_q4_runs_its_blocks(small_q4_gguf):
+    q4_gguf = small_q4_gguf
+    q4 = load(q4_gguf, ModelOptions(dtype="q4"))
+    fp = load(q4_gguf, ModelOptions(dtype="fp32"))
+    assert q4.lm.precision == "q4" and isinstance(q4.lm.head, Q4Weight)  # the file's 4-bit embedding, tied
+    assert torch.equal(q4.lm.head.dequantize(), fp.lm.head)
+    for a, b in zip(q4.lm.layers, fp.lm.layers):
+        for name in ("wqkv", "wo", "wgu", "wd"):
+            held = getattr(a, name)
+            assert isinstance(held, Q4Weight), name
+            assert torch.equal(held.dequantize(), getattr(b, name)), name  # the rows, in the lean engine's order
+    int8 = load(q4_gguf, ModelOptions(dtype="int8")).lm
+    size = lambda lm: sum(t.numel() * t.element_size() for t in lm.layers.buffers())  # noqa: E731
+    assert size(q4.lm) < 0.55 * size(int8)  # 20 bytes a block of 32 against 38
+
+
+def test_greedy_sd_on_q4_is_identical_to_q4_ar(small_q4_gguf):
+    q4_gguf = small_q4_gguf
+    model = load(q4_gguf, ModelOptions(dtype="q4"))
+    target, drafter = model.lm, load_drafter("layers:0", model, ModelOptions(dtype="q4")).lm
+    assert isinstance(drafter.layers[0].wqkv, Q4Weight)  # the target's own layers
+    shaped = load_drafter("random:layers=1", model, ModelOptions(dtype="q4")).lm  # no file of blocks: int8
+    assert shaped.precision == "int8" and type(shaped.layers[0].wqkv) is Int8Weight
+    greedy = SamplingParams()
+    for prompt in ([1, 5, 9, 5, 9, 5], [1, 20, 21, 22, 20, 21]):
+        ar = generate(target, prompt, greedy, 30, torch.Generator())
+        for gamma in (1, 4):
+            sd = generate(target, prompt, greedy, 30, torch.Generator(), drafter=NgramDrafter(1, 3), gamma=gamma)
+            assert sd.tokens == ar.tokens
+        sd = generate(target, prompt, greedy, 30, torch.Generator(), drafter=ModelDrafter(drafter), gamma=3)
+        assert sd.tokens == ar.tokens
+
+
+def test_q4_without_a_file_of_blocks_gets_one_line(tiny_dir, tmp_path):
+    with pytest.raises(DraftwiseError, match="was not read from one"):
+        load(tiny_dir, ModelOptions(dtype="q4"))
+    with pytest.raises(DraftwiseError, match="has none"):
+        load(small_gguf(tmp_path, "q8_0"), ModelOptions(dtype="q4"))
+    with pytest.raises(DraftwiseError, match="random model has none"):
+        load("random:layers=1", ModelOptions(dtype="q4"))
+
+
+def test_a_files_q4_k_rows_are_held_as_the_file_holds_them(tmp_path):
+    """A Q4_K tensor's rows, found by their values in any order, keep its bytes of sc and mn and its super-blocks'
+    d and -dmin (19 bytes a block of 32); rows from tensors of another type beside them fall back to fp32 scales."""
+    import gguf
+
+    from draftwise.runtimes.lean.q4 import Bank
+
+    path = tmp_path / "k.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    raws = {"k.weight": ("Q4_K", raw_rows("Q4_K", 32, 512, seed=3)), "o.weight": ("Q4_1", raw_rows("Q4_1", 8, 512, 4))}
+    for name, (qtype, raw) in raws.items():
+        writer.add_tensor(name, raw, raw_dtype=GGMLQuantizationType[qtype])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    k, o = (torch.from_numpy(gguf_dequantize(raw, GGMLQuantizationType[t])) for t, raw in raws.values())
+    bank = Bank(path)
+    held = bank.weight(k[[3, 1, 7, 30]])
+    assert held.scale_format == 2 and torch.equal(held.dequantize(), k[[3, 1, 7, 30]])
+    mixed = bank.weight(torch.cat([k[:2], o[:2]]))
+    assert mixed.scale_format == 0 and torch.equal(mixed.dequantize(), torch.cat([k[:2], o[:2]]))
