@@ -31,9 +31,11 @@ class Runtime(Protocol):
     (`runtimes/lean`, `runtimes/hf`, `runtimes/llamacpp`), registered in `runtimes.registry.RUNTIMES`; stages ask these
     fields instead of branching on a runtime's name."""
 
-    name: str
-    lm_heads: bool  # a drafter's LM head can be timed alone (profile); llama.cpp runs the head inside its graph
+    name: str  # the backend that names it (--backend)
+    lm_heads: bool  # an LM head can be timed alone (profile); llama.cpp runs the head inside its graph
     cpu_only: bool  # runs on the CPU only (no --device cuda)
+    file_drafters: bool  # a drafter is a file it reads (llama.cpp: a GGUF written from the spec), not built in memory
+    features: bool  # hands out the target's hidden states (what a feature head reads)
 
     def load(self, spec: str, options: ModelOptions) -> Model: ...
 
@@ -43,7 +45,7 @@ class Runtime(Protocol):
 
     def stamp(self, model: Model, options: ModelOptions) -> dict: ...
 
-    def kv_bytes_per_value(self, options: ModelOptions) -> float: ...
+    def bytes_per_value(self, options: ModelOptions) -> float: ...
 
 
 @dataclass(frozen=True)

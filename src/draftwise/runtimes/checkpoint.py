@@ -52,9 +52,8 @@ def _to(state_dict: dict[str, torch.Tensor], options: ModelOptions) -> dict[str,
 
 
 def load(spec: str, options: ModelOptions) -> Model:
-    """A target or drafter from a checkpoint: 'default', a .gguf file, a local Hugging Face directory, `random:`."""
-    if options.dtype in (int8.NAME, q4.NAME):
-        int8.check_supported(options.device, options.backend, options.dtype)
+    """A target or drafter from a checkpoint: 'default', a .gguf file, a local Hugging Face directory, `random:`
+    (`options` checked by `registry`)."""
     start = time.perf_counter()
     target = parse(spec)
     if target.kind == "random":

@@ -45,9 +45,8 @@ def _check_device(device: str) -> None:
         raise DraftwiseError(f"unknown device {device!r}: use cpu, cuda or cuda:N")
 
 
-def load(spec: str, options: ModelOptions = ModelOptions()) -> Model:
-    """Load a target or drafter on `options.backend`: 'default', a .gguf file, a local Hugging Face directory, or
-    `random:...` (see `targets`)."""
+def _checked(options: ModelOptions) -> Runtime:
+    """The runtime `options` ask for, once the device and precision they name are known to run on it (one line)."""
     chosen = runtime(options.backend)
     _check_device(options.device)
     torch_dtype(options.dtype)  # an unknown precision: one line, before anything loads
@@ -55,13 +54,19 @@ def load(spec: str, options: ModelOptions = ModelOptions()) -> Model:
         int8.check_supported(options.device, options.backend, options.dtype)
     if options.device != "cpu" and chosen.cpu_only:
         raise DraftwiseError(f"the {chosen.name} backend runs on the CPU here (device cpu)")
-    return chosen.load(spec, options)
+    return chosen
+
+
+def load(spec: str, options: ModelOptions = ModelOptions()) -> Model:
+    """Load a target or drafter on `options.backend`: 'default', a .gguf file, a local Hugging Face directory, or
+    `random:...` (see `targets`)."""
+    return _checked(options).load(spec, options)
 
 
 def load_drafter(spec: str, target: Model, options: ModelOptions = ModelOptions()) -> Model:
     """A drafter for `target` on the target's runtime: a checkpoint (as `load`), `layers:i,j,...` of the target
     itself, or `random:...`; refused in one line where it would run on another runtime or speak another vocabulary."""
-    chosen = runtime(options.backend)
+    chosen = _checked(options)
     if chosen is not runtime(target.backend) and not {chosen.name, target.backend} <= {LEAN.name, TRANSFORMERS.name}:
         raise DraftwiseError(
             f"drafter {spec}: target and drafter run on one engine (target: {target.backend}, "
