@@ -53,6 +53,32 @@ def tiny_config(kind: str = "llama", vocab: int = 64, layers: int = 2, **overrid
     return cls(**kw)
 
 
+# the RoPE scalings the lean forward and the GGUF export both cover (llama3, linear, yarn), as tiny_config overrides
+ROPE_SCALINGS = {
+    "llama3-rope": dict(
+        kind="llama",
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 10000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32,
+        },
+    ),
+    "linear-rope": dict(kind="llama", rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}),
+    "yarn-rope": dict(
+        kind="llama",
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    ),
+}
+
+
 # the transformers config class of each family the lean forward runs
 FAMILY_CONFIGS = {
     "llama": "LlamaConfig",

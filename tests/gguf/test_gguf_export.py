@@ -8,7 +8,7 @@ import gguf
 import pytest
 import torch
 
-from conftest import save_checkpoint, tiny_config, tiny_model, tiny_tokenizer
+from conftest import ROPE_SCALINGS, save_checkpoint, tiny_config, tiny_model, tiny_tokenizer
 from draftwise.cli import main
 from draftwise.errors import DraftwiseError
 from draftwise.gguf.export import export
@@ -26,27 +26,7 @@ CASES = {
         kind="llama", tie_word_embeddings=False, num_key_value_heads=4, attention_bias=True, mlp_bias=True
     ),
     "llama-head-dim-16": dict(kind="llama", head_dim=16),
-    "llama3-rope": dict(
-        kind="llama",
-        rope_parameters={
-            "rope_type": "llama3",
-            "rope_theta": 10000.0,
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 32,
-        },
-    ),
-    "linear-rope": dict(kind="llama", rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}),
-    "yarn-rope": dict(
-        kind="llama",
-        rope_parameters={
-            "rope_type": "yarn",
-            "rope_theta": 10000.0,
-            "factor": 4.0,
-            "original_max_position_embeddings": 64,
-        },
-    ),
+    **ROPE_SCALINGS,
     "mistral": dict(kind="mistral"),
     "qwen2-qkv-bias": dict(kind="qwen2", tie_word_embeddings=False),
     "qwen3-qk-norm": dict(kind="qwen3", tie_word_embeddings=False),

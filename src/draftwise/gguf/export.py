@@ -19,21 +19,16 @@ from ..targets import random, vocab_map
 from ..targets.checkpoint import config_and_tokenizer, read_weights
 from ..targets.fingerprint import check_compatible
 from ..targets.layers import checkpoint_of
-from ..targets.source import key_of, resolve, stamp_of
+from ..targets.source import converted_from, key_of, resolve, stamp_of
 from ..targets.spec import parse
 from .read import note, source
 from .write import QUANTS, unsupported, write_gguf
 
-SOURCE_FILE = "draftwise-source.json"  # in a cache dir converted from a GGUF (`source._cached_gguf`)
-
 
 def source_gguf(model_dir: Path) -> Path | None:
-    """The GGUF file a cache dir was converted from (`source._cached_gguf`), when it still exists."""
-    file = Path(model_dir) / SOURCE_FILE
-    if not file.is_file():
-        return None
-    gguf = Path(json.loads(file.read_text()).get("gguf", ""))
-    return gguf if gguf.is_file() else None
+    """The GGUF file a cache dir was converted from (`source.converted_from`), when it still exists."""
+    gguf = converted_from(model_dir)
+    return gguf if gguf is not None and gguf.is_file() else None
 
 
 def export(spec: str, out: str | os.PathLike, quant: str = "f32", target: str = "default", options=None) -> Path:

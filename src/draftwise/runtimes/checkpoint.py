@@ -7,7 +7,6 @@ int8 or q4 model is packed once (`lean.packed`). Nothing is fetched from a hub, 
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from ..targets import random, vocab_map
 from ..targets.checkpoint import LazyWeights, config_and_tokenizer, read_weights
 from ..targets.family import unsupported_reason
 from ..targets.layers import layer_subset, parse_layers
+from ..targets.source import converted_from
 from ..targets.spec import parse
 from .base import Model, ModelOptions
 from .hf import model as hf
@@ -93,13 +93,13 @@ def _q4_source(path: Path, options: ModelOptions) -> Path | None:
     """The GGUF file whose 4-bit blocks a q4 model runs (None at other precisions); one line where there is none."""
     if options.dtype != q4.NAME:
         return None
-    source = path / "draftwise-source.json"
-    if not source.is_file() or vocab_map.read_map(path) is not None:
+    gguf = converted_from(path)
+    if gguf is None or vocab_map.read_map(path) is not None:
         raise DraftwiseError(
             f"--dtype q4 runs a GGUF file's own 4-bit blocks, and {path} was not read from one "
             "(give a .gguf file, or use --dtype int8)"
         )
-    return Path(json.loads(source.read_text())["gguf"])
+    return gguf
 
 
 def _drafter_q4(spec: str, options: ModelOptions) -> ModelOptions:

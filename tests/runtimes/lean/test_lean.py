@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from conftest import tiny_config, tiny_model
+from conftest import ROPE_SCALINGS, tiny_config, tiny_model
 from draftwise.runtimes.lean import kernels
 from draftwise.runtimes.lean.forward import LeanLM, unsupported_reason
 from draftwise.targets.layers import layer_subset
@@ -10,27 +10,7 @@ CONFIGS = {
     "llama-gqa-tied": dict(kind="llama"),
     "llama-mha-untied": dict(kind="llama", num_key_value_heads=4, tie_word_embeddings=False),
     "llama-bias": dict(kind="llama", attention_bias=True, mlp_bias=True),
-    "llama3-rope": dict(
-        kind="llama",
-        rope_parameters={
-            "rope_type": "llama3",
-            "rope_theta": 10000.0,
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 32,
-        },
-    ),
-    "linear-rope": dict(kind="llama", rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}),
-    "yarn-rope": dict(
-        kind="llama",
-        rope_parameters={
-            "rope_type": "yarn",
-            "rope_theta": 10000.0,
-            "factor": 4.0,
-            "original_max_position_embeddings": 64,
-        },
-    ),
+    **ROPE_SCALINGS,
     "head-dim-not-hidden/heads": dict(kind="llama", head_dim=16),
     "mistral": dict(kind="mistral", sliding_window=None),
     "qwen2-qkv-bias": dict(kind="qwen2", tie_word_embeddings=False),
