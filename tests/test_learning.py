@@ -117,12 +117,30 @@ def test_prediction_gives_tokens_and_minutes_at_the_measured_rate():
     assert pay["tokens"] == pytest.approx(curve.tokens_for(0.40))
     assert pay["minutes"] == pytest.approx((curve.tokens_for(0.40) - TOKENS[-1]) / 150 / 60)  # ≈ 27
     assert out["sentence"].startswith(
-        f"narrow-L8 would pay (α 0.40) after about {learning.tokens_text(pay['tokens'])} teacher tokens in all "
-        f"(about {round(pay['minutes']):d} minutes more of training here)"
+        f"narrow-L8 would pay (α 0.40) after about {round(pay['minutes']):d} minutes more of training here "
+        f"(about {learning.tokens_text(pay['tokens'])} teacher tokens in all)"
     )
     assert "; it would beat the best lookup (ngram, 1.30×) at α 0.45 after about" in out["sentence"]
-    assert out["sentence"].endswith("a rough guess.")  # α 0.445 needs over 100× the tokens trained
+    assert out["sentence"].endswith("what it trained on, a rough guess.")  # α 0.445 needs over 100× the tokens
     assert not pay["far"] and beat["far"]
+
+
+def test_a_projection_past_a_week_is_said_out_of_reach_in_words():
+    """Not '260000B teacher tokens (4.9e+07 hours)': how far off it is, and what to do instead."""
+    recs = evals(TOKENS) + train(10, per_step=1, seconds=10.0)  # 0.1 tokens/s: every goal is months away
+    out = learning.predict(recs, 0.445, name="wide-L2")
+    pay = out["predictions"][0]
+    assert pay["status"] == "after" and pay["minutes"] > 7 * 24 * 60
+    sentence = out["sentence"]
+    assert "out of reach: drop this shape" in sentence and "times the teacher text trained so far" in sentence
+    assert "hours" not in sentence and "e+" not in sentence and "B teacher tokens" not in sentence
+
+
+def test_big_multiples_and_long_times_read_as_words():
+    assert learning._times(4.2e7) == "over a million times" and learning._times(37.0) == "about 37 times"
+    assert (
+        learning._minutes(3 * 1440) == "about 3 days" and learning._minutes(4.9e7 * 60) == "longer than anyone can wait"
+    )
 
 
 def test_a_drafter_that_already_pays_says_so():

@@ -37,13 +37,19 @@ class Sequence:
 
 
 def prompts_for(
-    target, split: str, suites: str = "all", max_prompt_tokens: int = 256, limit: int | None = None
+    target,
+    split: str,
+    suites: str = "all",
+    max_prompt_tokens: int = 256,
+    limit: int | None = None,
+    file: str | None = None,
 ) -> list[tuple[data.Prompt, list[int]]]:
     """Prompts of `split`, taken round-robin over the suites and, within each suite, over its categories, so any prefix
     is varied (a suite with many categories, such as MMLU's subjects, does not crowd out the others), encoded; longer
-    ones than `max_prompt_tokens` are skipped (they would dominate the cost of calibration)."""
+    ones than `max_prompt_tokens` are skipped (they would dominate the cost of calibration). `file`: the user's own
+    prompts (their traffic) instead of the suites, round-robin over their categories likewise."""
     by_suite: dict[str, dict[str, list[data.Prompt]]] = {}
-    for p in data.load_prompts(suites, split):
+    for p in data.read_prompt_file(file) if file else data.load_prompts(suites, split):
         by_suite.setdefault(p.suite, {}).setdefault(p.category, []).append(p)
     order = _interleave([_interleave(list(cats.values())) for cats in by_suite.values()])
     out = []
@@ -54,7 +60,7 @@ def prompts_for(
             if limit and len(out) >= limit:
                 break
     if not out:
-        raise DraftwiseError(f"no {split} prompt of {suites} fits in {max_prompt_tokens} tokens")
+        raise DraftwiseError(f"no {split} prompt of {file or suites} fits in {max_prompt_tokens} tokens")
     return out
 
 

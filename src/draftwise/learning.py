@@ -232,10 +232,30 @@ def _beat_clause(curve: Curve, beat: Prediction | None, rival: str) -> str:
 
 
 def _when(x: Prediction, curve: Curve) -> str:
-    """'about 420k teacher tokens, about 17 more minutes of training here' (with a flag for a long extrapolation)."""
+    """'about 17 more minutes of training here (about 420k teacher tokens in all)'; beyond a week of training, what
+    that means for the user instead of the figure (a projection that far out is a direction, not a plan)."""
+    times = x.tokens / curve.tokens_seen if curve.tokens_seen else None
+    if x.minutes is not None and x.minutes > OUT_OF_REACH_MIN:
+        return (
+            f"{_times(times)} the teacher text trained so far — {_minutes(x.minutes)} of training here, "
+            "out of reach: drop this shape, or train it on a bigger machine only if nothing else pays"
+        )
     spent = "no training rate measured" if x.minutes is None else f"{_minutes(x.minutes)} more of training here"
-    far = f" — far beyond the {tokens_text(curve.tokens_seen)} trained so far, a rough guess" if x.far else ""
-    return f"about {tokens_text(x.tokens)} teacher tokens in all ({spent}){far}"
+    far = f" — {_times(times)} what it trained on, a rough guess" if x.far and times else ""
+    return f"{spent} (about {tokens_text(x.tokens)} teacher tokens in all){far}"
+
+
+OUT_OF_REACH_MIN = 7 * 24 * 60  # a projection past a week of training here is reported as out of reach
+
+
+def _times(ratio: float | None) -> str:
+    """'about 40 times', 'about a million times' ('an unknown multiple of' without a ratio)."""
+    if ratio is None:
+        return "an unknown multiple of"
+    for scale, word in ((1e12, "a trillion"), (1e9, "a billion"), (1e6, "a million"), (1e3, "a thousand")):
+        if ratio >= scale:
+            return f"over {word} times"
+    return f"about {_two_figures(ratio):g} times"
 
 
 def _two_figures(v: float) -> float:
@@ -256,7 +276,13 @@ def _minutes(m: float) -> str:
         return "under a minute"
     if m < 90:
         return f"about {_two_figures(m):g} minutes"
-    return f"about {_two_figures(m / 60):g} hours"
+    if m < 48 * 60:
+        return f"about {_two_figures(m / 60):g} hours"
+    if m < 60 * 24 * 60:
+        return f"about {_two_figures(m / 1440):g} days"
+    if m < 2 * 365 * 1440:
+        return f"about {_two_figures(m / (30 * 1440)):g} months"
+    return "years" if m < 1000 * 365 * 1440 else "longer than anyone can wait"
 
 
 def worth_training(

@@ -19,7 +19,7 @@ from draftwise.sd.loop import Generation, generate
 from draftwise.sd.sampling import SamplingParams
 from draftwise.serve.batch import Batch, Seq, round_
 from draftwise.serve.engine import Job
-from draftwise.serve.policy import Lookahead, expected_tokens, verify_curve
+from draftwise.serve.policy import Lookahead, Tops, expected_tokens, verify_curve
 from draftwise.serve.text import TextStream
 
 PROMPTS = [[1, 5, 9], [1, 20, 21, 22, 23, 24, 25], [1], [4, 5, 6, 4, 5, 6, 4, 5], [30, 31, 32, 30, 31, 32], [7, 8]]
@@ -150,3 +150,19 @@ def test_a_burst_past_the_queue_loses_no_request(server):
     assert {a[0] for a in answers} <= {200, 503} and len(ok) >= 6
     assert server.metric("draftwise_requests_total", 'status="503"') - busy == 12 - len(ok)
     assert any(server.metric("draftwise_rounds_by_batch_total", f'batch="{n}"') > 0 for n in (2, 3, 4))
+
+
+def test_gamma_is_priced_per_request_temperature():
+    """Acceptance is counted per temperature: a lookup that pays at T = 0 and never at T = 1 drafts only for T = 0
+    rows of the same batch; the batch-1 γ per temperature comes from `Tops` (the design's per-temperature verdicts)."""
+    curve = {1: [1.0] * 4, 8: [1.0, 1.3, 1.6, 1.9]}
+    policy = Lookahead(3, curve, False)
+    policy.observe(1000, 990, temperature=0.0)
+    policy.observe(1000, 0, temperature=1.0)
+    assert policy.alpha(0.0) > 0.95 and policy.alpha(1.0) < 0.05 and policy.alpha(0.7) == pytest.approx(0.5)
+    assert policy.gamma(8, 0.0) == 3 and policy.gamma(8, 1.0) == 0
+    tops = Tops(4, {0.0: 3, 1.0: 0})
+    assert (tops(0.0), tops(0.2), tops(0.5), tops(0.9), tops(1.5), tops.most) == (3, 3, 3, 0, 0, 3)
+    assert Tops(4)(1.0) == 4 and Tops(4).most == 4
+    by_temp = Lookahead(tops, curve, False)
+    assert by_temp.top == 3 and by_temp.gamma(1, 0.0) == 3 and by_temp.gamma(1, 1.0) == 0 and by_temp.gamma(8, 1.0) == 0

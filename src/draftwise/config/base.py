@@ -59,7 +59,11 @@ def all_if_zero(text: str) -> int | None:
 
 # the options most stages share (a function each: a dataclass field belongs to one class)
 def opt_target():
-    return opt("default", "'default', a named real model (qwen2.5-coder-1.5b, qwen2.5-coder-0.5b), a local HF model directory or a .gguf file")
+    return opt(
+        "default",
+        "'default', a named real model (qwen2.5-coder-1.5b, qwen2.5-coder-0.5b), a local HF model directory or a "
+        ".gguf file",
+    )
 
 
 def opt_seed():

@@ -15,7 +15,18 @@ from .bench import BenchConfig
 PLACEHOLDER = "{export}"  # in serve.json: the folder the file lies in (replaced by its absolute path when read)
 SERVE_FILE = "serve.json"  # in an export folder: the decoding options of its verdict (paths relative to the folder)
 # what an export's serve.json may set: the decoding, never where the server listens or who may call it
-FROM_EXPORT = ("target", "drafter", "gamma", "draft_stop", "dtype", "backend", "gguf_quant", "schedule", "calibration")
+FROM_EXPORT = (
+    "target",
+    "drafter",
+    "gamma",
+    "gamma_by_temperature",
+    "draft_stop",
+    "dtype",
+    "backend",
+    "gguf_quant",
+    "schedule",
+    "calibration",
+)
 
 
 @dataclass(frozen=True)
@@ -33,6 +44,11 @@ class ServeConfig:
         None, "the drafter spec, as bench takes it (a checkpoint, ngram[:...], suffix[:DIR,...], hybrid:...); none: AR"
     )
     gamma: int = opt(4, "lookahead γ: tokens drafted per round (the most per round for a lookup drafter)")
+    gamma_by_temperature: str | None = opt(
+        None,
+        "γ by request temperature, T:γ pairs (e.g. 0:3,1:0): a request drafts with the γ of the nearest temperature "
+        "listed, 0 meaning plain decoding for it (a design's per-temperature verdicts); it replaces --gamma",
+    )
     draft_stop: float = like(BenchConfig, "draft_stop")
     schedule: str | None = like(
         BenchConfig,
@@ -73,7 +89,27 @@ class ServeConfig:
             raise DraftwiseError("need max_queue >= 0, max_body_bytes >= 1 and 0 <= port < 65536")
         if self.max_batch < 1 or self.max_len < 2:
             raise DraftwiseError(f"need max_batch >= 1 and max_len >= 2, got {self.max_batch} and {self.max_len}")
+        self.gammas_at()  # a malformed --gamma-by-temperature is refused here, in one line
         self.bench()  # the decoding options are checked as bench checks them
+
+    def gammas_at(self) -> dict[float, int] | None:
+        """`gamma_by_temperature` read: {temperature: γ}, None when not given."""
+        if not self.gamma_by_temperature:
+            return None
+        out = {}
+        for pair in self.gamma_by_temperature.split(","):
+            t, _, g = pair.partition(":")
+            try:
+                out[float(t)] = int(g)
+            except ValueError:
+                raise DraftwiseError(
+                    f"--gamma-by-temperature: expected T:γ pairs such as 0:3,1:0, got {self.gamma_by_temperature!r}"
+                ) from None
+        if any(t < 0 or g < 0 for t, g in out.items()):
+            raise DraftwiseError(
+                f"--gamma-by-temperature: temperatures and γ must be >= 0: {self.gamma_by_temperature}"
+            )
+        return out
 
     @staticmethod
     def default_port() -> int:

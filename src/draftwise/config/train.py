@@ -75,6 +75,7 @@ class AgreeConfig:
     )
     suites: str = opt("all", "packaged suites: a name, a comma list or 'all'")
     split: str = opt("eval", "the suites' split", choices=("train", "eval"))
+    prompts: str | None = opt(None, "your own prompts (your traffic) instead of the suites: JSONL or text")
     limit: int = opt(60, "prompts (round-robin over suites and categories)")
     max_new_tokens: int = opt(64, "target tokens per prompt the drafter is teacher-forced on")
     max_prompt_tokens: int = opt(256, "longer prompts are skipped")

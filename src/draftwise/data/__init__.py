@@ -54,6 +54,7 @@ EVAL_FRACTION: float = 0.4
 SPLIT_SEED: str = "draftwise-split-v1"
 
 _ALL_SPLITS = (*SPLITS, "all")
+TRAFFIC_DIR = Path(str(files("draftwise.data") / "traffic"))  # packaged traffics: `--prompts NAME`
 
 
 class _FrozenMapping(Mapping):
@@ -219,11 +220,14 @@ def read_prompt_file(path: str | os.PathLike) -> list[Prompt]:
     per non-blank line. Blank lines are skipped. Prompts get suite 'user', category 'user' unless given, and id
     'user/<given id>' or 'user/<line number>' (1-based). An optional `max_tokens` (a positive integer: the answer's
     length) and `temperature` (a number ≥ 0) are kept in `extra`: the request's own, which the benchmarks and the load
-    test honour (`traffic`).
+    test honour (`traffic`). The name of a packaged traffic (`data/traffic/`, e.g. `code-chat`) reads that file.
     """
     p = Path(path)
+    if not p.exists() and (TRAFFIC_DIR / f"{path}.jsonl").is_file():  # a packaged traffic, by name
+        p = TRAFFIC_DIR / f"{path}.jsonl"
     if not p.exists():
-        raise DraftwiseError(f"prompt file not found: {p}")
+        packaged = ", ".join(sorted(f.stem for f in TRAFFIC_DIR.glob("*.jsonl")))
+        raise DraftwiseError(f"prompt file not found: {p} (packaged traffics: {packaged})")
     if p.is_dir():
         raise DraftwiseError(f"prompt file is a directory, not a file: {p}")
     try:

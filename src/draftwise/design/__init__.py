@@ -36,6 +36,7 @@ from ..sd.families import drafter_kind
 from ..shapes import Shape
 from ..stages import quality
 from ..targets.checkpoint import config_and_tokenizer
+from ..targets.named import family_model
 from ..targets.source import resolve
 from . import (
     build,
@@ -127,7 +128,7 @@ def model_candidates(p: Pipeline, target, shape: Shape) -> Pool:
     elif shapes and p.dropped("control"):
         shapes = shapes[:1]
     feature = trains and c.feature_drafter  # trained on the same teacher data as the pruned shapes
-    family = family_of(target, shape)
+    family = family_of(c.target, target, shape)
     cands = candidates(shape, c.wide_layers if trains else (), c.narrow_factor, c.drafter, shapes, feature, family)
     n_trained, n_feature = sum(x.trained for x in cands), sum(x.role == FEATURE for x in cands)
     p.know(
@@ -143,15 +144,17 @@ def model_candidates(p: Pipeline, target, shape: Shape) -> Pool:
     return Pool(cands, specs, {x.name: best[x.name][0] for x in cands}, build.screen(cands, best), best=best)
 
 
-def family_of(target, shape: Shape) -> tuple[str, str] | None:
-    """The family's small model as a candidate (name, spec): the packaged default model where it speaks the target's
-    vocabulary and the target is big enough beside it (`candidates.family_drafter`)."""
-    small = resolve(FAMILY[1])
+def family_of(spec: str, target, shape: Shape) -> tuple[str, str] | None:
+    """The family's small model as a candidate (name, spec): a named target's named sibling (`targets.named`), else
+    the packaged default model, where it speaks the target's vocabulary and the target is big enough beside it
+    (`candidates.family_drafter`)."""
+    family = family_model(spec, FAMILY)
+    small = resolve(family[1])
     if target.path is None or target.path.resolve() == small.resolve():
         return None
     config, tokenizer = config_and_tokenizer(small, ModelOptions())
     same = tokenizer.get_vocab() == target.tokenizer.get_vocab()
-    return FAMILY if family_drafter(shape, Shape.of(config), same) else None
+    return family if family_drafter(shape, Shape.of(config), same) else None
 
 
 def lookup_candidates(p: Pipeline, target, pool: Pool) -> None:

@@ -67,6 +67,8 @@ def agree_config(p: Stages, drafter: str) -> AgreeConfig:
     return AgreeConfig(
         target=c.target,
         drafter=drafter,
+        prompts=c.prompts,  # the traffic's own prompts where the user gave them (long ones included)
+        max_prompt_tokens=2048 if c.prompts else 256,
         limit=p.sizes.agree_limit,
         max_new_tokens=c.max_new_tokens,
         gammas=GAMMAS,

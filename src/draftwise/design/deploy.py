@@ -29,7 +29,16 @@ from ..targets.source import resolve
 
 PORT = ServeConfig.default_port()  # the port the README's calls name
 PENDING = "Through `draftwise serve` (HTTP, streamed, client wall time): not measured yet."  # `served` replaces it
-ORDER = ("target", "backend", "dtype", "drafter", "gamma", "schedule", "calibration")  # flags of the explicit command
+ORDER = (
+    "target",
+    "backend",
+    "dtype",
+    "drafter",
+    "gamma",
+    "gamma_by_temperature",
+    "schedule",
+    "calibration",
+)  # flags of the explicit command
 
 
 def local_drafter(spec: str, out: Path | None) -> str:
@@ -56,13 +65,25 @@ def local_drafter(spec: str, out: Path | None) -> str:
     return PLACEHOLDER + "/drafter"
 
 
-def options(target: str, dtype: str, drafter: str | None, gamma: int, scheduled: bool, backend: str | None) -> dict:
-    """serve.json's content (module docstring); `drafter` already as `local_drafter` names it (None: plain)."""
+def options(
+    target: str,
+    dtype: str,
+    drafter: str | None,
+    gamma: int,
+    scheduled: bool,
+    backend: str | None,
+    by_temperature: str | None = None,
+) -> dict:
+    """serve.json's content (module docstring); `drafter` already as `local_drafter` names it (None: plain);
+    `by_temperature`: γ by request temperature where the traffic's temperatures want different answers
+    (`fastest.gammas_by_temperature`)."""
     saved: dict = {"target": target, "dtype": dtype}
     if backend:
         saved["backend"] = backend
     if drafter:
         saved.update(drafter=drafter, gamma=gamma)
+        if by_temperature:
+            saved["gamma_by_temperature"] = by_temperature
         if scheduled:
             saved.update(schedule=PLACEHOLDER + "/schedule", calibration=PLACEHOLDER + "/schedule")
     saved["paths"] = [k for k, v in saved.items() if isinstance(v, str) and PLACEHOLDER in v]

@@ -17,7 +17,7 @@ from ..sd.families import drafter_kind
 from ..targets.layers import checkpoint_of
 from ..targets.source import resolve
 from . import deploy
-from .fastest import lean_name, versus
+from .fastest import gammas_by_temperature, lean_name, versus
 from .verdict import sentence
 
 MODEL = """# Exported drafter: {name} (γ* = {gamma})
@@ -222,7 +222,7 @@ def export(pipeline, target, verdict: dict, final: dict | None = None) -> Path |
     out = top if verdict["recommend"] else top / f"not-recommended-{name}"
     out.mkdir(parents=True, exist_ok=True)
     ckpt = export_parts(pipeline, target, out, spec, name, gamma, verdict.get("method", "sd") != "sd")
-    saved = serve_json(pipeline, top, verdict)
+    saved = serve_json(pipeline, top, verdict, final)
     if verdict["recommend"]:
         readme = out / "README.md"
         readme.write_text(
@@ -242,12 +242,15 @@ def export(pipeline, target, verdict: dict, final: dict | None = None) -> Path |
     return ckpt
 
 
-def serve_json(pipeline, top: Path, verdict: dict) -> dict:
-    """serve.json in export/ (`deploy`): the engine at the design's precision with its verdict's drafter, γ and
-    schedule (the files `export_parts` wrote), or plain decoding when its verdict is plain decoding."""
+def serve_json(pipeline, top: Path, verdict: dict, final: dict | None = None) -> dict:
+    """serve.json in export/ (`deploy`): the engine at the design's precision with its verdict's drafter, γ (by
+    request temperature where the answer differs by temperature: `fastest.gammas_by_temperature`) and schedule (the
+    files `export_parts` wrote), or plain decoding when its verdict is plain decoding."""
     spec = deploy.local_drafter(verdict["spec"], top) if verdict["recommend"] else None
     scheduled = verdict.get("method", "sd") != "sd" and (top / "schedule").is_dir()
-    saved = deploy.options(target_spec(pipeline), pipeline.config.dtype, spec, verdict["gamma"], scheduled, None)
+    gamma, c = verdict["gamma"], pipeline.config
+    by = gammas_by_temperature(final, lean_name(c), gamma)
+    saved = deploy.options(target_spec(pipeline), c.dtype, spec, gamma, scheduled, None, by)
     return deploy.write(top, saved)
 
 

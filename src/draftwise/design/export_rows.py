@@ -168,7 +168,7 @@ def export_lean_row(top: Path, v: dict, config, target_spec: str, final: dict | 
     copied beside them, `deploy`), and the bench command that re-measures it at the row's precision."""
     out = top / "engines" / v["engine"]
     out.mkdir(parents=True, exist_ok=True)
-    saved = deploy.write(out, _serve_options(top, out, v, target_spec))
+    saved = deploy.write(out, _serve_options(top, out, v, target_spec, final))
     measured = (
         _measured({"speedup": v["speedup"], "tokens_per_s": v["tokens_per_s"]}, "its plain decoding")
         if v["recommend"]
@@ -191,7 +191,7 @@ def export_lean_row(top: Path, v: dict, config, target_spec: str, final: dict | 
     return out
 
 
-def _serve_options(top: Path, out: Path, v: dict, target_spec: str) -> dict:
+def _serve_options(top: Path, out: Path, v: dict, target_spec: str, final: dict | None = None) -> dict:
     """A lean row's serve.json: its verdict's drafter and γ (files copied into `out`), and the round scheduler's inputs
     — this engine's verify curve and the design's calibration, from the design folder's stages/ beside export/ —
     when its method is scheduled; plain decoding when its verdict is."""
@@ -200,7 +200,8 @@ def _serve_options(top: Path, out: Path, v: dict, target_spec: str) -> dict:
         stages = top.parent / "stages"
         copy_schedule(stages / f"profile@{v['engine']}", stages / "calibrate-lookup", out / "schedule")
     spec = deploy.local_drafter(v["spec"], out) if v["recommend"] else None
-    return deploy.options(target_spec, v["dtype"], spec, v["gamma"], scheduled, "lean")
+    by = fastest.gammas_by_temperature(final, v["engine"], v["gamma"])
+    return deploy.options(target_spec, v["dtype"], spec, v["gamma"], scheduled, "lean", by)
 
 
 def export_row(top: Path, v: dict, config, target_spec: str, final: dict | None = None) -> Path:

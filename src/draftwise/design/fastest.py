@@ -256,6 +256,22 @@ def versus(f: dict | None, runtime: str, method: str) -> str:
     )
 
 
+def gammas_by_temperature(f: dict | None, runtime: str, gamma: int) -> str | None:
+    """`serve --gamma-by-temperature` for `runtime`'s method at γ `gamma` where the traffic's temperatures want
+    different answers on it: at each temperature γ where the method's interval over that temperature's fastest plain
+    decoding lies above the runtime's own plain decoding (the deploy rule, on this runtime), else 0 (plain decoding);
+    None where one answer serves every temperature, or the grid did not measure both on it."""
+    out = {}
+    for t, at in ((f or {}).get("temperatures") or {}).items():
+        options = at["options"]
+        method = next((o for n, o in options.items() if n.startswith(runtime + "/") and not o["plain"]), None)
+        plain = options.get(f"{runtime}/ar")
+        if method is None or plain is None:
+            return None
+        out[t] = gamma if method["speedup"][1] > plain["speedup"][0] else 0
+    return ",".join(f"{t}:{g}" for t, g in out.items()) if len(set(out.values())) > 1 else None
+
+
 def deploy_command(f: dict, v: dict | None, target: str, threads: int | None) -> str:
     """What to run for the fastest option (`v`: its row's verdict record), paths relative to the export folder."""
     runtime, method = f["runtime"], f["method"]

@@ -1,7 +1,8 @@
 """`design`'s lookup candidates: every registered lookup family (`sd.families`: n-gram, suffix, ...), tuned on the
 target's own text before any benchmark.
 
-  agree-lookup    the target's greedy continuations of `eval` prompts of every bench suite (long prompts included),
+  agree-lookup    the target's greedy continuations of the traffic's prompts (`--prompts`), else of `eval` prompts of
+                  every bench suite (long prompts included),
                   with the default n-gram drafter's rounds replayed (an `agree` run; its texts serve every replay below)
   corpus-gain     the suffix drafter replayed with ¼, ½ and all of gen-data's continuations as its corpus: when the last
                   doubling still raised its predicted tokens/s by `corpus_gain` or more, gen-data is extended once
@@ -127,6 +128,7 @@ def lookup_text(p, opts: dict) -> None:
                 target=c.target,
                 drafter="ngram",
                 suites=c.bench_suites,
+                prompts=c.prompts,  # the traffic's own texts, where the user gave it: its predictions are of it
                 limit=c.tune_prompts,
                 max_new_tokens=c.max_new_tokens,
                 max_prompt_tokens=2048,

@@ -19,11 +19,14 @@ is written, so a README never shows a figure the folder's records do not hold.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import shlex
 import statistics
 from collections import Counter
 from pathlib import Path
 
+from ..config.serve import SERVE_FILE
 from ..errors import DraftwiseError
 from ..isolate import NativeCrash
 from ..metrics import tokens_per_s
@@ -62,10 +65,18 @@ def command(p, final: dict | None, readme: bool = True) -> list[str] | None:
     c = p.base
     target = export_target(c) if readme else c.target
     device = c.device if row == lean_name(c) else "cpu"  # a lean row runs on the CPU (`rows`)
-    if not final["recommend"]:
-        return deploy.plain(target, row.removeprefix("lean-"), c.threads, device)
     where = folder_of(c, row)
+    if not final["recommend"] and not by_temperature_in(p.path / "export" / where):
+        return deploy.plain(target, row.removeprefix("lean-"), c.threads, device)
     return deploy.command(where if readme else str((p.path / "export" / where).resolve()), target, c.threads, device)
+
+
+def by_temperature_in(folder: Path) -> bool:
+    """Whether an export folder's serve.json drafts at some of the traffic's temperatures and decodes plainly at
+    others (`fastest.gammas_by_temperature`): served from that folder even where plain decoding wins the whole
+    traffic, as it is plain decoding on the same runtime where its method does not pay."""
+    path = folder / SERVE_FILE
+    return path.is_file() and bool(json.loads(path.read_text()).get("gamma_by_temperature"))
 
 
 def outline(p, final: dict | None) -> dict:
@@ -106,7 +117,9 @@ def run(p, final: dict | None) -> dict:
 
 
 def measure_command(p, baseline: str) -> None:
-    """`bench-serve`: the command and llama-server's plain decoding on the headline prompts, one client, interleaved."""
+    """`bench-serve`: the command and llama-server's plain decoding on the headline prompts, one client, interleaved;
+    with the user's traffic, each request at its own temperature (a stage per temperature, `bench-serve@T1`, on that
+    temperature's requests), so the figure is of the traffic's own mix."""
     try:
         find_binary(p.base.llama_server)
         peers = (baseline, SERVER)
@@ -122,7 +135,44 @@ def measure_command(p, baseline: str) -> None:
         llama_server=p.base.llama_server,
         temperature=temperature(p),
     )
-    p.stage(STAGE, lambda f: bench.run(config, f, p.executor), command=baseline)
+    by = by_temperature(p)
+    if len(by) < 2:
+        p.stage(STAGE, lambda f: bench.run(config, f, p.executor), command=baseline)
+        return
+    for t, prompts in by.items():
+
+        def measured(f, t=t, prompts=prompts):
+            own = dataclasses.replace(config, temperature=t, prompts=str(write_prompts(f, prompts)), limit=len(prompts))
+            return bench.run(own, f, p.executor)
+
+        p.stage(f"{STAGE}@T{t:g}", measured, command=baseline, temperature=t)
+
+
+def by_temperature(p) -> dict[float, list]:
+    """The user's traffic's first `headline_limit` prompts by the temperature each is asked at (empty: no traffic)."""
+    if not p.config.prompts:
+        return {}
+    at = dict((pid, t) for t, pid in requests.requests(p.config, p.config.headline_limit))
+    out: dict[float, list] = {}
+    for prompt in requests.prompts(p.config, p.config.headline_limit):
+        out.setdefault(at[prompt.id], []).append(prompt)
+    return dict(sorted(out.items()))
+
+
+def write_prompts(folder: Path, prompts: list) -> Path:
+    """`prompts` as a traffic file of their own in `folder` (ids, categories, answer lengths and temperatures kept)."""
+    path = Path(folder) / "prompts.jsonl"
+    lines = [
+        json.dumps({"id": x.id.removeprefix("user/"), "category": x.category, "prompt": x.text, **dict(x.extra)})
+        for x in prompts
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def stages_of(p) -> list[str]:
+    """The finished `bench-serve` stages: one, or one per temperature of the traffic."""
+    return [s for s in p.done if s == STAGE or s.startswith(STAGE + "@T")]
 
 
 def temperature(p) -> float:
@@ -133,7 +183,7 @@ def temperature(p) -> float:
 
 def decide_served(p, baseline: str, readme: str) -> dict:
     """The decision record from `bench-serve`'s records: client wall tokens/s of each, the command over llama-server."""
-    records = read_records(p.folder(STAGE) / "records.jsonl")
+    records = [r for s in stages_of(p) for r in read_records(p.folder(s) / "records.jsonl")]
     served = [r for r in records if r["method"] == baseline]
     server = [r for r in records if r["method"] == SERVER]
     wall = [{**r, "seconds": r["wall_s"]} for r in server]
@@ -145,16 +195,17 @@ def decide_served(p, baseline: str, readme: str) -> dict:
         "measured": True,
         "command": readme,
         "prompts": len(served),
-        "what": (f"prompts of {Path(p.config.prompts).name}" if p.config.prompts else "spec_bench prompts")
-        + f" at T = {temperature(p):g}",
+        "what": what(p),
         "tokens_per_s": tokens_per_s(served),
         "first_token_ms": 1e3 * statistics.median(r["first_token_s"] for r in served),
         "decode_tokens_per_s": decode_speed(served, lambda r: r["wall_s"] - r["first_token_s"]),
         "server_tokens_per_s": tokens_per_s({**r, "seconds": r["server_seconds"]} for r in served),
         "drafted": sum(r["drafted"] for r in served),
         "accepted": sum(r["accepted"] for r in served),
+        "stages": stages_of(p),
         "llama_server": {
             "tokens_per_s": tokens_per_s(wall),
+            "own_tokens_per_s": tokens_per_s(server),  # by its own timings
             # answered whole: its first token at its own prefill plus the client's overhead (HTTP, JSON)
             "first_token_ms": 1e3 * statistics.median(r["prefill_s"] + r["wall_s"] - r["seconds"] for r in server),
             "decode_tokens_per_s": decode_speed(server, lambda r: r["seconds"] - r["prefill_s"]),
@@ -164,6 +215,15 @@ def decide_served(p, baseline: str, readme: str) -> dict:
         else None,
         "over_llama_server": over["speedup"]["serve"] if over else None,
     }
+
+
+def what(p) -> str:
+    """The requests the figure is of, in words."""
+    if not p.config.prompts:
+        return f"spec_bench prompts at T = {temperature(p):g}"
+    by = by_temperature(p)
+    at = ", ".join(f"{len(v)} at T = {t:g}" for t, v in by.items())
+    return f"requests of {Path(p.config.prompts).name}, each at its own temperature ({at})"
 
 
 def decode_speed(records: list[dict], decode_s) -> float:

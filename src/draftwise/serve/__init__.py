@@ -58,6 +58,7 @@ def build(config: ServeConfig) -> Served:
         metrics,
         config.max_batch,
         context,
+        config.gammas_at(),
     )
     with torch.inference_mode():
         engine.warm(target.encode("Hello") or [0], WARMUP_TOKENS)
@@ -85,7 +86,10 @@ def run(config: ServeConfig) -> None:
     served = build(config)
     sock = listen(config.host, config.port)
     host, port = sock.getsockname()[:2]
-    what = f"drafter {config.drafter}, γ {config.gamma}" if served.engine.drafter else "plain decoding (AR)"
+    gammas = config.gamma_by_temperature and f"γ by temperature {config.gamma_by_temperature}"
+    what = (
+        f"drafter {config.drafter}, {gammas or f'γ {config.gamma}'}" if served.engine.drafter else "plain decoding (AR)"
+    )
     print(f"draftwise serve: {served.name!r} ({what}) on http://{host}:{port}", flush=True)
     app = create_app(served)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=None))

@@ -93,11 +93,11 @@ class Batch:
         return self.lm.forward(ids, pos, None, cache=self.cache(slice(0, n)))
 
 
-def propose(batch: Batch, gamma: int, stop_below: float) -> list[tuple[Draft, object]]:
-    """Each row's drafts for this round (empty where it has no session or nothing to propose), and the round
-    scheduler's plan for them where the row has its session."""
+def propose(batch: Batch, gammas: list[int], stop_below: float) -> list[tuple[Draft, object]]:
+    """Each row's drafts for this round, at most its own γ (empty where it has no session or nothing to propose),
+    and the round scheduler's plan for them where the row has its session."""
     out = []
-    for seq in batch.seqs:
+    for seq, gamma in zip(batch.seqs, gammas):
         g, draft, plan = min(gamma, seq.room - 1), Draft(), None
         if seq.session is not None and g > 0:
             draft = seq.session.propose({0: seq.tokens}, g, seq.params, seq.generator, stop_below)[0]
@@ -107,11 +107,12 @@ def propose(batch: Batch, gamma: int, stop_below: float) -> list[tuple[Draft, ob
     return out
 
 
-def round_(batch: Batch, gamma: int, stop_below: float, eos: frozenset[int]) -> list[tuple[Seq, list[int]]]:
-    """One round over every row: (each row, the tokens it emitted), in row order. Every row's Round carries the
-    batch's draft and verify time: each waited for the whole round."""
+def round_(batch: Batch, gamma: int | list[int], stop_below: float, eos: frozenset[int]) -> list[tuple[Seq, list[int]]]:
+    """One round over every row, each drafting at most its γ (`gamma`: one for all rows, or a list by row): (each row,
+    the tokens it emitted), in row order. Every row's Round carries the batch's draft and verify time: each waited for
+    the whole round."""
     t_round = time.perf_counter()
-    drafts = propose(batch, gamma, stop_below)
+    drafts = propose(batch, gamma if isinstance(gamma, list) else [gamma] * len(batch.seqs), stop_below)
     t_drafted = time.perf_counter()
     logits = batch.verify([seq.tokens[seq.length :] + d.tokens for seq, (d, _) in zip(batch.seqs, drafts)])
     settled = []

@@ -33,7 +33,7 @@ from ..runtimes.lean.forward import LeanLM
 from ..sd.loop import Generation, generate
 from ..sd.sampling import SamplingParams
 from .batch import Batch, Seq, round_
-from .policy import Lookahead, verify_curve
+from .policy import Lookahead, Tops, verify_curve
 from .text import TextStream
 
 log = logging.getLogger("draftwise.serve")
@@ -99,15 +99,27 @@ class Engine:
     each decode together on the lean engine (1: one request at a time, as on the other engines)."""
 
     def __init__(
-        self, target, drafter, gamma, draft_stop, scheduler, max_queue, metrics, max_batch: int = 1, max_len: int = 0
+        self,
+        target,
+        drafter,
+        gamma,
+        draft_stop,
+        scheduler,
+        max_queue,
+        metrics,
+        max_batch: int = 1,
+        max_len: int = 0,
+        gamma_by_temperature: dict[float, int] | None = None,
     ):
-        self.target, self.drafter, self.gamma, self.draft_stop = target, drafter, gamma, draft_stop
+        # a request's γ by its temperature (`policy.Tops`); `gamma`: the most any request drafts (the rows' room)
+        self.tops = Tops(gamma, gamma_by_temperature)
+        self.target, self.drafter, self.gamma, self.draft_stop = target, drafter, self.tops.most, draft_stop
         self.scheduler, self.max_queue, self.metrics = scheduler, max_queue, metrics
         # a feature head drafts from the target's hidden states of its own sequence's passes: one request at a time;
         # the batch's cache and ids live on the CPU (a lean model on a GPU decodes one request at a time)
         lean_cpu = isinstance(target.lm, LeanLM) and target.lm.device.type == "cpu"
         batched = lean_cpu and max_batch > 1 and getattr(drafter, "kind", None) != "feature"
-        self.batch = Batch(target.lm, max_batch, max_len, gamma + 1) if batched else None
+        self.batch = Batch(target.lm, max_batch, max_len, self.gamma + 1) if batched else None
         self.lookahead: Lookahead | None = None  # priced by `warm`
         self.jobs: queue.Queue = queue.Queue()
         self.lock = threading.Lock()
@@ -128,7 +140,7 @@ class Engine:
             lookup = self.drafter is not None and self.drafter.kind == "lookup"  # a model drafts alone: no curve
             model = self.drafter is not None and not lookup
             curve = verify_curve(self.batch, sizes, self.gamma if lookup else 0)
-            self.lookahead = Lookahead(self.gamma if self.drafter else 0, curve, model)
+            self.lookahead = Lookahead(self.tops if self.drafter else 0, curve, model)
 
     def start(self) -> None:
         """`work()` on a thread of its own (about half speed: see the module docstring)."""
@@ -175,16 +187,17 @@ class Engine:
             job.post(end)
 
     def generate(self, ids: list[int], params: SamplingParams, max_tokens: int, seed: int, stream=None) -> Generation:
-        """One request's decoding alone, as the engine serves it (`sd.loop.generate` with its drafter, γ and
-        scheduler)."""
+        """One request's decoding alone, as the engine serves it (`sd.loop.generate` with its drafter, the γ of its
+        temperature — none: plain decoding — and scheduler)."""
+        gamma = self.tops(params.temperature) if self.drafter else 0
         return generate(
             self.target.lm,
             ids,
             params,
             max_tokens,
             torch.Generator(device=self.target.lm.device).manual_seed(seed),
-            drafter=self.drafter.loop_drafter if self.drafter else None,
-            gamma=self.gamma,
+            drafter=self.drafter.loop_drafter if gamma else None,
+            gamma=gamma or self.gamma,
             eos=self.target.eos_ids,
             stop_below=self.draft_stop if self.drafter else 0.0,
             scheduler=self.scheduler,
@@ -230,17 +243,17 @@ class Engine:
                     return
                 continue
             n = len(self.batch.seqs)
-            gamma = self.lookahead.gamma(n) if self.lookahead else 0
-            self._sessions(gamma)
+            gammas = [self.lookahead.gamma(n, s.params.temperature) if self.lookahead else 0 for s in self.batch.seqs]
+            self._sessions(max(gammas))
             try:
-                emitted = round_(self.batch, gamma, self.draft_stop if self.drafter else 0.0, self.target.eos_ids)
+                emitted = round_(self.batch, gammas, self.draft_stop if self.drafter else 0.0, self.target.eos_ids)
             except Exception as e:  # a bug must not take the server down: the batch's requests get a 500
                 log.exception("decoding failed")
                 for seq in list(self.batch.seqs):
                     self.batch.leave(seq)
                     self._end(seq.job, Failed(f"decoding failed: {type(e).__name__}: {e}"))
                 continue
-            self._count(n, gamma, emitted)
+            self._count(n, max(gammas), emitted)
             for seq, new in emitted:
                 ended = self._emit(seq.job, new, seq.logprobs if seq.job.logprobs is not None else None)
                 if ended or seq.room <= 0 or (new and new[-1] in self.target.eos_ids):
@@ -297,8 +310,8 @@ class Engine:
                 seq.session = self._session(seq)
 
     def _count(self, n: int, gamma: int, emitted) -> None:
-        drafted = sum(seq.out.rounds[-1].drafted for seq, _ in emitted)
-        accepted = sum(seq.out.rounds[-1].accepted for seq, _ in emitted)
-        if self.lookahead is not None:
-            self.lookahead.observe(drafted, accepted)
-        self.metrics.round(n, gamma, drafted, accepted)
+        last = [(seq.params.temperature, seq.out.rounds[-1]) for seq, _ in emitted]
+        if self.lookahead is not None:  # each temperature's acceptance apart (`policy`)
+            for temperature, r in last:
+                self.lookahead.observe(r.drafted, r.accepted, temperature)
+        self.metrics.round(n, gamma, sum(r.drafted for _, r in last), sum(r.accepted for _, r in last))

@@ -8,6 +8,10 @@ weights are no longer the whole cost: the verify pass over γ+1 tokens at batch 
 Batch dividend). Each row then gains E(γ) = (1 − α^(γ+1)) / (1 − α) tokens a round at acceptance α, the acceptance
 measured so far (drafted tokens kept, shrunk towards PRIOR_ALPHA by PRIOR_DRAFTS drafted tokens). γ* for n rows is
 the γ ≤ the batch-1 one whose E(γ) ÷ cost(n, γ) is largest; 0 (plain decoding) where none beats a plain step.
+
+Requests differ by temperature, and so does acceptance (a lookup that pays at T = 0 may not at T = 1): α is measured
+per request temperature, and each row's γ is priced from its own temperature's α. `tops` gives the batch-1 γ per
+temperature (`serve --gamma-by-temperature`, from the design's per-temperature verdicts: 0 where plain decoding won).
 """
 
 from __future__ import annotations
@@ -46,16 +50,40 @@ def verify_curve(batch, sizes: list[int], gamma: int) -> dict[int, list[float]]:
     return curve
 
 
-class Lookahead:
-    """γ per batch size (module docstring); `observe` takes each round's drafted and accepted tokens."""
+class Tops:
+    """The batch-1 γ of a request at each temperature: `by` {temperature: γ}, a request taking the nearest listed
+    temperature's (a tie: the lower); `gamma` for every temperature when `by` is empty."""
 
-    def __init__(self, gamma: int, curve: dict[int, list[float]], model_drafter: bool):
-        self.top, self.curve, self.model = gamma, curve, model_drafter
-        self.drafted = self.accepted = 0
+    def __init__(self, gamma: int, by: dict[float, int] | None = None):
+        self.gamma, self.by = gamma, dict(sorted((by or {}).items()))
+
+    def __call__(self, temperature: float) -> int:
+        if not self.by:
+            return self.gamma
+        return self.by[min(self.by, key=lambda t: (abs(t - temperature), t))]
 
     @property
-    def alpha(self) -> float:
-        return (self.accepted + PRIOR_ALPHA * PRIOR_DRAFTS) / (self.drafted + PRIOR_DRAFTS)
+    def most(self) -> int:
+        """The largest γ any request may draft (what each row's cache keeps room for)."""
+        return max(self.by.values(), default=self.gamma)
+
+
+class Lookahead:
+    """γ per batch size and request temperature (module docstring); `observe` takes each round's drafted and accepted
+    tokens at a temperature."""
+
+    def __init__(self, tops: Tops | int, curve: dict[int, list[float]], model_drafter: bool):
+        self.tops = tops if isinstance(tops, Tops) else Tops(tops)
+        self.curve, self.model = curve, model_drafter
+        self.counts: dict[float, list[int]] = {}  # temperature: [drafted, accepted]
+
+    @property
+    def top(self) -> int:
+        return self.tops.most
+
+    def alpha(self, temperature: float = 0.0) -> float:
+        drafted, accepted = self.counts.get(round(temperature, 3), (0, 0))
+        return (accepted + PRIOR_ALPHA * PRIOR_DRAFTS) / (drafted + PRIOR_DRAFTS)
 
     def cost(self, n: int, gamma: int) -> float:
         """Seconds of a pass of n rows of γ+1 tokens: measured, or interpolated between the sizes measured."""
@@ -65,15 +93,18 @@ class Lookahead:
         a, b = self.curve[lo][gamma], self.curve[hi][gamma]
         return a if hi == lo else a + (b - a) * (n - lo) / (hi - lo)
 
-    def gamma(self, n: int) -> int:
-        """γ for a round of n rows."""
-        if n <= 1 or not self.top:
-            return self.top
+    def gamma(self, n: int, temperature: float = 0.0) -> int:
+        """γ for a row at `temperature` in a round of n rows."""
+        top = self.tops(temperature)
+        if n <= 1 or not top:
+            return top
         if self.model:  # its one cache drafts for a request alone (`batch`)
             return 0
-        gain = {g: expected_tokens(self.alpha, g) / self.cost(n, g) for g in range(self.top + 1)}
+        alpha = self.alpha(temperature)
+        gain = {g: expected_tokens(alpha, g) / self.cost(n, g) for g in range(top + 1)}
         return max(gain, key=lambda g: (gain[g], -g))
 
-    def observe(self, drafted: int, accepted: int) -> None:
-        self.drafted += drafted
-        self.accepted += accepted
+    def observe(self, drafted: int, accepted: int, temperature: float = 0.0) -> None:
+        counts = self.counts.setdefault(round(temperature, 3), [0, 0])
+        counts[0] += drafted
+        counts[1] += accepted

@@ -117,7 +117,9 @@ def _opened(config: AgreeConfig, out: str | Path):
         torch.set_num_threads(config.threads)
     options = ModelOptions(config.dtype, config.device, config.backend, gguf_quant=config.gguf_quant)
     target = load(config.target, options)
-    prompts = continuations.prompts_for(target, config.split, config.suites, config.max_prompt_tokens, config.limit)
+    prompts = continuations.prompts_for(
+        target, config.split, config.suites, config.max_prompt_tokens, config.limit, config.prompts
+    )
     return RunDir(out, config), options, target, prompts
 
 

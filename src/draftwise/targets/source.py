@@ -142,8 +142,8 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
 
 
 def gguf_file(spec: str) -> Path | None:
-    """The GGUF file a spec names as it is ('default', a named model or a .gguf path), else None (draftwise writes one); one cut
-    short is refused in one line."""
+    """The GGUF file a spec names as it is ('default', a named model or a .gguf path), else None (draftwise writes
+    one); one cut short is refused in one line."""
     if spec == "default":
         path = default_gguf()
     elif spec in NAMED:

@@ -85,3 +85,40 @@ def test_hot_vocabulary_is_never_counted_on_eval_prompts(tiny_dir, tiny_drafter_
     )
     with pytest.raises(DraftwiseError, match="not a gen-data run folder"):
         write_reduced(tiny_drafter_dir, folder, 10, tmp_path / "x")
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "int8"])
+def test_a_cut_qwen2_sibling_with_a_reduced_head_is_lossless(tmp_path_factory, dtype):
+    """The paper's recipe on a qwen2-shaped pair (q/k/v biases, a tied head), as the design applies it to
+    Qwen2.5-Coder-1.5B and its 0.5B sibling: the sibling, of the target's vocabulary, cut to fewer of its layers
+    (width kept), its head reduced to the target's most emitted tokens; greedy SD is the target's AR token for
+    token, on the lean engine at fp32 and int8."""
+    from conftest import save_checkpoint, tiny_config, tiny_model, tiny_tokenizer
+    from transformers import AutoModelForCausalLM
+
+    from draftwise.runtimes.base import ModelOptions
+    from draftwise.targets.layers import layer_subset
+
+    tmp = tmp_path_factory.mktemp("qwen2-pair")
+    target_dir = save_checkpoint(tmp / "target", tiny_model(tiny_config("qwen2", layers=4), seed=3), tiny_tokenizer())
+    sibling = tiny_model(tiny_config("qwen2", layers=3), seed=4)
+    config, weights = layer_subset(sibling.config, sibling.state_dict(), [0, 2])  # the cut: 2 of its 3 layers
+    cut = AutoModelForCausalLM.from_config(config)
+    cut.load_state_dict(weights)
+    cut_dir = save_checkpoint(tmp / "cut", cut, tiny_tokenizer())
+    data = tmp / "data"
+    gen_data.run(GenDataConfig(target=target_dir, limit=6, max_new_tokens=12, temperatures=(0.0,), topk=8), data)
+    reduced = write_reduced(cut_dir, data, 24, tmp / "reduced")
+    ids, _ = vocab.read_map(reduced)
+    assert len(ids) < 64
+    options = ModelOptions(dtype=dtype)
+    target = load(target_dir, options)
+    drafter = load_drafter(str(reduced), target, options)
+    assert drafter.lm.config.num_hidden_layers == 2
+    drafted = 0
+    for prompt in ([1, 5, 9], [1, 20, 21, 22, 20, 21], [1, 40]):
+        ar = generate(target.lm, prompt, SamplingParams(), 24, torch.Generator())
+        sd = generate(target.lm, prompt, SamplingParams(), 24, torch.Generator(), drafter=drafter.lm, gamma=3)
+        assert sd.tokens == ar.tokens
+        drafted += sum(r.drafted for r in sd.rounds)
+    assert drafted > 0

@@ -22,7 +22,6 @@ def section(doc: Doc, p: DesignFolder) -> None:
     if not record["measured"]:
         doc.p(served.sentence(record))
         return
-    methods = read_json(p.folder(served.STAGE) / "summary.json")["methods"]
     rows = [
         [
             f"`{record['command']}`",
@@ -35,7 +34,7 @@ def section(doc: Doc, p: DesignFolder) -> None:
     ]
     server = record.get("llama_server")
     if server:
-        own = methods.get(served.SERVER, {}).get("tokens_per_s")
+        own = server.get("own_tokens_per_s") or _own(p)
         rows.append([f"llama-server, plain decoding ({server['file']})", _f(server["tokens_per_s"], ".1f")])
         rows[-1] += [_f(server.get("first_token_ms"), ".0f"), _f(server.get("decode_tokens_per_s"), ".1f")]
         rows[-1] += [_f(own, ".1f"), "-"]
@@ -57,5 +56,11 @@ def section(doc: Doc, p: DesignFolder) -> None:
         "request to its last byte. First token: the client's, streamed; llama-server's is its own prompt time plus "
         "the client's overhead (it answers whole). Decode: the tokens after the first over the time after it. "
         "Server start and model loading are not timed. The records are in "
-        f"`stages/{served.STAGE}/`."
+        + ", ".join(f"`stages/{s}/`" for s in record.get("stages", [served.STAGE]))
+        + "."
     )
+
+
+def _own(p: DesignFolder) -> float | None:
+    """llama-server's tokens/s by its own timings, from a folder written before the record held it."""
+    return read_json(p.folder(served.STAGE) / "summary.json")["methods"].get(served.SERVER, {}).get("tokens_per_s")
