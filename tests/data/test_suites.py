@@ -2,6 +2,7 @@
 
 import json
 import pickle
+from dataclasses import replace
 
 import pytest
 
@@ -14,6 +15,7 @@ from draftwise.data import (
     load_suite,
     read_prompt_file,
     split_of,
+    spread,
 )
 from draftwise.errors import DraftwiseError
 
@@ -267,3 +269,16 @@ def test_read_prompt_file_missing(tmp_path):
     with pytest.raises(DraftwiseError, match="prompt file not found") as e:
         read_prompt_file(missing)
     assert str(missing) in str(e.value)
+
+
+def test_a_limit_of_a_users_file_spreads_over_its_categories():
+    """A traffic grouped by category (the packaged code-chat: 8 code requests, then 8 chat): a limit of 6 holds 3 of
+    each, in file order; a file of one category gives its first prompts; the packaged traffic reads by name."""
+    prompts = read_prompt_file("code-chat")
+    assert [p.category for p in prompts] == ["code"] * 8 + ["chat"] * 8
+    six = spread(prompts, 6)
+    assert [p.category for p in six] == ["code"] * 3 + ["chat"] * 3 and six == [p for p in prompts if p in six]
+    assert set(spread(prompts, 4)) <= set(six) and spread(prompts, None) == prompts
+    one = [replace(p, category="user") for p in prompts]
+    assert spread(one, 5) == one[:5]
+    assert {p.extra["temperature"] for p in six if p.category == "chat"} == {1.0}

@@ -338,6 +338,33 @@ def test_the_verdict_per_temperature_where_they_differ(tmp_path):
     assert only_t1["option"] == "lean-int8/ar" and only_t1["prompts"] == 12
     assert f["option"] == "lean-int8/sd"  # over both: 0.90 + 1.58 s a request pair against AR's 1.41 + 1.41
     assert "At T = 1 alone the answer is draftwise AR on lean-int8" in fastest.sentence(f)
+    # deployed as measured: the row's method at T = 0, its plain decoding at T = 1, one server for the mix
+    assert fastest.gammas_by_temperature(f, "lean-int8", 3) == "0:3,1:0"
+    assert fastest.gammas_by_temperature(f, "lean-fp32", 3) is None  # no method measured on it
+    assert fastest.gammas_by_temperature(only_t1, "lean-int8", 3) is None  # one temperature: --gamma serves it
+    saved = deploy.options(
+        "default", "int8", "ngram", 3, False, "lean", fastest.gammas_by_temperature(f, "lean-int8", 3)
+    )
+    assert saved["gamma_by_temperature"] == "0:3,1:0"
+    assert "--gamma-by-temperature 0:3,1:0" in deploy.join(deploy.explicit(saved, ".", 2))
+    assert "gamma_by_temperature" not in deploy.options("default", "int8", None, 3, False, "lean", "0:3,1:0")
+
+
+def test_the_served_figure_is_of_the_traffics_own_temperatures(tmp_path):
+    """With a traffic file the served command is measured at each request's own temperature: one prompt file per
+    temperature, the requests as the traffic holds them."""
+    from draftwise.config import DesignConfig
+    from draftwise.data import read_prompt_file
+    from draftwise.design import Pipeline
+
+    design = Pipeline(DesignConfig(target="default", prompts="code-chat", plan=False, headline_limit=6), tmp_path / "d")
+    by = served_phase.by_temperature(design)
+    assert sorted(by) == [0.0, 1.0] and sum(map(len, by.values())) == 6
+    assert {x.category for x in by[0.0]} == {"code"} and {x.category for x in by[1.0]} == {"chat"}
+    path = served_phase.write_prompts(tmp_path, by[1.0])
+    again = read_prompt_file(path)
+    assert [x.id for x in again] == [x.id for x in by[1.0]] and {x.extra["temperature"] for x in again} == {1.0}
+    assert "each at its own temperature" in served_phase.what(design)
 
 
 def test_every_row_runs_at_every_temperature_of_the_traffic():

@@ -156,3 +156,18 @@ def test_agreements_share_the_targets_continuations(tiny_dir, tmp_path, monkeypa
     agree.run(replace(config, max_new_tokens=8), tmp_path / "shorter")
     assert generated  # another key: its own continuations
     assert len(list((tmp_path / "s").glob("*.jsonl"))) == 2
+
+
+def test_agreement_on_the_users_traffic_replays_its_own_prompts(tiny_dir, tmp_path):
+    """`prompts`: the traffic's texts instead of the suites' (what the design's lookup tuning and candidates'
+    agreement measure when the user gives `--prompts`)."""
+    traffic = tmp_path / "traffic.jsonl"
+    lines = [
+        {"id": f"r{i}", "prompt": " ".join(f"w{(i * 7 + j) % 50}" for j in range(12)), "temperature": 0}
+        for i in range(5)
+    ]
+    traffic.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    config = AgreeConfig(target=tiny_dir, drafter="ngram", prompts=str(traffic), limit=3, max_new_tokens=8, gammas=(2,))
+    out = agree.run(config, tmp_path / "agree")
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert [r["prompt_id"] for r in records] == ["user/r0", "user/r1", "user/r2"]

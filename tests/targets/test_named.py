@@ -152,3 +152,11 @@ def test_a_named_spec_is_a_target_of_its_own_kind(monkeypatch, tiny_gguf):
     monkeypatch.setattr(source, "fetch", lambda m: Path(tiny_gguf))
     target = parse("qwen2.5-coder-1.5b")
     assert (target.kind, target.file) == ("named", Path(tiny_gguf).resolve())
+
+
+def test_the_1_5b_drafts_with_its_named_sibling_others_with_the_callers_guess():
+    from draftwise.targets.named import family_model
+
+    assert family_model("qwen2.5-coder-1.5b", ("smollm2-135m", "default")) == ("qwen2.5-coder-0.5b",) * 2
+    assert family_model("qwen2.5-coder-0.5b", ("x", "y")) == ("x", "y")  # the smallest has no sibling
+    assert family_model("default", ("x", "y")) == ("x", "y")

@@ -183,6 +183,19 @@ def _interleave(seqs: Sequence[Sequence[Prompt]]) -> list[Prompt]:
     return [s[i] for i in range(max(map(len, seqs), default=0)) for s in seqs if i < len(s)]
 
 
+def spread(prompts: list[Prompt], limit: int | None) -> list[Prompt]:
+    """At most `limit` of a user's prompts, picked round-robin over their categories (in order of first appearance)
+    so that a small limit of a file grouped by category (8 code requests, then 8 chat ones) still holds each; in file
+    order, so a smaller limit gives a subset of a larger one. A file of one category: its first `limit`."""
+    if not limit or limit >= len(prompts):
+        return list(prompts)
+    groups: dict[str, list[Prompt]] = {}
+    for p in prompts:
+        groups.setdefault(p.category, []).append(p)
+    chosen = {id(p) for p in _interleave(list(groups.values()))[:limit]}
+    return [p for p in prompts if id(p) in chosen]
+
+
 def load_prompts(suites: str | Sequence[str], split: str = "eval", limit: int | None = None) -> list[Prompt]:
     """Prompts of several suites: `suites` is 'all', a comma-separated string or a list of names.
 

@@ -261,8 +261,11 @@ def gammas_by_temperature(f: dict | None, runtime: str, gamma: int) -> str | Non
     different answers on it: at each temperature γ where the method's interval over that temperature's fastest plain
     decoding lies above the runtime's own plain decoding (the deploy rule, on this runtime), else 0 (plain decoding);
     None where one answer serves every temperature, or the grid did not measure both on it."""
-    out = {}
-    for t, at in ((f or {}).get("temperatures") or {}).items():
+    f, out = f or {}, {}
+    traffic = set(f.get("traffic") or ())  # the temperatures the traffic asks at (others measured do not matter)
+    for t, at in (f.get("temperatures") or {}).items():
+        if traffic and t not in traffic:
+            continue
         options = at["options"]
         method = next((o for n, o in options.items() if n.startswith(runtime + "/") and not o["plain"]), None)
         plain = options.get(f"{runtime}/ar")

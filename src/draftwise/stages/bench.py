@@ -30,8 +30,7 @@ from .bench_methods import SCHEDULED, method_names, methods, model_options, plai
 
 def select_prompts(config: BenchConfig) -> list[data.Prompt]:
     if config.prompts:
-        prompts = data.read_prompt_file(config.prompts)
-        return prompts[: config.limit] if config.limit else prompts
+        return data.spread(data.read_prompt_file(config.prompts), config.limit)
     return data.load_prompts(config.suite, config.split, config.limit)
 
 

@@ -71,7 +71,7 @@ def encode_prompts(config: LoadConfig, target: Model) -> list[tuple[str, list[in
     line asks for its own `max_tokens` and `temperature` (a mixed workload), else --max-new-tokens and
     --temperature."""
     if config.prompts:
-        prompts = data.read_prompt_file(config.prompts)[: config.limit]
+        prompts = data.spread(data.read_prompt_file(config.prompts), config.limit)
     else:
         prompts = data.load_prompts(config.suite, config.split, config.limit)
     encoded = [

@@ -93,9 +93,9 @@ def test_a_cut_qwen2_sibling_with_a_reduced_head_is_lossless(tmp_path_factory, d
     Qwen2.5-Coder-1.5B and its 0.5B sibling: the sibling, of the target's vocabulary, cut to fewer of its layers
     (width kept), its head reduced to the target's most emitted tokens; greedy SD is the target's AR token for
     token, on the lean engine at fp32 and int8."""
-    from conftest import save_checkpoint, tiny_config, tiny_model, tiny_tokenizer
     from transformers import AutoModelForCausalLM
 
+    from conftest import save_checkpoint, tiny_config, tiny_model, tiny_tokenizer
     from draftwise.runtimes.base import ModelOptions
     from draftwise.targets.layers import layer_subset
 
