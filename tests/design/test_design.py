@@ -966,6 +966,55 @@ def test_the_answers_serve_command_is_measured_through_http_beside_llama_server(
     assert (loaded.drafter, loaded.gamma, loaded.target) == ("ngram:min=1,max=3", 3, "<target>")
 
 
+def test_a_mixed_traffic_is_served_with_a_gamma_per_temperature_and_measured_at_its_own(tiny_dir, tmp_path):
+    """The issue's mixed traffic: SD pays at T = 0 and not at T = 1 on the answer's runtime, so serve.json drafts by
+    request temperature (`0:3,1:0`) and the served figure is measured per temperature on the traffic's own requests:
+    its T = 0 requests draft (and are the lean engine's greedy tokens, as llama-server's on the same f32 file), its
+    T = 1 requests draft nothing."""
+    from draftwise.design import deploy, export, served
+
+    traffic = tmp_path / "traffic.jsonl"
+    lines = [
+        {"id": f"code{i}", "category": "code", "prompt": "w1 w2 w3 w1 w2 w3 w1 w2", "temperature": 0, "max_tokens": 10}
+        for i in range(2)
+    ] + [{"id": f"chat{i}", "category": "chat", "prompt": f"w{5 + i} w9 w7", "temperature": 1} for i in range(2)]
+    traffic.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    config = DesignConfig(
+        target=tiny_dir, prompts=str(traffic), plan=False, headline_limit=4, max_new_tokens=10, threads=1
+    )
+    p = design.Pipeline(config, tmp_path / "d")
+    top = p.path / "export"
+    top.mkdir()
+    sd, ar = {"plain": False}, {"plain": True, "speedup": [1.0, 1.0, 1.0]}
+    final = {
+        "runtime": "lean-fp32",
+        "recommend": False,  # plain decoding wins the whole traffic, SD its T = 0 part
+        "tokens_per_s": 900.0,
+        "plain_tokens_per_s": 800.0,
+        "options": {"llama.cpp-F32/llama-server": {"tokens_per_s": 1000.0}},
+        "traffic": ["0", "1"],
+        "temperatures": {
+            "0": {"options": {"lean-fp32/sd": {**sd, "speedup": [1.3, 1.2, 1.4]}, "lean-fp32/ar": ar}},
+            "1": {"options": {"lean-fp32/sd": {**sd, "speedup": [0.9, 0.8, 1.0]}, "lean-fp32/ar": ar}},
+        },
+    }
+    saved = export.serve_json(p, top, {**verdict_record("ngram:min=1,max=3", True, "ngram"), "gamma": 3}, final)
+    assert saved["gamma_by_temperature"] == "0:3,1:0"
+    (top / "README.md").write_text(deploy.PENDING + "\n")
+    record = served.run(p, final)
+    assert record["command"] == "draftwise serve --export . --target <target> --threads 1"
+    assert record["stages"] == ["bench-serve@T0", "bench-serve@T1"] and record["prompts"] == 4
+    assert "each at its own temperature (2 at T = 0, 2 at T = 1)" in record["what"]
+    command = "serve:" + " ".join(served.command(p, final, readme=False)[2:])
+    for stage, drafts in (("bench-serve@T0", True), ("bench-serve@T1", False)):
+        records = [json.loads(line) for line in (p.folder(stage) / "records.jsonl").read_text().splitlines()]
+        mine = [r for r in records if r["method"] == command]
+        assert len(mine) == 2 and (sum(r["drafted"] for r in mine) > 0) == drafts
+        if drafts:
+            server = {r["prompt_id"]: r["tokens"] for r in records if r["method"] == "llama-server"}
+            assert {r["prompt_id"]: r["tokens"] for r in mine} == server
+
+
 def test_the_feature_head_is_built_tuned_in_a_hybrid_and_kept_off_llama_cpp_rows(tiny_dir, tmp_path, monkeypatch):
     """The feature-level candidate end to end: trained on the teacher data, the top model of the hybrid's tuning (its
     prediction forced highest here), benchmarked alone and in the hybrid beside every other candidate, kept off the

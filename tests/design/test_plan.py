@@ -204,6 +204,7 @@ def test_the_served_measurement_is_priced_from_the_last_grid_and_gone_once_settl
         and not [i for i in costs.items(prior, plan.scale(full, 1.0, ("serve",)), config) if i.kind == "bench-serve"]
     )
     assert costs.kind_of("bench-serve") == "bench-serve" and costs.kind_of("served") is None
+    assert costs.kind_of("bench-serve@T1") == "bench-serve"  # the served figure per temperature of the traffic
 
 
 def test_once_the_candidates_are_built_dropping_training_saves_nothing():

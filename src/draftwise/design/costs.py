@@ -257,6 +257,8 @@ def kind_of(stage: str) -> str | None:
     for prefix in ("profile@", "tune-lookup@", "bench-select@"):
         if stage.startswith(prefix):
             return prefix + "lean" if stage.startswith(prefix + "lean-") else prefix
+    if stage.startswith("bench-serve@"):  # the served figure measured per temperature of the traffic (`served`)
+        return "bench-serve"
     if stage.startswith("bench-select-repeat"):
         return "bench-select-repeat"
     if stage.startswith("bench-gamma-repeat"):

@@ -162,6 +162,7 @@ def by_temperature(p) -> dict[float, list]:
 def write_prompts(folder: Path, prompts: list) -> Path:
     """`prompts` as a traffic file of their own in `folder` (ids, categories, answer lengths and temperatures kept)."""
     path = Path(folder) / "prompts.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)  # the stage's folder: its bench has not made it yet
     lines = [
         json.dumps({"id": x.id.removeprefix("user/"), "category": x.category, "prompt": x.text, **dict(x.extra)})
         for x in prompts

@@ -22,11 +22,13 @@ DROPPED = {
     "temperature of the traffic whatever the budget)",
     "extra-rows": "the llama.cpp rows beyond the target's own file",
     "reduced-heads": "reduced draft heads and adaptive lookahead",
-    "llama.cpp": "every llama.cpp row",
+    "llama.cpp": "every llama.cpp row's own verdict (its plain decodings are still measured in the last grid)",
     "scheduler": "the scheduled lookup candidates",
     "control": "the deep-narrow control (only the predicted-fastest shape was trained)",
     "training": "every trained candidate (sweep, pruning, distillation): untrained and lookup drafters only",
 }
+TRAINING = ("control", "training")  # drops that mean nothing where the study takes its candidates as they are
+
 SHOWN = {  # the sizes a phase's plan sets, as its table heads them
     "gen_prompts": "gen prompts",
     "teacher_tokens": "teacher tokens",
@@ -51,7 +53,7 @@ def section(doc: Doc, p: DesignFolder, plots: Path, footer: str) -> None:
         doc.p(f"Sizes fixed (`--fixed-sizes`): `--minutes {p.base.minutes:g}` sized only the data and distillation.")
         return
     budget, used = 60 * p.base.minutes, p.elapsed()
-    dropped = left_out(plans)
+    dropped = [d for d in left_out(plans) if p.base.trains or d not in TRAINING]  # a q4 study trains nothing
     doc.p(
         f"`--minutes {p.base.minutes:g}`: the stages took {used / 60:.1f} minutes up to this report "
         f"({used / budget:.0%} of the budget; export and report writing come after). Before each phase the plan "
