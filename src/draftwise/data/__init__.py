@@ -189,11 +189,16 @@ def spread(prompts: list[Prompt], limit: int | None) -> list[Prompt]:
     order, so a smaller limit gives a subset of a larger one. A file of one category: its first `limit`."""
     if not limit or limit >= len(prompts):
         return list(prompts)
+    chosen = {id(p) for p in _by_category(prompts)[:limit]}
+    return [p for p in prompts if id(p) in chosen]
+
+
+def _by_category(prompts: Sequence[Prompt]) -> list[Prompt]:
+    """Round-robin over the prompts' categories, in order of first appearance."""
     groups: dict[str, list[Prompt]] = {}
     for p in prompts:
         groups.setdefault(p.category, []).append(p)
-    chosen = {id(p) for p in _interleave(list(groups.values()))[:limit]}
-    return [p for p in prompts if id(p) in chosen]
+    return _interleave(list(groups.values()))
 
 
 def load_prompts(suites: str | Sequence[str], split: str = "eval", limit: int | None = None) -> list[Prompt]:
@@ -213,13 +218,7 @@ def load_prompts(suites: str | Sequence[str], split: str = "eval", limit: int | 
     per_suite = [load_suite(n, split) for n in names]
     if limit is None:
         return [p for ps in per_suite for p in ps]
-    by_suite = []
-    for ps in per_suite:
-        groups: dict[str, list[Prompt]] = {}
-        for p in ps:
-            groups.setdefault(p.category, []).append(p)
-        by_suite.append(_interleave(list(groups.values())))
-    chosen = {id(p) for p in _interleave(by_suite)[:limit]}
+    chosen = {id(p) for p in _interleave([_by_category(ps) for ps in per_suite])[:limit]}
     return [p for ps in per_suite for p in ps if id(p) in chosen]
 
 

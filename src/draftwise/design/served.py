@@ -26,6 +26,7 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
+from .. import traffic
 from ..config.serve import SERVE_FILE
 from ..errors import DraftwiseError
 from ..isolate import NativeCrash
@@ -152,9 +153,10 @@ def by_temperature(p) -> dict[float, list]:
     """The user's traffic's first `headline_limit` prompts by the temperature each is asked at (empty: no traffic)."""
     if not p.config.prompts:
         return {}
-    at = dict((pid, t) for t, pid in requests.requests(p.config, p.config.headline_limit))
+    prompts = requests.prompts(p.config, p.config.headline_limit)
+    at = {pid: t for t, pid in traffic.requests_of(prompts, p.config.temperatures, own=True)}
     out: dict[float, list] = {}
-    for prompt in requests.prompts(p.config, p.config.headline_limit):
+    for prompt in prompts:
         out.setdefault(at[prompt.id], []).append(prompt)
     return dict(sorted(out.items()))
 

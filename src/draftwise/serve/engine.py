@@ -197,7 +197,7 @@ class Engine:
             max_tokens,
             torch.Generator(device=self.target.lm.device).manual_seed(seed),
             drafter=self.drafter.loop_drafter if gamma else None,
-            gamma=gamma or self.gamma,
+            gamma=gamma,
             eos=self.target.eos_ids,
             stop_below=self.draft_stop if self.drafter else 0.0,
             scheduler=self.scheduler,

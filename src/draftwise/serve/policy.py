@@ -77,10 +77,6 @@ class Lookahead:
         self.curve, self.model = curve, model_drafter
         self.counts: dict[float, list[int]] = {}  # temperature: [drafted, accepted]
 
-    @property
-    def top(self) -> int:
-        return self.tops.most
-
     def alpha(self, temperature: float = 0.0) -> float:
         drafted, accepted = self.counts.get(round(temperature, 3), (0, 0))
         return (accepted + PRIOR_ALPHA * PRIOR_DRAFTS) / (drafted + PRIOR_DRAFTS)

@@ -45,12 +45,19 @@ def default_gguf() -> Path:
     return path
 
 
+def named_file(spec: str) -> Path | None:
+    """The GGUF file a word names: 'default' (the packaged default target's) or a named real model's (fetched once,
+    `targets.named`); None for any other spec."""
+    if spec == "default":
+        return default_gguf()
+    return fetch(NAMED[spec]) if spec in NAMED else None
+
+
 def resolve(spec: str) -> Path:
     """A local Hugging Face directory holding the model `spec` names (see module docstring)."""
-    if spec == "default":
-        return _cached_gguf(default_gguf(), name="SmolLM2-135M-Instruct")
-    if spec in NAMED:
-        return _cached_gguf(fetch(NAMED[spec]), name=spec)
+    named = named_file(spec)
+    if named is not None:
+        return _cached_gguf(named, name="SmolLM2-135M-Instruct" if spec == "default" else spec)
     path = Path(spec).expanduser()
     if not path.exists():
         raise DraftwiseError(
@@ -144,11 +151,8 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
 def gguf_file(spec: str) -> Path | None:
     """The GGUF file a spec names as it is ('default', a named model or a .gguf path), else None (draftwise writes
     one); one cut short is refused in one line."""
-    if spec == "default":
-        path = default_gguf()
-    elif spec in NAMED:
-        path = fetch(NAMED[spec])
-    else:
+    path = named_file(spec)
+    if path is None:
         path = Path(spec).expanduser()
         if path.suffix != ".gguf":
             return None
