@@ -1119,3 +1119,33 @@ def test_a_study_at_q4_takes_its_candidates_as_they_are(small_q4_gguf, tmp_path,
     assert "agree-smollm2-135m" in done and "smollm2-135m" in done["verdict"]["candidates"]
     assert "lean-q4/ar" in done["fastest"]["options"]
     assert "--dtype q4" in (out / "export" / "README.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_study_at_q4_cuts_its_siblings_shapes_and_distills_them(small_q4_gguf, tmp_path, monkeypatch):
+    """A target studied at q4 with a sibling (here the default 135M stands in: the same tokenizer) gets the paper's
+    recipe on the sibling: a wide-shallow cut and its deep-narrow twin, pruned from the sibling at fp32 with the head
+    on the target's frequent tokens, distilled on the target's gen-data (no sweep, no teacher pass), then benchmarked
+    at q4 through their reduced heads beside the sibling as it ships."""
+    sibling = lambda spec, default: ("smollm2-135m", "default")  # noqa: E731
+    monkeypatch.setattr(sys.modules["draftwise.design.candidates"], "FAMILY_RATIO", 0.0)
+    monkeypatch.setattr(sys.modules["draftwise.design.cuts"], "family_model", sibling)
+    monkeypatch.setattr(design, "family_model", sibling)
+    monkeypatch.setattr(sys.modules["draftwise.design.cuts"], "DEPTH_SHARE", 15)  # 2 of the 135M's 30 layers
+    config = _small_q4_design(small_q4_gguf, dtype="q4", feature_drafter=False)
+    out = tmp_path / "design"
+    design.run(config, out)
+    done = design.Pipeline(config, out).done
+    assert not [s for s in done if s.startswith(("teacher", "sweep", "feature-"))]
+    assert {"prune-cut-wide-L2", "distill-cut-wide-L2", "prune-cut-narrow-L6", "distill-cut-narrow-L6"} <= set(done)
+    assert done["distill-cut-wide-L2"]["predicted_c"] > 0
+    prune_config = json.loads((out / "stages" / "prune-cut-wide-L2" / "config.json").read_text())
+    assert prune_config["target"] == "default" and prune_config["dtype"] == "fp32"
+    assert prune_config["data"].endswith("gen-data")
+    cands, specs = build.read_candidates(design.Pipeline(config, out))
+    assert specs["cut-wide-L2"].endswith("distill-cut-wide-L2/reduced")
+    assert {x.name: x.source for x in cands}["cut-narrow-L6"] == "default"
+    assert {"cut-wide-L2", "cut-narrow-L6", "smollm2-135m"} <= set(done["select-drafter"]["speedup"])
+    assert "cut-wide-L2" in done["verdict"]["candidates"]
+    report = (out / "report.md").read_text()
+    assert "cut-wide-L2" in report and "Wide-shallow vs deep-narrow" in report

@@ -40,6 +40,7 @@ from ..targets.named import family_model
 from ..targets.source import resolve
 from . import (
     build,
+    cuts,
     export,
     export_rows,
     fastest,
@@ -130,6 +131,9 @@ def model_candidates(p: Pipeline, target, shape: Shape) -> Pool:
     feature = trains and c.feature_drafter  # trained on the same teacher data as the pruned shapes
     family = family_of(c.target, target, shape)
     cands = candidates(shape, c.wide_layers if trains else (), c.narrow_factor, c.drafter, shapes, feature, family)
+    if family and cuts.source(c) == family[1] and not p.dropped("training"):  # the paper's recipe on the sibling
+        small = Shape.of(config_and_tokenizer(resolve(family[1]), ModelOptions())[0])
+        cands = cuts.candidates(small, family[1], c.narrow_factor, not p.dropped("control")) + cands
     n_trained, n_feature = sum(x.trained for x in cands), sum(x.role == FEATURE for x in cands)
     p.know(
         trained=n_trained,

@@ -34,8 +34,10 @@ from ..sd.families import drafter_kind
 from ..shapes import Shape
 from ..specs import split_hybrid
 from ..stages import accuracy, agree, distill, feature, gen_data, profile, prune, sweep, teacher
+from ..targets.checkpoint import config_and_tokenizer
+from ..targets.source import resolve
 from ..units import parse_count
-from . import lookup, requests
+from . import cuts, lookup, requests
 from .candidates import FAMILY, FEATURE, Candidate, budget_shapes, choose_shapes
 from .estimate import GAMMAS, SCREEN
 from .measure import feasible_batch
@@ -48,6 +50,8 @@ def spec_of(p: Stages, cand: Candidate) -> str:
     taken as."""
     if cand.role == FEATURE:
         return f"feature:{p.folder(f'feature-{cand.name}')}"
+    if cand.source:  # a cut of the sibling drafts with its head on the target's most emitted tokens (`cuts`)
+        return str(p.folder(f"distill-{cand.name}") / "reduced")
     return str(p.folder(f"distill-{cand.name}")) if cand.trained else cand.spec
 
 
@@ -56,7 +60,9 @@ def candidate_stages(p: Stages, cand: Candidate) -> None:
     teacher data, then teacher-forced agreement."""
     if cand.role == FEATURE:
         feature_stage(p, cand)
-    if cand.trained:
+    if cand.source:
+        cut_distill(p, cand)
+    elif cand.trained:
         prune_distill(p, cand)
     p.stage(f"agree-{cand.name}", lambda f: agree.run(agree_config(p, spec_of(p, cand)), f))
 
@@ -119,6 +125,30 @@ def prune_distill(p: Stages, cand: Candidate) -> None:
     p.stage(f"distill-{cand.name}", lambda f: distill.run(distill_config, f))
 
 
+def cut_distill(p: Stages, cand: Candidate) -> None:
+    """A shape cut from the sibling at fp32 and distilled on the target's continuations (`cuts`)."""
+    data = str(p.folder("gen-data"))
+    prune_config = cuts.prune_config(p.config, cand, data, p.sizes.elimination_tokens)
+    p.stage(f"prune-{cand.name}", lambda f: prune.run(prune_config, f))
+    c = cuts.predicted_c(cand.shape, target_shape(p.config))
+    distill_config = cuts.distill_config(
+        p.config, str(p.folder(f"prune-{cand.name}")), data, p.sizes.distill_minutes, break_even(c)
+    )
+    p.stage(f"distill-{cand.name}", lambda f: distill.run(distill_config, f), predicted_c=round(c, 4))
+
+
+def target_shape(config: DesignConfig) -> Shape:
+    """The target's shape from its config alone (a worker holds no target)."""
+    return Shape.of(config_and_tokenizer(resolve(config.target), ModelOptions())[0])
+
+
+def break_even(c: float) -> float:
+    """The least agreement at which a drafter of step cost `c` pays at its best γ, a verify pass priced at one AR
+    step: optimistic, so a drafter stopped below it could not pay whatever its verify cost."""
+    needs = [cost.break_even_alpha({g: 1}, lambda n: n * c, lambda n: 1.0) for g in range(1, 9)]
+    return min((a for a in needs if a is not None), default=1.0)
+
+
 def needed_agreement(p: Stages, cand: Candidate) -> float:
     """The agreement a trained shape must be predicted to reach, or its distillation stops after the pilot
     (`distill.stopped`): its break-even α at the draft cost the sweep's step model predicts for it, at its best γ, with
@@ -130,9 +160,7 @@ def needed_agreement(p: Stages, cand: Candidate) -> float:
     ref = [r["step_ms"] / r["c"] for r in sweep["rows"] if r["batch"] == 1 and r["c"]]
     if not fit or not ref or cand.shape is None:
         return 0.0
-    c = cost.StepModel.from_dict(fit).predict_ms(cand.shape) / statistics.median(ref)
-    needs = [cost.break_even_alpha({g: 1}, lambda n: n * c, lambda n: 1.0) for g in range(1, 9)]
-    return min((a for a in needs if a is not None), default=1.0)
+    return break_even(cost.StepModel.from_dict(fit).predict_ms(cand.shape) / statistics.median(ref))
 
 
 @dataclass(frozen=True)
@@ -176,7 +204,7 @@ def build(p: Pipeline, cands: list[Candidate]) -> dict[str, str]:
     """Target data, then every candidate's own stages (each candidate an executor item); {name: drafter spec}."""
     opts = runtime_options(p.config)
     p.stage("gen-data", lambda f: gen_data.run(lookup.gen_data_config(p, opts, p.sizes.gen_prompts), f))
-    if any(x.trained or x.role == FEATURE for x in cands):
+    if any((x.trained and not x.source) or x.role == FEATURE for x in cands):  # a sibling's cuts learn from gen-data
         p.stage("teacher", lambda f: teacher.run(teacher_config(p), f))
     p.replan("train")
     todo = [(cand, dict(p.done)) for cand in cands if f"agree-{cand.name}" not in p.done]
@@ -336,7 +364,9 @@ def measure_accuracy(config: DesignConfig, target, specs: dict[str, str], folder
 def write_candidates(p: Pipeline, cands: list[Candidate], specs: dict[str, str]) -> None:
     """Every candidate the design measured, and the spec of each option (scheduled ones included), for the report."""
     rows = [
-        {"name": x.name, "role": x.role, "spec": x.spec, "shape": asdict(x.shape) if x.shape else None} for x in cands
+        {"name": x.name, "role": x.role, "spec": x.spec, "shape": asdict(x.shape) if x.shape else None}
+        | {"source": x.source}
+        for x in cands
     ]
     write_atomic(p.path / CANDIDATES, json.dumps({"candidates": rows, "specs": specs}, indent=1) + "\n")
 
@@ -345,7 +375,7 @@ def read_candidates(folder) -> tuple[list[Candidate], dict[str, str]]:
     """`write_candidates`' file, as Candidates and specs."""
     saved = json.loads((folder.path / CANDIDATES).read_text())
     cands = [
-        Candidate(r["name"], r["role"], Shape(**r["shape"]) if r["shape"] else None, r["spec"])
+        Candidate(r["name"], r["role"], Shape(**r["shape"]) if r["shape"] else None, r["spec"], r.get("source", ""))
         for r in saved["candidates"]
     ]
     return cands, saved["specs"]

@@ -3,7 +3,8 @@
 trained shapes     chosen before any training from the sweep's fitted step model (`choose_shapes`): the predicted-
                    fastest shape at the parameter budget, and its equal-parameter opposite as the control — the
                    full-width (wide-shallow) shape when the fastest is narrower, else the deep-narrow twin.
-                   `--wide-layers k` overrides: k full-width layers and their deep-narrow twin, as the paper draws them
+                   `--wide-layers k` overrides: k full-width layers and their deep-narrow twin, as the paper draws them;
+                   a target that cannot train here (a q4 study) has them cut from its sibling instead (`cuts`)
 wide-shallow       k layers of the target at full width (the paper's recommendation)
 deep-narrow        the same non-embedding parameters spread over f·k layers of 1/f width (heads, KV heads, FFN ÷ f)
 self-speculative   the target with its middle half skipped, no training (Draft & Verify / LayerSkip style)
@@ -36,6 +37,7 @@ class Candidate:
     role: str  # wide-shallow | deep-narrow | self-speculative | first-k | feature | family | user
     shape: Shape | None = None  # pruned candidates: the exact shape to carve out
     spec: str = ""  # drafters taken as they are: layers:i,j,... of the target or a checkpoint
+    source: str = ""  # pruned candidates: the model the shape is cut from ("" the target; a sibling: `cuts`)
 
     @property
     def trained(self) -> bool:

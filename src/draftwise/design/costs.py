@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 
 from ..config import DesignConfig
-from . import lean_rows
+from . import cuts, lean_rows
 from .sizes import Sizes
 
 REF_TOKENS = 96  # new tokens per prompt the token-based costs below were measured at
@@ -67,10 +67,12 @@ class Outline:
     lean_step: float = LEAN_FLOOR  # the lean rows' mean step in the study's steps (`lean_share`)
     answer: float = 0.0  # the traffic's mean answer tokens (its file's max_tokens; 0: --max-new-tokens)
     temperatures: int = 0  # the traffic's temperatures, each measured in the last grid (0: --temperatures')
+    cuts: bool = False  # the trained shapes are cut from the sibling and learn from gen-data: no sweep, no teacher
 
     @classmethod
     def of(cls, config: DesignConfig) -> Outline:
-        trained = 0 if not config.trains else 2 * len(config.wide_layers) if config.wide_layers else 2
+        cut = cuts.source(config) is not None  # a q4 study of a target with a sibling trains the sibling's cuts
+        trained = 2 if cut else 0 if not config.trains else 2 * len(config.wide_layers) if config.wide_layers else 2
         user = 1 if config.drafter else 0
         rows = (1 + len(config.gguf_quants)) if "llama.cpp" in config.rows else 0
         lean = lean_rows.planned(config)
@@ -84,6 +86,7 @@ class Outline:
             lean_step=sum(lean_share(x, config.dtype) for x in lean.values()) / len(lean) if lean else LEAN_FLOOR,
             trained_control=not config.wide_layers,
             features=int(config.feature_drafter and config.trains),
+            cuts=cut,
         )
 
 
@@ -142,11 +145,12 @@ def _building(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) -> 
     """The sweep, data, each candidate's prune, distill and agree, the profile, and the lookups' tuning."""
     t = c.max_new_tokens / REF_TOKENS
     learns = int(o.trained + o.features > 0 and (o.built or "training" not in d))  # a study at int8/q4 trains none
+    learns_target = learns and not o.cuts  # a sibling's cuts need no sweep of the target's shapes, nor its teacher
     out = [
-        Item("sweep", learns, 300),
+        Item("sweep", learns_target, 300),
         Item("gen-data", 1, 100 + (52 + 2 * o.prefill) * s.gen_prompts),  # each prompt at two temperatures
         # teacher-forced scoring: ~1,300 tokens/s at bf16 on 2 cores, about 40 tokens per fp32 AR step
-        Item("teacher", learns, 300 + 0.025 * s.teacher_tokens),
+        Item("teacher", learns_target, 300 + 0.025 * s.teacher_tokens),
         Item("prune", n.trained, 600 + 1100 * math.ceil(s.elimination_tokens / 64)),  # per calibration row
         Item("distill", n.trained, 400, 60 * s.distill_minutes),  # its minutes, then loading and evaluations
         Item("feature", n.features, 400, 60 * s.feature_minutes),

@@ -22,7 +22,7 @@ from ..config import DesignConfig
 from ..config.design import AUTO
 from ..rundir import write_atomic
 from ..shapes import Shape
-from . import lean_rows
+from . import cuts, lean_rows
 from .plan import Planner
 from .target import has_q4_blocks, target_of
 
@@ -67,7 +67,10 @@ def decide(config: DesignConfig) -> dict:
         reason = f"{facts}: more than {MEMORY_SHARE:.0%} of the {available:g} GiB available"
     else:
         reason = f"{facts}: a {config.minutes:g}-minute plan at fp32 leaves out {', '.join(left_out)}"
-    if dtype != "fp32":
+    sibling = cuts.source(replace(config, dtype=dtype))
+    if sibling:
+        reason += f"; the target's candidates are taken as they are at {dtype}, shapes cut from {sibling} trained"
+    elif dtype != "fp32":
         reason += f"; candidates are taken as they are at {dtype} (nothing pruned or distilled)"
     return {
         "dtype": dtype,

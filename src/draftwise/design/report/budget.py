@@ -8,6 +8,7 @@ from pathlib import Path
 from ...report.doc import Doc
 from ...report.fmt import num as _f
 from ...report.plots import _save, plt
+from .. import cuts
 from ..pipeline import DesignFolder
 from ..plan import DECIDED, FLOORS
 
@@ -53,7 +54,8 @@ def section(doc: Doc, p: DesignFolder, plots: Path, footer: str) -> None:
         doc.p(f"Sizes fixed (`--fixed-sizes`): `--minutes {p.base.minutes:g}` sized only the data and distillation.")
         return
     budget, used = 60 * p.base.minutes, p.elapsed()
-    dropped = [d for d in left_out(plans) if p.base.trains or d not in TRAINING]  # a q4 study trains nothing
+    trains = p.base.trains or cuts.source(p.base) is not None  # a q4 study trains nothing but a sibling's cuts
+    dropped = [d for d in left_out(plans) if trains or d not in TRAINING]
     doc.p(
         f"`--minutes {p.base.minutes:g}`: the stages took {used / 60:.1f} minutes up to this report "
         f"({used / budget:.0%} of the budget; export and report writing come after). Before each phase the plan "

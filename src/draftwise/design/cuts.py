@@ -1,0 +1,95 @@
+"""Shapes cut from the family's small model: the paper's recipe where the target itself cannot be trained here.
+
+A target studied at int8 or q4 (too big for an fp32 study in its budget: a 1.5B on a 2-core CPU) is not pruned or
+distilled, but its named sibling (`targets.named`, the same tokenizer; Qwen2.5-Coder-0.5B beside the 1.5B) is small
+enough to train at fp32. Its real weights are cut as the paper prescribes — fewer layers at full width (wide-shallow)
+against the same non-embedding parameters spread over more, narrower layers (deep-narrow) — with the head on the
+target's CUT_VOCAB most emitted tokens, then distilled toward the target's own outputs: the gen-data continuations
+with the target's top-k, generated at the study's precision, which is the target being deployed (no fp32 teacher
+pass over text: at 1.5B that is compute-bound for minutes per ten thousand tokens on 2 cores).
+
+Priced before anything is trained (`predicted_c`): a draft step reads its weights once, so its cost beside a target
+step is about their byte ratio at the same precision; the distillation's learning-curve stop rule asks for the
+agreement that such a step needs (`build.needed_agreement`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..config import DesignConfig, DistillConfig, PruneConfig
+from ..shapes import Shape
+from ..targets.named import family_model
+from .candidates import Candidate, narrow_twin
+
+CUT_VOCAB = 16_384  # the head on the target's most emitted tokens: 16k of 152k rows holds ~all of code's mass
+# distilling a pretrained model's cut: 1e-3 (the rate that recovers a cut of random-looking layers of a 135M) made the
+# 0.5B sibling's 8-layer cut diverge within 50 steps here; 5e-5 raised its held-out agreement 0.19 → 0.48 in 10 minutes
+CUT_LR = 5e-5
+DEPTH_SHARE = 3  # the wide-shallow cut keeps 1/DEPTH_SHARE of the sibling's layers (8 of Qwen2.5-0.5B's 24)
+
+
+def source(config: DesignConfig) -> str | None:
+    """The spec of the model a design cuts its trained shapes from when the study cannot train its target: a named
+    target's named sibling (None: the target itself where it trains, or nothing to cut)."""
+    if config.trains:
+        return None
+    name, spec = family_model(config.target, ("", ""))
+    return spec or None
+
+
+def candidates(small: Shape, spec: str, factor: int, control: bool = True) -> list[Candidate]:
+    """The wide-shallow cut of `small` (the model `spec` names) and, with `control`, its deep-narrow twin at equal
+    non-embedding parameters (`candidates.narrow_twin`)."""
+    k = max(1, small.layers // DEPTH_SHARE)
+    wide = replace(small, layers=k)
+    out = [Candidate(f"cut-wide-L{k}", "wide-shallow", wide, source=spec)]
+    narrow = narrow_twin(small, k, factor) if control else None
+    if narrow is not None:
+        out.append(Candidate(f"cut-narrow-L{narrow.layers}", "deep-narrow", narrow, source=spec))
+    return out
+
+
+def predicted_c(cut: Shape, target: Shape) -> float:
+    """A cut's draft step over the target's step, priced as the weights each reads a step at the same precision:
+    the cut's layers and its CUT_VOCAB-row head against the target's layers and full head."""
+    head = min(CUT_VOCAB, target.vocab) * cut.hidden
+    return (cut.params()["non_embedding"] + head) / (target.params()["non_embedding"] + target.vocab * target.hidden)
+
+
+def prune_config(config: DesignConfig, cand: Candidate, data: str, elimination_tokens: int) -> PruneConfig:
+    """The sibling cut at fp32, calibrated on the target's continuations, its head reduced to the target's tokens."""
+    return PruneConfig(
+        target=cand.source,
+        shape=cand.prune_shape(),
+        data=data,
+        calib_tokens=1024,
+        elimination_tokens=elimination_tokens,
+        draft_vocab=CUT_VOCAB,
+        vocab_data=data,
+        seed=config.seed,
+        dtype="fp32",
+        device=config.device,
+        threads=config.threads,
+    )
+
+
+def distill_config(config: DesignConfig, drafter: str, data: str, minutes: float, stop_below: float) -> DistillConfig:
+    """The cut distilled at fp32 toward the target's stored top-k; its reduced head written after (`reduced/`)."""
+    return DistillConfig(
+        target=config.target,
+        drafter=drafter,
+        data=data,
+        loss=config.loss,
+        lr=CUT_LR,
+        minutes=minutes,
+        draft_vocab=CUT_VOCAB,
+        eval_prompts=8,  # the held-out continuations come from the target at fp32: a few, short
+        eval_tokens=32,
+        eval_every=20,
+        stop_below=stop_below,
+        seed=config.seed,
+        dtype="fp32",
+        device=config.device,
+        threads=config.threads,
+    )

@@ -1,0 +1,82 @@
+"""Shapes cut from a q4-studied target's sibling: which study cuts, the wide/deep pair at equal parameters, the price
+before training, the stages' configs."""
+
+from __future__ import annotations
+
+import pytest
+
+from draftwise.config import DesignConfig
+from draftwise.design import build, cuts
+from draftwise.design.candidates import Candidate
+from draftwise.design.costs import Outline
+from draftwise.shapes import Shape
+
+QWEN_05B = Shape(layers=24, hidden=896, heads=14, kv_heads=2, head_dim=64, ffn=4864, vocab=151936, tied=True)
+QWEN_15B = Shape(layers=28, hidden=1536, heads=12, kv_heads=2, head_dim=128, ffn=8960, vocab=151936, tied=True)
+
+
+@pytest.mark.parametrize(
+    "target, dtype, expected",
+    [
+        ("qwen2.5-coder-1.5b", "q4", "qwen2.5-coder-0.5b"),  # a named target with a sibling, not trainable here
+        ("qwen2.5-coder-1.5b", "int8", "qwen2.5-coder-0.5b"),
+        ("qwen2.5-coder-1.5b", "fp32", None),  # the target itself trains: its own shapes are cut
+        ("qwen2.5-coder-0.5b", "q4", None),  # no smaller sibling
+        ("default", "q4", None),
+    ],
+)
+def test_only_a_study_that_cannot_train_its_target_cuts_its_sibling(target, dtype, expected):
+    assert cuts.source(DesignConfig(target=target, dtype=dtype)) == expected
+
+
+def test_the_wide_cut_and_its_deep_narrow_twin_hold_equal_parameters():
+    wide, narrow = cuts.candidates(QWEN_05B, "qwen2.5-coder-0.5b", 3)
+    assert (wide.role, narrow.role) == ("wide-shallow", "deep-narrow")
+    assert wide.shape.layers == 8 and wide.shape.hidden == 896  # a third of the layers, width kept
+    assert narrow.shape.layers == 24 and narrow.shape.ffn < QWEN_05B.ffn  # every layer, narrower
+    n_wide, n_narrow = (x.shape.params()["non_embedding"] for x in (wide, narrow))
+    assert abs(n_wide - n_narrow) / n_wide < 0.01
+    assert wide.trained and wide.source == narrow.source == "qwen2.5-coder-0.5b"
+    assert [x.name for x in cuts.candidates(QWEN_05B, "s", 3, control=False)] == ["cut-wide-L8"]
+
+
+def test_a_cut_is_priced_by_the_weights_it_reads_a_step_with_its_reduced_head():
+    wide = cuts.candidates(QWEN_05B, "s", 3)[0].shape
+    c = cuts.predicted_c(wide, QWEN_15B)
+    layers = 8 * QWEN_05B.layer_params() + 896 + cuts.CUT_VOCAB * 896
+    assert c == pytest.approx(layers / (QWEN_15B.params()["non_embedding"] + 151936 * 1536))
+    assert 0.05 < c < 0.2  # the issue's goal: a draft step at most 0.2 of the target's
+    assert build.break_even(c) == pytest.approx(c)  # a verify at one AR step: γ = 1 pays from α > c
+
+
+def test_a_cut_is_pruned_from_the_sibling_and_distilled_at_fp32_toward_the_target():
+    config = DesignConfig(target="qwen2.5-coder-1.5b", dtype="q4", threads=1)
+    cand = cuts.candidates(QWEN_05B, "qwen2.5-coder-0.5b", 3)[0]
+    prune = cuts.prune_config(config, cand, "gen", 64)
+    assert (prune.target, prune.dtype, prune.data, prune.vocab_data) == ("qwen2.5-coder-0.5b", "fp32", "gen", "gen")
+    assert prune.shape == "layers=8,hidden=896,heads=14,kv_heads=2,ffn=4864" and prune.draft_vocab == cuts.CUT_VOCAB
+    distill = cuts.distill_config(config, "prune-cut", "gen", 2.0, 0.1)
+    assert (distill.target, distill.drafter, distill.dtype, distill.lr) == (
+        "qwen2.5-coder-1.5b",
+        "prune-cut",
+        "fp32",
+        cuts.CUT_LR,
+    )
+    assert distill.draft_vocab == cuts.CUT_VOCAB and distill.stop_below == 0.1
+
+
+def test_the_plan_counts_the_cuts_without_a_sweep_or_teacher():
+    outline = Outline.of(DesignConfig(target="qwen2.5-coder-1.5b", dtype="q4"))
+    assert outline.cuts and outline.trained == 2
+    assert Outline.of(DesignConfig(target="default", dtype="q4")).trained == 0
+
+
+def test_a_cut_drafts_with_its_reduced_head(tmp_path):
+    class P:
+        def folder(self, name):
+            return tmp_path / name
+
+    cut = Candidate("cut-wide-L8", "wide-shallow", QWEN_05B, source="qwen2.5-coder-0.5b")
+    own = Candidate("wide-L2", "wide-shallow", QWEN_05B)
+    assert build.spec_of(P(), cut) == str(tmp_path / "distill-cut-wide-L8" / "reduced")
+    assert build.spec_of(P(), own) == str(tmp_path / "distill-wide-L2")
