@@ -63,6 +63,7 @@ def test_a_cut_is_pruned_from_the_sibling_and_distilled_at_fp32_toward_the_targe
         cuts.CUT_LR,
     )
     assert distill.draft_vocab == cuts.CUT_VOCAB and distill.stop_below == 0.1
+    assert distill.target_dtype == "q4"  # the target as studied: no fp32 copy of it beside the training
 
 
 def test_the_plan_counts_the_cuts_without_a_sweep_or_teacher():

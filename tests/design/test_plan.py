@@ -50,6 +50,8 @@ def test_a_prefill_beyond_the_reference_is_priced_wherever_prompts_are_prefilled
     grids = ("bench-select", "bench-gamma", "bench-headline", "bench-select@", "bench-select@lean", "bench-fastest")
     prefilled = (*grids, "gen-data", "continuations", "agree-lookup", "quality")
     assert all(more[k] > base[k] for k in prefilled)  # the target prefills prompts
+    # an accuracy item is a pass over its context per choice: it costs what a prefill does, in proportion
+    assert more["accuracy"] / base["accuracy"] == pytest.approx(1 + 48.0 / costs.REF_PREFILL_STEPS)
     assert all(more[k] == base[k] for k in ("prune", "distill", "teacher", "profile", "agree"))
     assert plan.excess_prefill({"step_ms": 10, "prefill_ms": 458}) == pytest.approx(45.8 - costs.REF_PREFILL_STEPS)
     assert plan.excess_prefill({"step_ms": 10, "prefill_ms": 20}) == 0.0 == plan.excess_prefill({"step_ms": 10})

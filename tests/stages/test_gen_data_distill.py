@@ -149,6 +149,28 @@ def test_the_stop_rule_ends_training_a_drafter_that_cannot_reach_its_break_even(
     assert not any(r["event"] == "stopped" for r in trained) and trained[-1]["tokens"] >= 600
 
 
+def test_the_target_can_be_held_at_its_deployment_precision_while_the_drafter_trains_at_fp32(
+    tiny_dir, data_dir, tmp_path, monkeypatch
+):
+    """`target_dtype`: the target (held-out continuations, on-policy scoring) loads at int8, the drafter at fp32; the
+    drafter still learns (a q4-studied 1.5B's cut is distilled this way, without a 7 GB fp32 copy of its target)."""
+    loaded = []
+    real_load = distill.load
+
+    def recording(spec, options):
+        loaded.append(options.dtype)
+        return real_load(spec, options)
+
+    monkeypatch.setattr(distill, "load", recording)
+    config = distill_config(tiny_dir, data_dir, tokens=600, loss="fkl", target_dtype="int8", on_policy_every=3)
+    out = distill.run(config, tmp_path / "d")
+    assert loaded == ["int8"]
+    evals = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines() if '"eval"' in line]
+    assert evals[-1]["agreement"] > evals[0]["agreement"]
+    with pytest.raises(DraftwiseError, match="unknown target precision"):
+        distill_config(tiny_dir, data_dir, target_dtype="int4")
+
+
 def test_bad_distill_inputs(tiny_dir, tmp_path):
     with pytest.raises(DraftwiseError, match="unknown loss"):
         DistillConfig(drafter="layers:0", data="x", loss="mse")

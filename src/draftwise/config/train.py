@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..errors import DraftwiseError
 from .base import (
     LOSSES,
+    PRECISIONS,
     check_budget,
     check_gguf_quant,
     check_positive,
@@ -173,11 +174,19 @@ class DistillConfig:
     eval_suites: str = opt("all", "packaged suites of the eval prompts")
     seed: int = opt_seed()
     dtype: str = opt_dtype()
+    target_dtype: str = opt(
+        "",
+        "the target's precision for the held-out continuations and on-policy scoring (default: --dtype); a "
+        "deployment precision (q4, int8) keeps a big target's fp32 copy out of memory and evaluates against the "
+        "target as deployed",
+    )
     device: str = opt_device()
     threads: int | None = opt_threads()
 
     def __post_init__(self):
         check_trainable("distill", self.dtype)
+        if self.target_dtype and self.target_dtype not in PRECISIONS:
+            raise DraftwiseError(f"unknown target precision {self.target_dtype!r}: choose from {', '.join(PRECISIONS)}")
         if self.loss not in LOSSES:
             raise DraftwiseError(f"unknown loss {self.loss!r}: choose from {', '.join(LOSSES)}")
         if not self.drafter or not self.data:

@@ -24,6 +24,10 @@ BYTES_PER_WEIGHT = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 1.1875, "q4":
 # a candidate's agreement per prompt on the shared continuations, in target steps: 4.7–5.3 s for 12 prompts against
 # 12.9 s generating them too (the default target at fp32, a 2- and an 8-layer drafter, the command's own start included)
 AGREE_STEPS = 8.0
+# an accuracy item (MMLU, HellaSwag: one pass over context and choice per choice) in target steps, the default target
+# at fp32 (where a prompt's prefill is REF_PREFILL_STEPS); a target whose prefill costs more steps pays its items in
+# proportion: a 1.5B at q4 on 2 AVX2 cores, whose 220-token prefill is 97 steps, ~6× as many
+ACCURACY_ITEM_STEPS = 9.2
 LEAN_FLOOR = 0.35  # a lean row's step beside an fp32 study's (the default target): about a third, with overheads
 STAGE_S = 0.5  # per stage beyond loading the target (the probe times that: `Planner.stage_s`): files, imports
 # the families whose stages share one correction (measured ÷ predicted); any other kind is a family of its own
@@ -233,8 +237,9 @@ def _finishing(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) ->
     out = [Item("bench-fastest", 1, 100 + 0.5 * tok * s.bench_limit * options)]
     if o.lean_rows or o.rows:  # teacher-forced passes over eval prompts, a few AR steps each, per runtime
         out.append(Item("quality", 1, 50 + (5 + o.prefill) * s.agree_limit * (1 + len(o.lean_rows) + o.rows)))
-    if "accuracy" not in d:
-        out.append(Item("accuracy", 1, 9.2 * s.accuracy_items * 2 * (1 + n.cands)))
+    if "accuracy" not in d:  # an item: a pass over its context per choice, prefill-bound like a prompt's prefill
+        per_item = ACCURACY_ITEM_STEPS * (1 + o.prefill / REF_PREFILL_STEPS)
+        out.append(Item("accuracy", 1, per_item * s.accuracy_items * 2 * (1 + n.cands)))
     if o.chosen_model and "reduced-heads" not in d:
         out.append(Item("reduced-heads", 1, 400 + 1.3 * tok * s.headline_limit * (4 + len(c.draft_vocabs))))
     if o.serve and "serve" not in d:

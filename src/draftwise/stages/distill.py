@@ -190,7 +190,7 @@ def run(config: DistillConfig, out: str | Path) -> Path:
         ensure_reduced(run_dir.path, config.draft_vocab, config.data)
         return run_dir.path
     options = ModelOptions(config.dtype, config.device)
-    target = load(config.target, options)
+    target = load(config.target, ModelOptions(config.target_dtype or config.dtype, config.device))
     drafter = load_drafter(config.drafter, target, options)
     model = drafter.hf_model().float().train()
     for p in model.get_input_embeddings().parameters():
