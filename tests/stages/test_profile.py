@@ -28,6 +28,8 @@ def test_profile_writes_summary_and_plots(tiny_dir, tmp_path):
     d = b1["drafters"]["layers:0,3"]
     assert d["layers"] == 2 and 0 < d["head_share"] and 0 < d["cycle"]["4"]["draft_share"] < 1
     assert b1["depth_fit"]["per_layer_ms"] is not None
+    assert d["catch_up_ms"] > 0 and summary["batches"]["2"]["drafters"]["layers:0,3"]["catch_up_ms"] is None
+    assert b1["drafters"]["layers:0"]["catch_up_ms"] is None  # the depth truncations time a step only
     assert (out / "verify_vs_gamma.png").stat().st_size > 0 and (out / "step_vs_layers.png").stat().st_size > 0
 
 

@@ -1,5 +1,6 @@
 """What the design predicts before it measures: a model candidate's greedy tokens/s per γ, from its exact greedy TAR
-(`agree`) over the step and verify times a profile measured (the paper's cost model, `cost.throughput`)."""
+(`agree`) over the step and verify times a profile measured (the paper's cost model, `cost.throughput`), a round's
+drafting priced as the loop pays it: its first step feeds two tokens after a round that accepted every draft."""
 
 from __future__ import annotations
 
@@ -23,8 +24,23 @@ def predicted(
         return {}
     tar = json.loads((p.folder(f"agree-{name}") / "agree.json").read_text())["predicted_greedy_tar"]
     verify = cost.verify_curve(prof)  # side-by-side ratios × the AR step
-    step = prof["drafters"][spec]["step_ms"]
-    return {g: 1e3 * cost.throughput(tar[str(g)], g, step, verify(g)) for g in GAMMAS if tar.get(str(g))}
+    d = prof["drafters"][spec]
+    step, catch_up = d["step_ms"], d.get("catch_up_ms") or d["step_ms"]
+    out = {}
+    for g in GAMMAS:
+        if tar.get(str(g)):
+            # a round's drafting: γ steps, the first over two tokens after a round that accepted every draft
+            draft = g * step + all_accepted(tar, g) * max(0.0, catch_up - step)
+            out[g] = 1e3 * cost.throughput(tar[str(g)], 1, draft, verify(g))
+    return out
+
+
+def all_accepted(tar: dict[str, float], g: int) -> float:
+    """P(a greedy round of γ = g accepts every draft) from the greedy TAR per γ (keys are γ as text): a round emits
+    1 + min(L, γ) tokens, L the run of drafts the target agrees with, so TAR(g) − TAR(g−1) = P(L ≥ g); a γ whose
+    predecessor was not replayed takes the mean step from the nearest one below (TAR(0) = 1)."""
+    below = max((int(k) for k in tar if int(k) < g and tar[k]), default=0)
+    return max(0.0, (tar[str(g)] - (tar[str(below)] if below else 1.0)) / (g - below))
 
 
 def best_gamma(p: Stages | DesignFolder, spec: str, name: str, profile: str = "profile") -> tuple[int, float]:

@@ -37,7 +37,9 @@ ar_step_ms: the target's forward over 1 new token (batch b, `context` positions 
 verify_ms[γ]: the target's forward over γ+1 new tokens, returning all γ+1 logits.
 verify_over_ar_step[γ] = median verify / median AR step, both timed interleaved in the same point.
 step_ms (drafter): one serial drafter forward over 1 token (a feature drafter: one step of its head, which reads the
-target's feature and no cache); for a lookup drafter, one round's whole proposal (up to
+target's feature and no cache); catch_up_ms (a model drafter, batch 1): its forward over 2 tokens returning 1 logit,
+a round's first step after a round that accepted every draft (the last draft and the bonus token fed together); for a
+lookup drafter, one round's whole proposal (up to
 the largest γ) at `context` tokens. head_ms: final norm + LM head over 1 token per sequence.
 head_share = head_ms / step_ms. c = median drafter step / median AR step, timed interleaved.
 cycle[γ]: a round's time split, draft_share = γ·t_q / (γ·t_q + verify_ms[γ]), target_share = 1 − draft_share.
@@ -66,6 +68,11 @@ def points(config: ProfileConfig, n_layers: int) -> list[dict]:
             {"kind": "head", "model": d, "batch": b, "tokens": 1}
             for d in config.drafters
             if drafter_kind(d) == "model" and heads
+        ]
+        out += [  # a round's catch-up step, which the SD loop pays after every fully accepted round
+            {"kind": "step", "model": d, "batch": b, "tokens": 2}
+            for d in config.drafters
+            if drafter_kind(d) == "model" and b == 1
         ]
     return out
 
@@ -156,7 +163,8 @@ class Timer:
             return lambda: lm.logits(x)
         fill_cache(lm, b, ctx, max(self.config.gammas) + 1, self.gen)
         ids = torch.randint(0, lm.vocab_size, (b, t), generator=self.gen).to(dev)
-        return lambda: lm.forward(ids, ctx, t)  # a lean cache is preallocated: garbage in it costs what real keys do
+        n = t if point["model"] == "target" else 1  # a verify pass returns every position's logits, a draft step one
+        return lambda: lm.forward(ids, ctx, n)  # a lean cache is preallocated: garbage in it costs what real keys do
 
     def feature_step(self, head, batch: int):
         """One draft step of a feature head (`runtimes.lean.feature_head`): a feature and a token per row in, the next
@@ -262,6 +270,7 @@ def summarize(records: list[dict], configs: dict, config: ProfileConfig) -> dict
             }
         for spec in dict.fromkeys(r["model"] for r in recs if r["kind"] == "step" and r["model"] != "target"):
             step = get[("step", spec, 1)]
+            catch_up = get.get(("step", spec, 2))
             head = get.get(("head", spec, 1)) or (entry["head_ms"] if spec.startswith("layers:") else None)
             shape = Shape.of(configs[spec]) if spec in configs else None
             entry["drafters"][spec] = {
@@ -270,6 +279,7 @@ def summarize(records: list[dict], configs: dict, config: ProfileConfig) -> dict
                 "shape": shape.__dict__ if shape else None,
                 "params": shape.params() if shape else None,
                 "step_ms": step,
+                "catch_up_ms": catch_up,
                 "head_ms": head,
                 "head_share": head / step if head else None,
                 "c": rel[("step", spec, 1)],
