@@ -1121,31 +1121,47 @@ def test_a_study_at_q4_takes_its_candidates_as_they_are(small_q4_gguf, tmp_path,
     assert "--dtype q4" in (out / "export" / "README.md").read_text()
 
 
+@pytest.fixture
+def stand_in_sibling(tmp_path):
+    """A 6-layer random model with the default target's tokenizer at Q4_1: the small q4 target's sibling in a test."""
+    from conftest import tiny_config, tiny_model
+    from draftwise.gguf.write import write_gguf
+    from draftwise.targets.source import default_gguf
+
+    config = tiny_config(vocab=49152, layers=6, hidden_size=64, intermediate_size=96)
+    state = tiny_model(config, seed=7, std=0.3).state_dict()
+    path = tmp_path / "sibling-q4_1.gguf"
+    return str(write_gguf(config, state, None, path, quant="q4_1", tokenizer_gguf=default_gguf(), random_weights=True))
+
+
 @pytest.mark.slow
-def test_a_study_at_q4_cuts_its_siblings_shapes_and_distills_them(small_q4_gguf, tmp_path, monkeypatch):
-    """A target studied at q4 with a sibling (here the default 135M stands in: the same tokenizer) gets the paper's
-    recipe on the sibling: a wide-shallow cut and its deep-narrow twin, pruned from the sibling at fp32 with the head
-    on the target's frequent tokens, distilled on the target's gen-data (no sweep, no teacher pass), then benchmarked
-    at q4 through their reduced heads beside the sibling as it ships."""
-    sibling = lambda spec, default: ("smollm2-135m", "default")  # noqa: E731
+def test_a_study_at_q4_cuts_its_siblings_shapes_and_distills_them(
+    small_q4_gguf, stand_in_sibling, tmp_path, monkeypatch
+):
+    """A target studied at q4 with a sibling (a 6-layer stand-in of the same tokenizer) gets the paper's recipe on the
+    sibling: a wide-shallow cut and its deep-narrow twin, pruned from the sibling at fp32 with the head on the target's
+    frequent tokens, distilled on the target's gen-data (no sweep, no teacher pass), then benchmarked at q4 through
+    their reduced heads beside the sibling as it ships."""
+    sibling = lambda spec, default: ("sibling", stand_in_sibling)  # noqa: E731
     monkeypatch.setattr(sys.modules["draftwise.design.candidates"], "FAMILY_RATIO", 0.0)
     monkeypatch.setattr(sys.modules["draftwise.design.cuts"], "family_model", sibling)
     monkeypatch.setattr(design, "family_model", sibling)
-    monkeypatch.setattr(sys.modules["draftwise.design.cuts"], "DEPTH_SHARE", 15)  # 2 of the 135M's 30 layers
-    config = _small_q4_design(small_q4_gguf, dtype="q4", feature_drafter=False)
+    config = _small_q4_design(small_q4_gguf, dtype="q4", feature_drafter=False, narrow_factor=2)  # 2 → 4 layers
     out = tmp_path / "design"
     design.run(config, out)
     done = design.Pipeline(config, out).done
     assert not [s for s in done if s.startswith(("teacher", "sweep", "feature-"))]
-    assert {"prune-cut-wide-L2", "distill-cut-wide-L2", "prune-cut-narrow-L6", "distill-cut-narrow-L6"} <= set(done)
+    assert {"prune-cut-wide-L2", "distill-cut-wide-L2", "prune-cut-narrow-L4", "distill-cut-narrow-L4"} <= set(done)
     assert done["distill-cut-wide-L2"]["predicted_c"] > 0
     prune_config = json.loads((out / "stages" / "prune-cut-wide-L2" / "config.json").read_text())
-    assert prune_config["target"] == "default" and prune_config["dtype"] == "fp32"
+    assert prune_config["target"] == stand_in_sibling and prune_config["dtype"] == "fp32"
     assert prune_config["data"].endswith("gen-data")
+    distill_config = json.loads((out / "stages" / "distill-cut-wide-L2" / "config.json").read_text())
+    assert (distill_config["dtype"], distill_config["target_dtype"]) == ("fp32", "q4")
     cands, specs = build.read_candidates(design.Pipeline(config, out))
     assert specs["cut-wide-L2"].endswith("distill-cut-wide-L2/reduced")
-    assert {x.name: x.source for x in cands}["cut-narrow-L6"] == "default"
-    assert {"cut-wide-L2", "cut-narrow-L6", "smollm2-135m"} <= set(done["select-drafter"]["speedup"])
+    assert {x.name: x.source for x in cands}["cut-narrow-L4"] == stand_in_sibling
+    assert {"cut-wide-L2", "cut-narrow-L4", "sibling"} <= set(done["select-drafter"]["speedup"])
     assert "cut-wide-L2" in done["verdict"]["candidates"]
     report = (out / "report.md").read_text()
     assert "cut-wide-L2" in report and "Wide-shallow vs deep-narrow" in report
