@@ -38,6 +38,7 @@ from ..stages import quality
 from ..targets.checkpoint import config_and_tokenizer
 from ..targets.named import family_model
 from ..targets.source import resolve
+from ..targets.spec import parse
 from . import (
     build,
     cuts,
@@ -132,7 +133,7 @@ def model_candidates(p: Pipeline, target, shape: Shape) -> Pool:
     family = family_of(c.target, target, shape)
     cands = candidates(shape, c.wide_layers if trains else (), c.narrow_factor, c.drafter, shapes, feature, family)
     if family and cuts.source(c) == family[1] and not p.dropped("training"):  # the paper's recipe on the sibling
-        small = Shape.of(config_and_tokenizer(resolve(family[1]), ModelOptions())[0])
+        small = Shape.of(parse(family[1]).model_config())
         cands = cuts.candidates(small, family[1], c.narrow_factor, not p.dropped("control")) + cands
     n_trained, n_feature = sum(x.trained for x in cands), sum(x.role == FEATURE for x in cands)
     p.know(

@@ -34,8 +34,6 @@ from ..sd.families import drafter_kind
 from ..shapes import Shape
 from ..specs import split_hybrid
 from ..stages import accuracy, agree, distill, feature, gen_data, profile, prune, sweep, teacher
-from ..targets.checkpoint import config_and_tokenizer
-from ..targets.source import resolve
 from ..units import parse_count
 from . import cuts, lookup, requests
 from .candidates import FAMILY, FEATURE, Candidate, budget_shapes, choose_shapes
@@ -43,6 +41,7 @@ from .estimate import GAMMAS, SCREEN
 from .measure import feasible_batch
 from .pipeline import CANDIDATES, Pipeline, Stages, runtime_options
 from .sizes import Sizes
+from .target import target_of
 
 
 def spec_of(p: Stages, cand: Candidate) -> str:
@@ -130,16 +129,11 @@ def cut_distill(p: Stages, cand: Candidate) -> None:
     data = str(p.folder("gen-data"))
     prune_config = cuts.prune_config(p.config, cand, data, p.sizes.elimination_tokens)
     p.stage(f"prune-{cand.name}", lambda f: prune.run(prune_config, f))
-    c = cuts.predicted_c(cand.shape, target_shape(p.config))
+    c = cuts.predicted_c(cand.shape, Shape.of(target_of(p.config).model_config()))  # a worker holds no target
     distill_config = cuts.distill_config(
         p.config, str(p.folder(f"prune-{cand.name}")), data, p.sizes.distill_minutes, break_even(c)
     )
     p.stage(f"distill-{cand.name}", lambda f: distill.run(distill_config, f), predicted_c=round(c, 4))
-
-
-def target_shape(config: DesignConfig) -> Shape:
-    """The target's shape from its config alone (a worker holds no target)."""
-    return Shape.of(config_and_tokenizer(resolve(config.target), ModelOptions())[0])
 
 
 def break_even(c: float) -> float:
