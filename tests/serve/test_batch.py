@@ -19,7 +19,7 @@ from draftwise.sd.loop import Generation, generate
 from draftwise.sd.sampling import SamplingParams
 from draftwise.serve.batch import Batch, Seq, round_
 from draftwise.serve.engine import Job
-from draftwise.serve.policy import Lookahead, Tops, expected_tokens, verify_curve
+from draftwise.serve.policy import Chunks, Lookahead, Tops, expected_tokens, verify_curve
 from draftwise.serve.text import TextStream
 
 PROMPTS = [[1, 5, 9], [1, 20, 21, 22, 23, 24, 25], [1], [4, 5, 6, 4, 5, 6, 4, 5], [30, 31, 32, 30, 31, 32], [7, 8]]
@@ -55,6 +55,45 @@ def test_rows_that_join_and_leave_at_different_rounds_get_ars_tokens(tiny_dir, d
     got = {tuple(s.job.ids): s.out.tokens for s in done}
     assert [got[tuple(p)] for p in PROMPTS] == want
     assert sum(r.accepted for s in done for r in s.out.rounds) > 0 or not gamma  # drafted tokens were accepted
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "q8:int8"])
+def test_prompts_prefilled_in_chunks_between_rounds_get_ars_tokens(tiny_dir, dtype):
+    """A joining prompt prefilled a few tokens between rounds while the others decode (in the spare row, moved to its
+    live row when whole) gives each request AR's greedy tokens, and the decoding rows keep emitting meanwhile."""
+    lm = load(tiny_dir, ModelOptions(dtype=dtype.split(":")[-1])).lm
+    prompts = [PROMPTS[1] * 3, PROMPTS[3] * 4, PROMPTS[0], PROMPTS[4] * 2]  # 21, 32, 3 and 12 tokens
+    lengths = [25, 12, 30, 9]
+    want = [generate(lm, p, SamplingParams(0.0), n, torch.Generator()).tokens for p, n in zip(prompts, lengths)]
+    batch, waiting, done, stalls = Batch(lm, 3, 256), list(zip(prompts, lengths)), [], 0
+    while waiting or batch.seqs or batch.joining:
+        if batch.joining is None and waiting and len(batch.seqs) < batch.slots:
+            batch.join(seq_of(*waiting.pop(0), NgramDrafter(1, 3)), 0)
+        if batch.joining is not None:
+            before = batch.joining.length
+            batch.prefill(5 if batch.seqs else None)  # 5 tokens a round beside decoding rows, all of it alone
+            stalls += batch.joining is not None and batch.joining.length - before == 5
+        for seq, _ in round_(batch, 2, 0.0, frozenset()) if batch.seqs else []:
+            if seq.room <= 0:
+                batch.leave(seq)
+                done.append(seq)
+    got = {tuple(s.job.ids): s.out.tokens for s in done}
+    assert [got[tuple(p)] for p in prompts] == want
+    assert stalls >= 3  # prompts did join in chunks, rounds running between them
+
+
+def test_a_chunk_is_what_a_round_takes_at_the_measured_prefill_speed():
+    chunks = Chunks()
+    assert chunks.tokens() == Chunks.FIRST  # nothing measured yet
+    chunks.timed_round(0.05)
+    chunks.timed_chunk(32, 0.032)  # 1 ms a prompt token
+    assert chunks.tokens() == 50  # a 50 ms round: 50 tokens
+    chunks.timed_round(0.05)
+    chunks.timed_chunk(50, 0.5)  # slower than thought: smaller chunks
+    assert Chunks.LEAST <= chunks.tokens() < 50
+    for _ in range(20):
+        chunks.timed_chunk(10, 10.0)
+    assert chunks.tokens() == Chunks.LEAST  # never below the least chunk
 
 
 def test_log_probabilities_are_ars(tiny_dir):

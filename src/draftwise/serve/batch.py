@@ -1,7 +1,8 @@
 """A continuous batch: the requests the server decodes together, each in a row of one KV cache at its own position.
 
-Between rounds, waiting requests join (each prompt prefilled alone into a free row) and finished ones leave (the last
-row moves into the freed one, so rows 0..n-1 are the live ones and a pass covers only them). A round is the loop's
+Between rounds, a waiting request joins (its prompt prefilled alone into the spare row, the last, in chunks between
+rounds while others decode: `prefill`) and finished ones leave (the last row moves into the freed one, so rows 0..n-1
+are the live ones and a pass covers only them). A round is the loop's
 (`sd.loop.generate`), on every row at once: each row proposes its drafts (up to the γ the policy gives this batch
 size), one target pass covers every row's pending token and drafts (padded to the longest block: a pad's keys land
 past the row's tokens, where its next pass writes over them, as a rejected draft's do), and each row settles its own
@@ -61,19 +62,37 @@ class Batch:
         self.k, self.v = torch.empty(size, dtype=lm.dtype), torch.empty(size, dtype=lm.dtype)
         lm.rotations(max_len + spare)
         self.seqs: list[Seq] = []
+        self.joining: Seq | None = None  # the request whose prompt is being prefilled, in row slots - 1
 
     def cache(self, rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
         return self.k[:, rows], self.v[:, rows]
 
-    def join(self, seq: Seq) -> None:
-        """Prefill the request's prompt but its last token into the next free row."""
-        b, start = len(self.seqs), time.perf_counter()
-        if len(seq.tokens) > 1:
-            ids = torch.tensor([seq.tokens[:-1]])
-            self.lm.forward(ids, 0, 0, cache=self.cache(slice(b, b + 1)))
-        seq.length = len(seq.tokens) - 1
-        seq.out.prefill_s = time.perf_counter() - start
+    def join(self, seq: Seq, chunk: int | None = None) -> bool:
+        """Start the request's prefill (its prompt but the last token) in the spare row with its first `chunk` tokens
+        (None: all of them); True once it is a live row (`prefill`). A row must be free."""
+        assert self.joining is None and len(self.seqs) < self.slots
+        self.joining, seq.length, seq.out.prefill_s = seq, 0, 0.0
+        return self.prefill(chunk)
+
+    def prefill(self, chunk: int | None) -> bool:
+        """The joining request's next `chunk` prompt tokens (None: the rest) into its row, at their positions; once its
+        prompt is in, it is the next live row (its keys and values moved there) and this returns True."""
+        seq, row, start = self.joining, self.slots - 1, time.perf_counter()
+        end = len(seq.tokens) - 1 if chunk is None else min(len(seq.tokens) - 1, seq.length + chunk)
+        if end > seq.length:
+            ids = torch.tensor([seq.tokens[seq.length : end]])
+            self.lm.forward(ids, seq.length, 0, cache=self.cache(slice(row, row + 1)))
+        seq.length = end
+        seq.out.prefill_s += time.perf_counter() - start
+        if end < len(seq.tokens) - 1:
+            return False
+        b = len(self.seqs)
+        if b != row:
+            self.k[:, b, :, :end] = self.k[:, row, :, :end]
+            self.v[:, b, :, :end] = self.v[:, row, :, :end]
         self.seqs.append(seq)
+        self.joining = None
+        return True
 
     def leave(self, seq: Seq) -> None:
         """The row of `seq` is free; the last row moves into it (its cache rows copied)."""

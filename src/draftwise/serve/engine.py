@@ -33,7 +33,7 @@ from ..runtimes.lean.forward import LeanLM
 from ..sd.loop import Generation, generate
 from ..sd.sampling import SamplingParams
 from .batch import Batch, Seq, round_
-from .policy import Lookahead, Tops, verify_curve
+from .policy import Chunks, Lookahead, Tops, verify_curve
 from .text import TextStream
 
 log = logging.getLogger("draftwise.serve")
@@ -121,6 +121,7 @@ class Engine:
         batched = lean_cpu and max_batch > 1 and getattr(drafter, "kind", None) != "feature"
         self.batch = Batch(target.lm, max_batch, max_len, self.gamma + 1) if batched else None
         self.lookahead: Lookahead | None = None  # priced by `warm`
+        self.chunks = Chunks()  # how much of a joining prompt is prefilled between rounds
         self.jobs: queue.Queue = queue.Queue()
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
@@ -237,16 +238,21 @@ class Engine:
         """The continuous batch (`batch`): admit between rounds, one round over every row, rows leave when done."""
         stopping = False
         while True:
-            stopping = self._admit(wait=not self.batch.seqs and not stopping) or stopping
+            idle = not self.batch.seqs and self.batch.joining is None
+            stopping = self._admit(wait=idle and not stopping) or stopping
+            if self.batch.joining is not None:
+                self._prefill()
             if not self.batch.seqs:
-                if stopping:
+                if stopping and self.batch.joining is None:
                     return
                 continue
             n = len(self.batch.seqs)
             gammas = [self.lookahead.gamma(n, s.params.temperature) if self.lookahead else 0 for s in self.batch.seqs]
             self._sessions(max(gammas))
             try:
+                t_round = time.perf_counter()
                 emitted = round_(self.batch, gammas, self.draft_stop if self.drafter else 0.0, self.target.eos_ids)
+                self.chunks.timed_round(time.perf_counter() - t_round)
             except Exception as e:  # a bug must not take the server down: the batch's requests get a 500
                 log.exception("decoding failed")
                 for seq in list(self.batch.seqs):
@@ -262,8 +268,9 @@ class Engine:
                     self._end(seq.job, self._finished(seq.job, seq.out))
 
     def _admit(self, wait: bool) -> bool:
-        """Queued jobs join the batch while it has rows free (waiting for one when `wait`); True once `stop()`."""
-        while len(self.batch.seqs) < self.batch.slots:
+        """A queued job starts joining the batch when a row is free and none is joining (waiting for one when
+        `wait`); True once `stop()`."""
+        while self.batch.joining is None and len(self.batch.seqs) < self.batch.slots:
             try:
                 job = self.jobs.get() if wait else self.jobs.get_nowait()
             except queue.Empty:
@@ -276,12 +283,28 @@ class Engine:
                 self._end(job, None)
                 continue
             try:
-                self.batch.join(self._seq(job))
+                self.batch.join(self._seq(job), 0)  # its prefill: `_prefill`, between rounds
             except Exception as e:
-                log.exception("prefill failed")
+                log.exception("joining failed")
                 self._end(job, Failed(f"decoding failed: {type(e).__name__}: {e}"))
-            self.metrics.running.set(len(self.batch.seqs))
+                continue
+            self.metrics.running.set(len(self.batch.seqs) + 1)
         return False
+
+    def _prefill(self) -> None:
+        """The joining request's next chunk of prompt: all of it when no row decodes (nobody waits), else what one
+        round takes (`policy.Chunks`), so the rows decoding beside it wait about a round for each chunk."""
+        seq, chunk = self.batch.joining, self.chunks.tokens() if self.batch.seqs else None
+        before, start = seq.length, time.perf_counter()
+        try:
+            self.batch.prefill(chunk)
+        except Exception as e:
+            log.exception("prefill failed")
+            self.batch.joining = None
+            self._end(seq.job, Failed(f"decoding failed: {type(e).__name__}: {e}"))
+            return
+        if chunk is not None:
+            self.chunks.timed_chunk(seq.length - before, time.perf_counter() - start)
 
     def _seq(self, job: Job) -> Seq:
         gen = Generation([], prompt_tokens=len(job.ids))

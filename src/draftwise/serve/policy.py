@@ -26,6 +26,33 @@ REPEATS = 3  # timed passes per point (the fastest counts), after a warm-up
 CONTEXT = 128  # the positions each row holds while the curve is timed
 
 
+class Chunks:
+    """How many prompt tokens a joining request prefills between two rounds of the rows already decoding: what one
+    round's time buys at the prefill speed measured so far (both smoothed), so a decoding row waits about one round
+    for it — its time per output token at most about twice its usual — instead of the whole prompt's prefill."""
+
+    FIRST = 32  # tokens, before a round and a chunk have been timed
+    LEAST = 8  # a chunk is never smaller: each pass has its fixed cost
+    SMOOTH = 0.3  # weight of the newest measurement
+
+    def __init__(self):
+        self.round_s: float | None = None
+        self.token_s: float | None = None
+
+    def tokens(self) -> int:
+        if self.round_s is None or self.token_s is None:
+            return self.FIRST
+        return max(self.LEAST, int(self.round_s / self.token_s))
+
+    def timed_round(self, seconds: float) -> None:
+        self.round_s = seconds if self.round_s is None else (1 - self.SMOOTH) * self.round_s + self.SMOOTH * seconds
+
+    def timed_chunk(self, tokens: int, seconds: float) -> None:
+        if tokens > 0:
+            per = seconds / tokens
+            self.token_s = per if self.token_s is None else (1 - self.SMOOTH) * self.token_s + self.SMOOTH * per
+
+
 def expected_tokens(alpha: float, gamma: int) -> float:
     """Tokens a round emits per row at acceptance α with γ drafts (accepted drafts and the recovered/bonus one)."""
     return gamma + 1.0 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)

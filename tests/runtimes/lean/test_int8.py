@@ -11,7 +11,7 @@ from draftwise.errors import DraftwiseError
 from draftwise.runtimes.base import ModelOptions
 from draftwise.runtimes.lean import kernels
 from draftwise.runtimes.lean.forward import LeanLM
-from draftwise.runtimes.lean.int8 import Int8Weight, quantize_rows, reference_linear
+from draftwise.runtimes.lean.int8 import Int8Weight, quantize_blocks, quantize_rows, reference_linear
 from draftwise.runtimes.registry import load, load_drafter
 
 PATHS = [isa for isa in (1, 2) if isa <= kernels.int8_isa()]  # the C paths this CPU runs (2 VNNI, 1 AVX2)
@@ -45,11 +45,13 @@ def test_a_q4_block_is_held_exactly():
 
 @pytest.mark.skipif(not PATHS, reason="no int8 C kernel on this machine")
 @pytest.mark.parametrize("n,k", [(96, 40), (61, 130), (256, 576)])
-def test_kernel_paths_equal_the_torch_reference_bitwise(n, k):
+@pytest.mark.parametrize("abits", [16, 8])
+def test_kernel_paths_equal_the_torch_reference_bitwise(n, k, abits):
     """Exact integer sums per block, then the same fp32 operations in the same order: AVX-512, AVX2 and torch give the
-    same bits, on any number of rows."""
+    same bits, on any number of rows, with 16-bit activations per row or 8-bit ones per block."""
     gen = torch.Generator().manual_seed(n)
     w = Int8Weight(torch.randn(n, k, generator=gen))
+    w.abits = abits
     for m in (1, 2, 3, 4, 5, 7, 9, 13):
         x = 3 * torch.randn(m, k, generator=gen)
         x[0, :4] = 0.0 if m > 1 else x[0, :4]
@@ -68,6 +70,18 @@ def test_a_zero_row_and_a_row_alone_give_their_pass_bits():
     assert torch.equal(together[2], torch.zeros(64))
     for i in range(5):
         assert torch.equal(kernels.int8_gemm(x[i : i + 1].contiguous(), w)[0], together[i])
+
+
+def test_activation_blocks_are_quantized_on_their_own():
+    """At 8 bits each block of 32 of a row has its own scale: an outlier costs only its own block's resolution."""
+    x = torch.zeros(2, 40)
+    x[0, 0], x[0, 1], x[0, 32] = 100.0, 1.0, 1.0  # block 0 holds the outlier, block 1 does not
+    x[1, 5] = -2.0
+    q, s = quantize_blocks(x, 64)
+    assert q.shape == (2, 64) and s.shape == (2, 2)
+    assert q[0, 0] == 127 and q[0, 1] == 1 and q[0, 32] == 127 and q[1, 5] == -127
+    assert torch.allclose(s, torch.tensor([[100.0, 1.0], [2.0, 0.0]]) / 127)
+    assert torch.equal(q[:, 40:], torch.zeros(2, 24))
 
 
 def test_activation_rows_are_quantized_on_their_own():

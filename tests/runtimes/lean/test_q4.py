@@ -60,12 +60,15 @@ def test_the_files_blocks_dequantize_bit_for_bit_as_gguf_reads_them(qtype):
     "qtype,n,k,fmt",
     [("Q4_1", 96, 64, 1), ("Q4_1", 61, 160, 1), ("Q4_0", 256, 576, 1), ("Q4_K", 61, 512, 0), ("Q4_K", 96, 768, 2)],
 )
-def test_kernel_paths_equal_the_torch_reference_bitwise(qtype, n, k, fmt):
-    """Every format of the scales (fp32, fp16, Q4_K's bytes and super-blocks), on each path the CPU has."""
+@pytest.mark.parametrize("abits", [16, 8])
+def test_kernel_paths_equal_the_torch_reference_bitwise(qtype, n, k, fmt, abits):
+    """Every format of the scales (fp32, fp16, Q4_K's bytes and super-blocks), at both activation precisions, on each
+    path the CPU has."""
     gen = torch.Generator().manual_seed(n)
     raw = raw_rows(qtype, n, k, seed=n)
     factors = tuple(map(torch.from_numpy, k_factors(raw))) if fmt == 2 else None
     w = Q4Weight(*(torch.from_numpy(t) for t in blocks(raw, qtype)), factors)
+    w.abits = abits
     assert w.scale_format == fmt
     for m in (1, 2, 3, 4, 5, 7, 9):
         x = 3 * torch.randn(m, k, generator=gen)

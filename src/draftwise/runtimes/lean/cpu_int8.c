@@ -41,6 +41,35 @@
 
 #define BLOCK 32
 #define QMAX 32767.0f
+#define QMAX8 127.0f
+
+/* rows m of x quantized to int8 per block of 32 (abits 8): q [M, Kp] holds the values (zero past K), sa [M, B] each
+ * block's scale, sx[m] = 1; lo: the values + 128 as unsigned bytes (against signed int8 weights), hi: the values
+ * as signed bytes (against unsigned nibbles) */
+static void quantize_blocks(const float* x, int64_t M, int64_t K, int64_t Kp, int16_t* q, float* sx, float* sa,
+                            int32_t* t, uint8_t* lo, uint8_t* hi) {
+    const int64_t B = Kp / BLOCK;
+    for (int64_t m = 0; m < M; m++) {
+        const float* xm = x + m * K;
+        int16_t* qm = q + m * Kp;
+        sx[m] = 1.0f;
+        for (int64_t b = 0; b < B; b++) {
+            const int64_t k0 = b * BLOCK, k1 = k0 + BLOCK < K ? k0 + BLOCK : K;
+            float amax = 0.0f;
+            for (int64_t k = k0; k < k1; k++) amax = fmaxf(amax, fabsf(xm[k]));
+            const float inv = amax > 0.0f ? QMAX8 / amax : 0.0f;
+            sa[m * B + b] = amax / QMAX8;
+            int32_t sum = 0;
+            for (int64_t k = k0; k < k0 + BLOCK; k++) {
+                const float v = k < k1 ? rintf(xm[k] * inv) : 0.0f;
+                const int16_t v16 = (int16_t)(v > QMAX8 ? QMAX8 : v < -QMAX8 ? -QMAX8 : v);
+                qm[k] = v16, sum += v16;
+                if (lo) lo[m * Kp + k] = (uint8_t)(v16 + 128), hi[m * Kp + k] = (uint8_t)(int8_t)v16;
+            }
+            t[m * B + b] = sum;
+        }
+    }
+}
 
 /* rows m of x quantized to int16 into q [M, Kp] (zero past K), with each row's scale sx[m] and block sums t [M, B];
  * lo, hi (when not NULL): the bytes of q + 32768, hi less 128 as a signed byte where `signed_hi` */
@@ -79,6 +108,7 @@ typedef struct {
     const uint8_t* hi;
     const int32_t* t;      /* their block sums [M, B] */
     const float* sx;       /* their scales */
+    const float* sa;       /* abits 8: their blocks' scales [M, B] */
     const void* s;         /* block scales [G, B, 16]: fp16 (int8; q4 where exact), fp32, or Q4_K's sc (bytes) */
     const void* z;         /* block offsets, the same (Q4_K's mn) */
     const float* sd;       /* Q4_K: the super-blocks' d [G, B / 8, 16] */
@@ -105,8 +135,8 @@ static AVX512 __m512 load16(const void* p, const float* per8, int64_t at, int64_
                       : _mm512_loadu_ps((const float*)p + at);
 }
 
-static AVX512 void tile512(const int R, const int M, const int bits, const int fmt, const int8_t* w, int64_t g,
-                           const operands* o) {
+static AVX512 void tile512(const int R, const int M, const int bits, const int fmt, const int ab, const int8_t* w,
+                           int64_t g, const operands* o) {
     const int64_t Kp = o->Kp, B = Kp / BLOCK, group = Kp * 2 * bits;  /* bytes of a group of 16 rows */
     const __m512i nibble = _mm512_set1_epi8(0x0F);
     __m512i raw[4];
@@ -142,7 +172,14 @@ static AVX512 void tile512(const int R, const int M, const int bits, const int f
                 }
             }
 #pragma GCC unroll 6
-            for (int j = 0; j < M; j++) {
+            for (int j = 0; j < M && ab == 8; j++) {  /* one product an instruction: the other operand's sign */
+                const __m512i xv = _mm512_set1_epi32(*(const int32_t*)((bits == 8 ? o->lo : o->hi) + j * Kp + k));
+#pragma GCC unroll 4
+                for (int i = 0; i < R; i++)
+                    dl[i][j] = bits == 8 ? _mm512_dpbusd_epi32(dl[i][j], xv, wv[i]) : _mm512_dpbusd_epi32(dl[i][j], wv[i], xv);
+            }
+#pragma GCC unroll 6
+            for (int j = 0; j < M && ab == 16; j++) {
                 const __m512i xl = _mm512_set1_epi32(*(const int32_t*)(o->lo + j * Kp + k));
                 const __m512i xh = _mm512_set1_epi32(*(const int32_t*)(o->hi + j * Kp + k));
 #pragma GCC unroll 4
@@ -158,13 +195,15 @@ static AVX512 void tile512(const int R, const int M, const int bits, const int f
             const int64_t at = ((g + i) * B + b) * 16, at8 = ((g + i) * (B / 8) + b / 8) * 16;
             const __m512 s = load16(o->s, o->sd, at, at8, fmt), z = load16(o->z, o->zd, at, at8, fmt);
             const __m512i corr = bits == 8 ? _mm512_slli_epi32(_mm512_cvtepi16_epi32(
-                                                 _mm256_loadu_si256((const __m256i*)(o->qsum + at))), 15)
+                                                 _mm256_loadu_si256((const __m256i*)(o->qsum + at))), ab == 8 ? 7 : 15)
                                            : _mm512_setzero_si512();
 #pragma GCC unroll 6
             for (int j = 0; j < M; j++) {
-                const __m512i d = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(dh[i][j], 8), dl[i][j]), corr);
-                const __m512 term = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), s),
-                                                  _mm512_mul_ps(_mm512_set1_ps((float)o->t[j * B + b]), z));
+                const __m512i d = ab == 8 ? _mm512_sub_epi32(dl[i][j], corr)
+                                          : _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(dh[i][j], 8), dl[i][j]), corr);
+                __m512 term = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), s),
+                                            _mm512_mul_ps(_mm512_set1_ps((float)o->t[j * B + b]), z));
+                if (ab == 8) term = _mm512_mul_ps(term, _mm512_set1_ps(o->sa[j * B + b]));
                 acc[i][j] = _mm512_add_ps(acc[i][j], term);
             }
         }
@@ -180,34 +219,40 @@ static AVX512 void tile512(const int R, const int M, const int bits, const int f
     }
 }
 
-static AVX512 void groups512(const int bits, const int fmt, const int8_t* w, operands o, int64_t M, int64_t g) {
+static AVX512 void groups512(const int bits, const int fmt, const int ab, const int8_t* w, operands o, int64_t M,
+                             int64_t g) {
     const int64_t B = o.Kp / BLOCK;
     if (M == 1) {  /* one-token steps: four groups (four weight streams) in flight */
-        tile512(4, 1, bits, fmt, w, g, &o);
+        tile512(4, 1, bits, fmt, ab, w, g, &o);
         return;
     }
-    for (; M > 0; M -= 4, o.lo += 4 * o.Kp, o.hi += 4 * o.Kp, o.t += 4 * B, o.sx += 4, o.y += 4 * o.N) {
+    for (; M > 0; M -= 4, o.lo += 4 * o.Kp, o.hi += 4 * o.Kp, o.t += 4 * B, o.sx += 4, o.y += 4 * o.N,
+                  o.sa += o.sa ? 4 * B : 0) {
         for (int64_t g2 = g; g2 < g + 4; g2 += 2) {  /* after the first four inputs the groups come from L1/L2 */
             switch (M < 4 ? (int)M : 4) {
-                case 1: tile512(2, 1, bits, fmt, w, g2, &o); break;
-                case 2: tile512(2, 2, bits, fmt, w, g2, &o); break;
-                case 3: tile512(2, 3, bits, fmt, w, g2, &o); break;
-                default: tile512(2, 4, bits, fmt, w, g2, &o); break;
+                case 1: tile512(2, 1, bits, fmt, ab, w, g2, &o); break;
+                case 2: tile512(2, 2, bits, fmt, ab, w, g2, &o); break;
+                case 3: tile512(2, 3, bits, fmt, ab, w, g2, &o); break;
+                default: tile512(2, 4, bits, fmt, ab, w, g2, &o); break;
             }
         }
     }
 }
 
 /* one compiled body per weight format (bits and the scales' width constants in each) */
-#define BODY512(name, bits, fmt)                                                                            \
+#define BODY512(name, bits, fmt, ab)                                                                        \
     __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void name(const int8_t* w, operands o, \
                                                                             int64_t M, int64_t g) {       \
-        groups512(bits, fmt, w, o, M, g);                                                                   \
+        groups512(bits, fmt, ab, w, o, M, g);                                                               \
     }
-BODY512(groups512_q8, 8, F16)
-BODY512(groups512_q4, 4, F32)
-BODY512(groups512_q4h, 4, F16)
-BODY512(groups512_q4k, 4, KQ)
+BODY512(groups512_q8, 8, F16, 16)
+BODY512(groups512_q4, 4, F32, 16)
+BODY512(groups512_q4h, 4, F16, 16)
+BODY512(groups512_q4k, 4, KQ, 16)
+BODY512(groups512_q8_a8, 8, F16, 8)
+BODY512(groups512_q4_a8, 4, F32, 8)
+BODY512(groups512_q4h_a8, 4, F16, 8)
+BODY512(groups512_q4k_a8, 4, KQ, 8)
 
 /* ---- AVX2: one group (four 4-row quarters, lanes = (row, pair of k)) against M inputs ---- */
 #define INLINE static inline __attribute__((always_inline))
@@ -220,7 +265,8 @@ INLINE __m256 load8(const void* p, const float* per8, int64_t at, int64_t at8, c
                       : _mm256_loadu_ps((const float*)p + at);
 }
 
-INLINE void tile256(const int M, const int bits, const int fmt, const int8_t* w, int64_t g, const operands* o) {
+INLINE void tile256(const int M, const int bits, const int fmt, const int ab, const int8_t* w, int64_t g,
+                    const operands* o) {
     const int64_t Kp = o->Kp, B = Kp / BLOCK, group = Kp * 2 * bits;
     const __m128i nibble = _mm_set1_epi8(0x0F);
     __m128i raw[4];
@@ -256,8 +302,9 @@ INLINE void tile256(const int M, const int bits, const int fmt, const int8_t* w,
             const __m256 s = load8(o->s, o->sd, at, at8, fmt), z = load8(o->z, o->zd, at, at8, fmt);
             for (int j = 0; j < M; j++) {
                 const __m256i dd = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(d[2 * h][j], d[2 * h + 1][j]), order);
-                const __m256 term = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dd), s),
-                                                  _mm256_mul_ps(_mm256_set1_ps((float)o->t[j * B + b]), z));
+                __m256 term = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dd), s),
+                                            _mm256_mul_ps(_mm256_set1_ps((float)o->t[j * B + b]), z));
+                if (ab == 8) term = _mm256_mul_ps(term, _mm256_set1_ps(o->sa[j * B + b]));
                 acc[h][j] = _mm256_add_ps(acc[h][j], term);
             }
         }
@@ -272,21 +319,28 @@ INLINE void tile256(const int M, const int bits, const int fmt, const int8_t* w,
     }
 }
 
-INLINE void groups256(const int bits, const int fmt, const int8_t* w, operands o, int64_t M, int64_t g) {
+/* abits 8 takes the int16 path's products on its int8 values (exact either way), then each block's scale */
+INLINE void groups256(const int bits, const int fmt, const int ab, const int8_t* w, operands o, int64_t M, int64_t g) {
     const int64_t B = o.Kp / BLOCK;
-    for (; M > 0; M -= 2, o.q += 2 * o.Kp, o.t += 2 * B, o.sx += 2, o.y += 2 * o.N)
+    for (; M > 0; M -= 2, o.q += 2 * o.Kp, o.t += 2 * B, o.sx += 2, o.y += 2 * o.N, o.sa += o.sa ? 2 * B : 0)
         for (int64_t g2 = g; g2 < g + 4; g2++) {
             if (M == 1)
-                tile256(1, bits, fmt, w, g2, &o);
+                tile256(1, bits, fmt, ab, w, g2, &o);
             else
-                tile256(2, bits, fmt, w, g2, &o);
+                tile256(2, bits, fmt, ab, w, g2, &o);
         }
 }
 
-static void groups256_q8(const int8_t* w, operands o, int64_t M, int64_t g) { groups256(8, F16, w, o, M, g); }
-static void groups256_q4(const int8_t* w, operands o, int64_t M, int64_t g) { groups256(4, F32, w, o, M, g); }
-static void groups256_q4h(const int8_t* w, operands o, int64_t M, int64_t g) { groups256(4, F16, w, o, M, g); }
-static void groups256_q4k(const int8_t* w, operands o, int64_t M, int64_t g) { groups256(4, KQ, w, o, M, g); }
+#define BODY256(name, bits, fmt, ab) \
+    static void name(const int8_t* w, operands o, int64_t M, int64_t g) { groups256(bits, fmt, ab, w, o, M, g); }
+BODY256(groups256_q8, 8, F16, 16)
+BODY256(groups256_q4, 4, F32, 16)
+BODY256(groups256_q4h, 4, F16, 16)
+BODY256(groups256_q4k, 4, KQ, 16)
+BODY256(groups256_q8_a8, 8, F16, 8)
+BODY256(groups256_q4_a8, 4, F32, 8)
+BODY256(groups256_q4h_a8, 4, F16, 8)
+BODY256(groups256_q4k_a8, 4, KQ, 8)
 
 /* ---- entry points ---- */
 
@@ -304,22 +358,32 @@ int draftwise_int8_isa(void) {
  * scales) or 4 (q4). */
 void draftwise_int8_gemm(const float* x, const int8_t* w, const void* s, const void* z, const float* sd,
                          const float* zd, const int16_t* qsum, float* y, int64_t M, int64_t N, int64_t K, int64_t Kp,
-                         int nthreads, int isa, int bits, int fmt) {
+                         int nthreads, int isa, int bits, int fmt, int abits) {
     const int64_t B = Kp / BLOCK;
     int16_t* q = (int16_t*)aligned_alloc(64, (size_t)(M * Kp * 2 + 63) / 64 * 64);
     uint8_t* bytes = isa == 2 ? (uint8_t*)aligned_alloc(64, (size_t)(2 * M * Kp + 63) / 64 * 64) : NULL;
     float* sx = (float*)malloc(M * sizeof(float));
+    float* sa = abits == 8 ? (float*)malloc(M * B * sizeof(float)) : NULL;
     int32_t* t = (int32_t*)malloc(M * B * sizeof(int32_t));
-    quantize_rows(x, M, K, Kp, q, sx, t, bytes, bytes ? bytes + M * Kp : NULL, bits == 4);
-    const operands o = {q, bytes, bytes ? bytes + M * Kp : NULL, t, sx, s, z, sd, zd, qsum, y, N, Kp};
+    if (abits == 8)
+        quantize_blocks(x, M, K, Kp, q, sx, sa, t, bytes, bytes ? bytes + M * Kp : NULL);
+    else
+        quantize_rows(x, M, K, Kp, q, sx, t, bytes, bytes ? bytes + M * Kp : NULL, bits == 4);
+    const operands o = {q, bytes, bytes ? bytes + M * Kp : NULL, t, sx, sa, s, z, sd, zd, qsum, y, N, Kp};
     const int64_t G = (N + 63) / 64 * 4;  /* groups, as packed: N padded to a multiple of 64 rows */
-    void (*body)(const int8_t*, operands, int64_t, int64_t) =
-        isa == 2 ? (bits == 8 ? groups512_q8 : fmt == KQ ? groups512_q4k : fmt == F16 ? groups512_q4h : groups512_q4)
-                 : (bits == 8 ? groups256_q8 : fmt == KQ ? groups256_q4k : fmt == F16 ? groups256_q4h : groups256_q4);
+    typedef void (*body_fn)(const int8_t*, operands, int64_t, int64_t);
+    /* [isa 2?][abits 8?][format: q8, q4 fp32, q4 fp16, Q4_K] */
+    static const body_fn bodies[2][2][4] = {
+        {{groups256_q8, groups256_q4, groups256_q4h, groups256_q4k},
+         {groups256_q8_a8, groups256_q4_a8, groups256_q4h_a8, groups256_q4k_a8}},
+        {{groups512_q8, groups512_q4, groups512_q4h, groups512_q4k},
+         {groups512_q8_a8, groups512_q4_a8, groups512_q4h_a8, groups512_q4k_a8}}};
+    const body_fn body = bodies[isa == 2][abits == 8][bits == 8 ? 0 : fmt == KQ ? 3 : fmt == F16 ? 2 : 1];
 #pragma omp parallel for schedule(static) num_threads(nthreads)
     for (int64_t g = 0; g < G; g += 4) body(w, o, M, g);
     free(q);
     free(bytes);
     free(sx);
+    free(sa);
     free(t);
 }

@@ -12,7 +12,7 @@
 void draftwise_small_gemm(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K, int nthreads);
 void draftwise_int8_gemm(const float* x, const int8_t* w, const void* s, const void* z, const float* sd,
                          const float* zd, const int16_t* qsum, float* y, int64_t M, int64_t N, int64_t K, int64_t Kp,
-                         int nthreads, int isa, int bits, int fmt);
+                         int nthreads, int isa, int bits, int fmt, int abits);
 void draftwise_rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t D, float eps);
 void draftwise_attention(float* qkv, const float* rot, float* k_cache, float* v_cache, float* out, int64_t T,
                          int64_t pos, int64_t start, int64_t H, int64_t KV, int64_t hd, int64_t S, float scale,
@@ -22,7 +22,7 @@ void draftwise_silu_mul(const float* gu, float* out, int64_t rows, int64_t F);
 void draftwise_gelu_tanh_mul(const float* gu, float* out, int64_t rows, int64_t F);
 
 /* a weight y = x @ w^T (+ bias): fp32 (w) or int8 / q4 (q, block scales s, offsets z, Q4_K's super-block factors
- * sd and zd, sums of q; w NULL; bits 8 or 4; fmt: how s and z are held, cpu_int8.c) */
+ * sd and zd, sums of q; w NULL; bits 8 or 4; fmt: how s and z are held; abits: the activations' bits, cpu_int8.c) */
 typedef struct {
     const float* w;
     const int8_t* q;
@@ -32,7 +32,7 @@ typedef struct {
     const float* zd;
     const int16_t* qsum;
     const float* bias;
-    int64_t N, K, Kp, bits, fmt;
+    int64_t N, K, Kp, bits, fmt, abits;
 } dw_matrix;
 
 /* a layer's weights and settings (NULL norms: the family has none); mirrors kernels.LayerStruct */
@@ -49,7 +49,7 @@ static void matmul(const dw_matrix* m, const float* x, float* y, int64_t rows, i
         draftwise_small_gemm(x, m->w, y, rows, m->N, m->K, nthreads);
     else
         draftwise_int8_gemm(x, m->q, m->s, m->z, m->sd, m->zd, m->qsum, y, rows, m->N, m->K, m->Kp, nthreads, isa,
-                            (int)m->bits, (int)m->fmt);
+                            (int)m->bits, (int)m->fmt, (int)m->abits);
     if (m->bias)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t n = 0; n < m->N; n++) y[r * m->N + n] += m->bias[n];

@@ -32,6 +32,7 @@ BLOCK = 32  # weights: one scale and offset per block of 32 inputs of a row
 ALIGN = 64  # K and N are padded with zeros to multiples of this (N: the kernel's tiles of 4 groups of 16 rows)
 GROUP = 16  # rows packed together (`cpu_int8.c`): 64 bytes hold 4 consecutive k of 16 rows
 QMAX = 32767.0  # activations: int16, symmetric, one scale per row
+QMAX8 = 127.0  # or (`abits` 8) int8, symmetric, one scale per block of 32 of a row
 
 
 def _up(n: int) -> int:
@@ -45,6 +46,7 @@ class Int8Weight(nn.Module):
 
     BITS = 8  # bits of q as stored (`q4.Q4Weight`: 4)
     SCALES = torch.float16  # how s and z are stored
+    abits = 16  # bits of the activations it is multiplied with: 16 (a scale per row) or 8 (per block: `q4.py`)
 
     def __init__(self, w: torch.Tensor):
         super().__init__()
@@ -147,6 +149,7 @@ class Int8Weight(nn.Module):
         rows = _up(len(ids))
         pad = lambda t: torch.cat([t[ids], t.new_zeros(rows - len(ids), t.shape[1])])  # noqa: E731
         out._pack(pad(q), pad(s), pad(z), len(ids), self.in_features)
+        out.abits = self.abits
         return out
 
     def extra_repr(self) -> str:
@@ -161,21 +164,39 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, amax / QMAX
 
 
+def quantize_blocks(x: torch.Tensor, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per block of 32 symmetric int8: x [M, K] fp32 -> (q [M, cols] as float, zero past K; scale [M, cols / 32]), as
+    `cpu_int8.c`'s quantize_blocks."""
+    xb = torch.zeros(x.shape[0], cols)
+    xb[:, : x.shape[1]] = x
+    xb = xb.view(x.shape[0], -1, BLOCK)
+    amax = xb.abs().amax(-1)
+    inv = torch.where(amax > 0, torch.full_like(amax, QMAX8) / amax, torch.zeros_like(amax))
+    q = torch.round(xb * inv[..., None]).clamp(-QMAX8, QMAX8)
+    return q.view(x.shape[0], cols), amax / QMAX8
+
+
 def reference_linear(x2: torch.Tensor, w: Int8Weight) -> torch.Tensor:
     """`linear` in torch: x2 [M, K] fp32 -> [M, N], the kernel's operations in its order: per block an exact integer
-    sum d (float64 here) and the activations' block sum t, acc = acc + (d·s + t·z) in fp32, then acc · sx."""
-    q, sx = quantize_rows(x2.float())
-    m, k, cols = q.shape[0], w.in_features, w.padded_in
+    sum d (float64 here) and the activations' block sum t, acc = acc + (d·s + t·z) in fp32, then acc · sx; at
+    `abits` 8, acc = acc + (d·s + t·z)·sa with the block's activation scale sa (and no sx)."""
+    m, k, cols = x2.shape[0], w.in_features, w.padded_in
     xq = torch.zeros(m, cols, dtype=torch.float64)
-    xq[:, :k] = q
+    if w.abits == 8:
+        q, sa = quantize_blocks(x2.float(), cols)
+        xq[:] = q
+    else:
+        q, sx = quantize_rows(x2.float())
+        xq[:, :k] = q
     wq, s, z = w.unpacked()
     xb, wb = xq.view(m, -1, BLOCK), wq.double().view(wq.shape[0], -1, BLOCK)  # [M, B, 32], [Np, B, 32]
     d = torch.einsum("mbk,nbk->mnb", xb, wb).float()  # exact: |d| < 2^31
     t = xb.sum(-1).float()  # [M, B]
     acc = torch.zeros(m, wq.shape[0])
     for b in range(xb.shape[1]):
-        acc = acc + (d[:, :, b] * s[:, b] + t[:, b, None] * z[:, b])
-    return (acc * sx[:, None])[:, : w.out_features]
+        term = d[:, :, b] * s[:, b] + t[:, b, None] * z[:, b]
+        acc = acc + (term * sa[:, b, None] if w.abits == 8 else term)
+    return (acc if w.abits == 8 else acc * sx[:, None])[:, : w.out_features]
 
 
 def check_supported(device: str, backend: str, name: str = NAME) -> None:

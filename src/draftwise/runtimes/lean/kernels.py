@@ -20,11 +20,13 @@ import tempfile
 import warnings
 from functools import lru_cache
 from importlib.resources import files
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from ...paths import cache_dir
+from . import ladder
 from .int8 import Int8Weight, reference_linear
 
 MAX_ROWS = 64  # above this (long prefill) the work is compute-bound and torch's BLAS and SDPA do well
@@ -76,7 +78,7 @@ def _kernel():
     dll.draftwise_silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
     dll.draftwise_gelu_tanh_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
     dll.draftwise_softcap.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 2 + [ctypes.c_float]
-    dll.draftwise_int8_gemm.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 4 + [ctypes.c_int] * 4
+    dll.draftwise_int8_gemm.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 4 + [ctypes.c_int] * 5
     dll.draftwise_int8_isa.restype = ctypes.c_int
     dll.draftwise_layer.argtypes = (
         [ctypes.POINTER(LayerStruct)]
@@ -91,12 +93,13 @@ def kernel_available() -> bool:
     return _kernel() is not None
 
 
-INT8_ISAS = {2: "avx512", 1: "avx2"}
-
-
+@lru_cache(maxsize=1)
 def int8_isa() -> int:
-    """The int8 kernel's best path on this CPU: 2 AVX-512 (VNNI), 1 AVX2, 0 none (torch computes the same function)."""
-    return _kernel().draftwise_int8_isa() if _kernel() is not None else 0
+    """The int8 kernel's path here: 2 AVX-512 (VNNI), 1 AVX2, 0 none (torch computes the same function) — the best
+    the CPU reports, proven by a smoke test in a child process before it is trusted (`ladder.py`)."""
+    if _kernel() is None:
+        return 0
+    return ladder.proven(_kernel().draftwise_int8_isa(), Path(_kernel()._name).stem, cache_dir("kernels"))
 
 
 def int8_available() -> bool:
@@ -105,7 +108,7 @@ def int8_available() -> bool:
 
 def int8_gemm(x: torch.Tensor, w, isa: int | None = None) -> torch.Tensor:
     """x [M, K] fp32 contiguous (CPU) times the int8 weight `w` (`int8.Int8Weight`) -> [M, N] fp32, each row of x
-    quantized with its own scale (`cpu_int8.c`). `isa`: a path other than the best (tests compare them)."""
+    quantized with its own scale, or each of its blocks of 32 at `w.abits` 8 (`cpu_int8.c`). `isa`: a path other than the best (tests compare them)."""
     m, n = x.shape[0], w.out_features
     y = torch.empty(m, n, dtype=torch.float32)
     _kernel().draftwise_int8_gemm(
@@ -125,6 +128,7 @@ def int8_gemm(x: torch.Tensor, w, isa: int | None = None) -> torch.Tensor:
         isa or int8_isa(),
         w.BITS,
         w.scale_format,
+        w.abits,
     )
     return y
 
@@ -248,7 +252,7 @@ class _Matrix(ctypes.Structure):
     or NULL."""
 
     _fields_ = [(n, ctypes.c_void_p) for n in ("w", "q", "s", "z", "sd", "zd", "qsum", "bias")] + [
-        (n, ctypes.c_int64) for n in ("N", "K", "Kp", "bits", "fmt")
+        (n, ctypes.c_int64) for n in ("N", "K", "Kp", "bits", "fmt", "abits")
     ]
 
 
@@ -286,6 +290,7 @@ def _matrix(w, b: torch.Tensor | None) -> _Matrix | None:
                 w.padded_in,
                 w.BITS,
                 w.scale_format,
+                w.abits,
             )
             if int8_available()
             else None
@@ -293,7 +298,7 @@ def _matrix(w, b: torch.Tensor | None) -> _Matrix | None:
     n, k = w.shape
     if w.dtype != torch.float32 or not w.is_contiguous() or k % 8 or n % 4 or w.requires_grad:
         return None
-    return _Matrix(w.data_ptr(), None, None, None, None, None, None, _ptr(b), n, k, k, 32, 0)
+    return _Matrix(w.data_ptr(), None, None, None, None, None, None, _ptr(b), n, k, k, 32, 0, 0)
 
 
 def layer_struct(layer, gelu: bool) -> LayerStruct | None:

@@ -107,4 +107,5 @@ def _model(f, meta: dict, config, precision: str) -> LeanLM | None:
     ]
     sd = {"model.embed_tokens.weight": get("embed"), "model.norm.weight": get("norm_weight")}
     sd["lm_head.weight"] = get("head")
-    return LeanLM(config, sd, layers=layers, precision=precision)
+    lm = LeanLM(config, sd, layers=layers, precision=precision)
+    return q4.with_activations(lm) if precision == q4.NAME else lm

@@ -26,6 +26,7 @@ table of names and permutations to keep in step with it.
 from __future__ import annotations
 
 import hashlib
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -207,4 +208,28 @@ def build(config, state: dict[str, torch.Tensor], path: Path, compile: bool = Fa
         raise DraftwiseError(f"--dtype q4: no layer matrix of the model matches {path}'s 4-bit blocks")
     lm = LeanLM(config, state, layers=layers, compile=compile, precision=NAME)
     lm.head = bank.weight(lm.head) or Int8Weight(lm.head)
+    return with_activations(lm)
+
+
+# Bits of the activations each matrix is multiplied with (`cpu_int8.c`): 16 (a scale per row, two vpdpbusd per 4
+# products) or 8 (a scale per block of 32, one). 8 bits everywhere missed the quality bar (teacher-forced agreement
+# with fp32 >= 0.99, ΔNLL <= +0.005; docs/results.md, int8 activations): 0.979 / -0.005 on the default target (16:
+# 0.990), 0.987 / +0.014 on Qwen2.5-Coder-1.5B; each matrix alone at 8 bits on the default target: wqkv 0.976, wd
+# 0.977, head 0.986, wgu 0.988, wo 0.991. So 16 stays; DRAFTWISE_ACTIVATION_BITS=8 runs 8 everywhere, an experiment
+# labelled in the engine's name (`runtime.py`), its quality measured by `draftwise quality` like any precision's.
+ACTIVATION_BITS = {"wqkv": 16, "wo": 16, "wgu": 16, "wd": 16, "head": 16}
+
+
+def activation_bits(name: str) -> int:
+    return 8 if os.environ.get("DRAFTWISE_ACTIVATION_BITS") == "8" else ACTIVATION_BITS[name]
+
+
+def with_activations(lm):
+    """`lm` (a q4 model, built here or read from its pack) with each matrix's activation bits set."""
+    from .forward import LINEARS
+
+    held = [(getattr(layer, name), name) for layer in lm.layers for name in LINEARS] + [(lm.head, "head")]
+    for w, name in held:
+        if isinstance(w, Int8Weight):
+            w.abits = activation_bits(name)
     return lm

@@ -1,0 +1,51 @@
+"""The integer kernel's smoke test, run in a child process by `ladder.smoke` (`python -m draftwise.runtimes.lean.smoke
+ISA`): exit 0 when path ISA gives the torch reference's bits on every weight format at both activation precisions,
+1 when it differs; a path that cannot run here kills only this process.
+
+`DRAFTWISE_SMOKE_DIE` (a path's name, e.g. avx512): that path's child aborts before computing — how the tests show
+a dying path falling to the next rung on a machine where every path runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from . import kernels, ladder
+from .int8 import Int8Weight, reference_linear
+from .q4 import Q4Weight
+
+
+def weights() -> list[Int8Weight]:
+    """One small weight of each format the kernel reads: int8 (fp16 scales), q4 with fp16 and with fp32 scales."""
+    gen = torch.Generator().manual_seed(0)
+    n, k = 40, 96
+    q = torch.randint(0, 16, (n, k), generator=gen, dtype=torch.uint8)
+    s = torch.rand(n, k // 32, generator=gen) * 0.01
+    return [Int8Weight(torch.randn(n, k, generator=gen)), Q4Weight(q, s.half().float(), -8 * s.half().float()),
+            Q4Weight(q, s, -8 * s)]
+
+
+def passes(isa: int) -> bool:
+    gen = torch.Generator().manual_seed(1)
+    for w in weights():
+        for abits in (16, 8):
+            w.abits = abits
+            for m in (1, 3, 5):
+                x = 3 * torch.randn(m, w.in_features, generator=gen)
+                if not torch.equal(kernels.int8_gemm(x, w, isa), reference_linear(x, w)):
+                    return False
+    return True
+
+
+def main(argv: list[str]) -> int:
+    isa = int(argv[0])
+    if os.environ.get("DRAFTWISE_SMOKE_DIE") == ladder.NAMES[isa]:
+        os.abort()
+    return 0 if passes(isa) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
