@@ -108,7 +108,8 @@ def int8_available() -> bool:
 
 def int8_gemm(x: torch.Tensor, w, isa: int | None = None) -> torch.Tensor:
     """x [M, K] fp32 contiguous (CPU) times the int8 weight `w` (`int8.Int8Weight`) -> [M, N] fp32, each row of x
-    quantized with its own scale, or each of its blocks of 32 at `w.abits` 8 (`cpu_int8.c`). `isa`: a path other than the best (tests compare them)."""
+    quantized with its own scale, or each of its blocks of 32 at `w.abits` 8 (`cpu_int8.c`). `isa`: a path other
+    than the best (tests compare them)."""
     m, n = x.shape[0], w.out_features
     y = torch.empty(m, n, dtype=torch.float32)
     _kernel().draftwise_int8_gemm(

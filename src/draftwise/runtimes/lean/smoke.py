@@ -24,8 +24,11 @@ def weights() -> list[Int8Weight]:
     n, k = 40, 96
     q = torch.randint(0, 16, (n, k), generator=gen, dtype=torch.uint8)
     s = torch.rand(n, k // 32, generator=gen) * 0.01
-    return [Int8Weight(torch.randn(n, k, generator=gen)), Q4Weight(q, s.half().float(), -8 * s.half().float()),
-            Q4Weight(q, s, -8 * s)]
+    return [
+        Int8Weight(torch.randn(n, k, generator=gen)),
+        Q4Weight(q, s.half().float(), -8 * s.half().float()),
+        Q4Weight(q, s, -8 * s),
+    ]
 
 
 def passes(isa: int) -> bool:
