@@ -126,6 +126,32 @@ def test_concurrent_requests_are_each_answered_as_alone(server):
     assert got == want
 
 
+@pytest.mark.parametrize("chunked", [True, False])
+def test_long_prompts_joining_a_busy_batch_are_each_answered_as_alone(tiny_dir, chunked, monkeypatch):
+    """Prompts longer than a chunk join while others decode: prefilled a chunk between rounds (or whole, with
+    --no-chunked-prefill), each request still gets AR's tokens."""
+    chunks = []
+    real = engine_module.Engine._prefill
+
+    def spy(self):
+        before = self.batch.joining.length
+        real(self)
+        chunks.append((bool(self.batch.seqs), self.batch.joining is not None, before))
+
+    monkeypatch.setattr(engine_module.Engine, "_prefill", spy)
+    prompts = [[1] + [5 + (i * 7 + j * 3) % 50 for j in range(70 + 9 * i)] for i in range(4)]
+    config = ServeConfig(target=tiny_dir, drafter="ngram", gamma=3, threads=1, chunked_prefill=chunked)
+    with serving(config) as s:
+        want = [ar(s.served, p, 30) for p in prompts]
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            got = list(
+                pool.map(lambda p: complete(s, p, max_tokens=30, temperature=0)["choices"][0]["token_ids"], prompts)
+            )
+    assert got == want
+    partial = [c for c in chunks if c[1]]  # a chunk after which the prompt was not whole yet
+    assert bool(partial) == chunked
+
+
 @pytest.fixture
 def gated(server, monkeypatch):
     """The engine's decoding rounds held until the returned event is set."""

@@ -79,6 +79,11 @@ class ServeConfig:
     max_queue: int = opt(
         16, "requests waiting beyond the batch being decoded; past it a request gets 503 + Retry-After"
     )
+    chunked_prefill: bool = opt(
+        True,
+        "prefill a joining prompt whole before the next round (the batch's rows wait for it; more throughput and an "
+        "earlier first token when long prompts dominate, a longer stall for the rows decoding)",
+    )
     max_body_bytes: int = opt(1 << 20, "the largest request body accepted (413 past it)")
     seed: int = like(BenchConfig, "seed")
     given: tuple[str, ...] = internal((), "the options the command line gave (they win over the export's)")

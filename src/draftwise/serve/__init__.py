@@ -59,6 +59,7 @@ def build(config: ServeConfig) -> Served:
         config.max_batch,
         context,
         config.gammas_at(),
+        config.chunked_prefill,
     )
     with torch.inference_mode():
         engine.warm(target.encode("Hello") or [0], WARMUP_TOKENS)

@@ -110,6 +110,7 @@ class Engine:
         max_batch: int = 1,
         max_len: int = 0,
         gamma_by_temperature: dict[float, int] | None = None,
+        chunked_prefill: bool = True,
     ):
         # a request's γ by its temperature (`policy.Tops`); `gamma`: the most any request drafts (the rows' room)
         self.tops = Tops(gamma, gamma_by_temperature)
@@ -121,7 +122,7 @@ class Engine:
         batched = lean_cpu and max_batch > 1 and getattr(drafter, "kind", None) != "feature"
         self.batch = Batch(target.lm, max_batch, max_len, self.gamma + 1) if batched else None
         self.lookahead: Lookahead | None = None  # priced by `warm`
-        self.chunks = Chunks()  # how much of a joining prompt is prefilled between rounds
+        self.chunks = Chunks() if chunked_prefill else None  # how much of a joining prompt each round waits for
         self.jobs: queue.Queue = queue.Queue()
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
@@ -252,7 +253,8 @@ class Engine:
             try:
                 t_round = time.perf_counter()
                 emitted = round_(self.batch, gammas, self.draft_stop if self.drafter else 0.0, self.target.eos_ids)
-                self.chunks.timed_round(time.perf_counter() - t_round)
+                if self.chunks:
+                    self.chunks.timed_round(time.perf_counter() - t_round)
             except Exception as e:  # a bug must not take the server down: the batch's requests get a 500
                 log.exception("decoding failed")
                 for seq in list(self.batch.seqs):
@@ -294,7 +296,7 @@ class Engine:
     def _prefill(self) -> None:
         """The joining request's next chunk of prompt: all of it when no row decodes (nobody waits), else what one
         round takes (`policy.Chunks`), so the rows decoding beside it wait about a round for each chunk."""
-        seq, chunk = self.batch.joining, self.chunks.tokens() if self.batch.seqs else None
+        seq, chunk = self.batch.joining, self.chunks.tokens() if self.batch.seqs and self.chunks else None
         before, start = seq.length, time.perf_counter()
         try:
             self.batch.prefill(chunk)

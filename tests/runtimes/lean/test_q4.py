@@ -3,6 +3,8 @@ by the int8 kernel's function on nibbles (its paths equal the torch reference bi
 one-token bits), loaded from a file with the rows matched whatever order the lean engine keeps them in, and greedy
 SD on it token-identical to AR on it."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -14,7 +16,7 @@ from draftwise.errors import DraftwiseError
 from draftwise.runtimes.base import ModelOptions
 from draftwise.runtimes.lean import kernels
 from draftwise.runtimes.lean.int8 import Int8Weight, reference_linear
-from draftwise.runtimes.lean.q4 import TYPES, Q4Weight, blocks, dequantize, k_factors
+from draftwise.runtimes.lean.q4 import TYPES, TYPES8, Bank, Q4Weight, blocks, blocks8, dequantize, k_factors
 from draftwise.runtimes.registry import load, load_drafter
 from draftwise.sd.drafters import ModelDrafter
 from draftwise.sd.lookup import NgramDrafter
@@ -53,6 +55,23 @@ def test_the_files_blocks_dequantize_bit_for_bit_as_gguf_reads_them(qtype):
         assert factored.scale_format == 2 and factored.s.dtype == torch.uint8
         assert torch.equal(factored.dequantize(), torch.from_numpy(want))
         assert torch.equal(factored.rows([5, 1]).dequantize(), torch.from_numpy(want[[5, 1]]))
+
+
+@pytest.mark.parametrize("qtype", TYPES8)
+def test_a_files_8_bit_blocks_are_held_at_int8_bit_for_bit(qtype):
+    """Q8_0, Q5_0 and Q5_1 rows at int8 as the file holds them (q a byte, fp16 d and m): gguf-py's values exactly,
+    and the kernel's product on them the reference's."""
+    raw = raw_rows(qtype, 8, 512, seed=len(qtype))
+    q, s, z = blocks8(raw, qtype)
+    assert q.dtype == np.int8 and s.shape == z.shape == (8, 16)
+    assert q.min() >= (-128 if qtype == "Q8_0" else -16) and q.max() <= (127 if qtype == "Q8_0" else 31)
+    want = gguf_dequantize(raw, GGMLQuantizationType[qtype])
+    held = Int8Weight.of_blocks(*(torch.from_numpy(t) for t in (q, s, z)))
+    assert torch.equal(held.dequantize(), torch.from_numpy(want))
+    assert torch.equal(held.rows([5, 1]).dequantize(), torch.from_numpy(want[[5, 1]]))
+    x = torch.randn(3, 512, generator=torch.Generator().manual_seed(0))
+    for isa in PATHS:
+        assert torch.equal(kernels.int8_gemm(x, held, isa), reference_linear(x, held))
 
 
 @pytest.mark.skipif(not PATHS, reason="no int8 C kernel on this machine")
@@ -96,13 +115,37 @@ def test_loading_a_gguf_at_q4_runs_its_blocks(small_q4_gguf):
     assert size(q4.lm) < 0.55 * size(int8)  # 20 bytes a block of 32 against 38
 
 
-def test_greedy_sd_on_q4_is_identical_to_q4_ar(small_q4_gguf):
+def test_a_files_q8_0_matrices_are_found_and_held_as_the_file_holds_them(tmp_path):
+    """The bank finds a matrix's rows in the file's Q8_0 tensors (by their values, in the lean engine's order) and
+    holds it at int8 as the file does: not a requantization of its values."""
+    path = small_gguf(tmp_path, "q8_0")
+    fp = load(path, ModelOptions(dtype="fp32")).lm
+    bank = Bank(Path(path))
+    assert len(bank) == 0  # no 4-bit tensor: q4 itself refuses such a file
+    for name in ("wqkv", "wgu", "wd"):
+        held = bank.weight(getattr(fp.layers[0], name))
+        assert type(held) is Int8Weight and held.scale_format == 1, name
+        assert torch.equal(held.dequantize(), getattr(fp.layers[0], name)), name
+    assert not torch.equal(Int8Weight(fp.layers[0].wqkv).dequantize(), fp.layers[0].wqkv)  # what it replaces
+
+
+@pytest.mark.parametrize("path", ["best", *[f"isa{i}" for i in PATHS[:-1]], "torch", "a8"])
+def test_greedy_sd_on_q4_is_identical_to_q4_ar(small_q4_gguf, path, monkeypatch):
+    """On every matrix path this machine runs (the best one proven here, each slower one, torch's reference) and at
+    8-bit activations."""
+    if path.startswith("isa"):
+        monkeypatch.setattr(kernels, "int8_isa", lambda: int(path[3:]))
+    elif path == "torch":
+        monkeypatch.setattr(kernels, "int8_isa", lambda: 0)
+    elif path == "a8":
+        monkeypatch.setenv("DRAFTWISE_ACTIVATION_BITS", "8")
     q4_gguf = small_q4_gguf
     model = load(q4_gguf, ModelOptions(dtype="q4"))
     target, drafter = model.lm, load_drafter("layers:0", model, ModelOptions(dtype="q4")).lm
     assert isinstance(drafter.layers[0].wqkv, Q4Weight)  # the target's own layers
     shaped = load_drafter("random:layers=1", model, ModelOptions(dtype="q4")).lm  # no file of blocks: int8
     assert shaped.precision == "int8" and type(shaped.layers[0].wqkv) is Int8Weight
+    assert target.layers[0].wqkv.abits == (8 if path == "a8" else 16)
     greedy = SamplingParams()
     for prompt in ([1, 5, 9, 5, 9, 5], [1, 20, 21, 22, 20, 21]):
         ar = generate(target, prompt, greedy, 30, torch.Generator())

@@ -81,6 +81,19 @@ class Int8Weight(nn.Module):
         for name, t in zip(("sd", "zd"), per8 or (None, None)):
             self.register_buffer(name, lay(t.float()) if t is not None else torch.empty(0), persistent=False)
 
+    @classmethod
+    def of_blocks(cls, q: torch.Tensor, s: torch.Tensor, z: torch.Tensor) -> Int8Weight:
+        """A weight held as a file's own blocks (`q4.blocks8`): q [N, K] int8, s and z [N, K/32] fp32 values that fp16
+        holds exactly; w = s·q + z as the file defines it, nothing requantized."""
+        if not all(torch.equal(t.half().float(), t) for t in (s, z)):
+            raise DraftwiseError("int8: a file's block scales and offsets must be fp16 values")
+        out = cls.__new__(cls)
+        nn.Module.__init__(out)
+        n, k = q.shape
+        pad = lambda t, cols: nn.functional.pad(t, (0, cols - t.shape[1], 0, _up(n) - n))  # noqa: E731
+        out._pack(pad(q.to(torch.int8), _up(k)), pad(s, _up(k) // BLOCK).half(), pad(z, _up(k) // BLOCK).half(), n, k)
+        return out
+
     BUFFERS = ("q", "s", "z", "qsum", "sd", "zd")  # what a packed weight is (`packed.py` keeps them as they are)
 
     @classmethod

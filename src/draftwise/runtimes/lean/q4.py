@@ -17,8 +17,10 @@ verify pass costs about a step per token on a CPU; the int8 kernel's stays close
 what SD needs.
 
 Which weights: a matrix whose rows all come from 4-bit tensors of the file runs at 4 bits (the head too, where the
-file holds it, or the embedding it is tied to, at 4 bits); the rest (a head at Q6_K or Q8_0, a Q6_K ffn_down of a
-Q4_K_M file) runs at int8 from the file's dequantized values, as lean-int8 runs them. The lean engine fuses and
+file holds it, or the embedding it is tied to, at 4 bits); one whose rows all come from Q8_0, Q5_0 or Q5_1 tensors
+runs at int8 as the file holds them (`blocks8`: q a byte, the file's fp16 d and m; bit for bit gguf-py's values);
+the rest (a Q6_K head or ffn_down of a Q4_K_M file: a scale per 16 weights, which blocks of 32 cannot hold) runs at
+int8 requantized from the file's dequantized values, as lean-int8 runs them. The lean engine fuses and
 reorders rows (q/k/v, gate/up, RoPE's pairing), so its rows are matched to the file's by their dequantized values: no
 table of names and permutations to keep in step with it.
 """
@@ -39,6 +41,7 @@ from .int8 import BLOCK, GROUP, Int8Weight, _up
 
 NAME = "q4"
 TYPES = ("Q4_0", "Q4_1", "Q4_K")
+TYPES8 = ("Q8_0", "Q5_0", "Q5_1")  # blocks held at int8 as the file holds them: w = d·q (+ m), q a byte
 
 
 def _fp16(b: np.ndarray) -> np.ndarray:
@@ -66,6 +69,29 @@ def blocks(data: np.ndarray, qtype: str) -> tuple[np.ndarray, np.ndarray, np.nda
         qs = b[..., 2 if qtype == "Q4_0" else 4 :].reshape(n, -1, 1, 16)
     q = np.concatenate([qs & 0x0F, qs >> 4], axis=-2)
     return q.reshape(n, -1), s.reshape(n, -1).astype(np.float32), z.reshape(n, -1).astype(np.float32)
+
+
+def blocks8(data: np.ndarray, qtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A tensor's raw rows [N, bytes] of GGUF type `qtype` (TYPES8) -> (q [N, K] int8, s [N, K/32], z [N, K/32]):
+    Q8_0 q = the file's bytes, s = d, z = 0; Q5_0 q = its 5-bit value - 16, s = d, z = 0; Q5_1 q = its 5-bit value,
+    s = d, z = m. Each is exact at int8 with fp16 s and z, so the int8 kernel runs the file's weights bit for bit."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    if qtype not in TYPES8:
+        raise DraftwiseError(f"int8 holds {', '.join(TYPES8)} blocks as they are, not {qtype}")
+    n = data.shape[0]
+    b = data.reshape(n, -1, GGML_QUANT_SIZES[GGMLQuantizationType[qtype]][1])
+    d, z = _fp16(b[..., 0:2]), np.zeros(b.shape[:2], dtype=np.float32)
+    if qtype == "Q8_0":  # 34 bytes: d, 32 signed bytes
+        q = np.ascontiguousarray(b[..., 2:]).view(np.int8)
+    else:  # Q5_0 (22 bytes): d, 4 bytes of fifth bits, 16 of nibbles (elements 0..15 low, 16..31 high); Q5_1: d, m, ...
+        at = 2 if qtype == "Q5_0" else 4
+        high = np.ascontiguousarray(b[..., at : at + 4]).view("<u4") >> np.arange(32, dtype=np.uint32) & 1
+        qs = b[..., at + 4 :]
+        q5 = np.concatenate([qs & 0x0F, qs >> 4], axis=-1) | (high.astype(np.uint8) << 4)
+        q = (q5.astype(np.int16) - (16 if qtype == "Q5_0" else 0)).astype(np.int8)
+        z = z if qtype == "Q5_0" else _fp16(b[..., 2:4])
+    return q.reshape(n, -1), d.reshape(n, -1), z.reshape(n, -1)
 
 
 def k_factors(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -151,12 +177,14 @@ def _has_blocks(path: str, stamp: int) -> bool:
 
 
 class Bank:
-    """The rows of a GGUF file's 4-bit tensors, found by their dequantized values (`weight`)."""
+    """The rows of a GGUF file's 4-bit tensors and of those int8 holds exactly (TYPES8), found by their dequantized
+    values (`weight`)."""
 
     def __init__(self, path: Path):
         import gguf
 
-        self._tensors = [t for t in gguf.GGUFReader(str(path)).tensors if t.tensor_type.name in TYPES]
+        kept = TYPES + TYPES8
+        self._tensors = [t for t in gguf.GGUFReader(str(path)).tensors if t.tensor_type.name in kept]
         self._where: dict[bytes, tuple[int, int]] = {}  # a row's digest -> (tensor, row)
         for i in range(len(self._tensors)):
             for r, row in enumerate(dequantize(*self._blocks(i)[:3])):
@@ -168,18 +196,26 @@ class Bank:
         """Tensor i's (q, s, z), and Q4_K's factors after them (`k_factors`)."""
         t = self._tensors[i]
         data, qtype = np.asarray(t.data), t.tensor_type.name
+        if qtype in TYPES8:
+            return blocks8(data, qtype)
         return blocks(data, qtype) + (k_factors(data) if qtype == "Q4_K" else ())
 
     def __len__(self) -> int:
-        return len(self._tensors)
+        return sum(t.tensor_type.name in TYPES for t in self._tensors)  # the 4-bit tensors: what q4 is for
 
-    def weight(self, w: torch.Tensor) -> Q4Weight | None:
-        """`w` [N, K] (fp32) as the file's blocks, or None when a row of it is not in a 4-bit tensor of the file."""
+    def weight(self, w: torch.Tensor) -> Int8Weight | None:
+        """`w` [N, K] (fp32) as the file's blocks — 4-bit where every row is in a 4-bit tensor, int8 where every row
+        is in a tensor int8 holds exactly — or None (rows of neither, or of both kinds)."""
         found = [self._where.get(_digest(row)) for row in w.detach().float().numpy()]
         if not found or None in found:
             return None
+        eight = {self._tensors[i].tensor_type.name in TYPES8 for i, _ in found}
+        if len(eight) > 1:
+            return None
         parts = [[t[r] for t in self._blocks(i)] for i, r in found]
         q, s, z, *factors = (torch.from_numpy(np.stack(col)) for col in zip(*parts))  # zip: factors where all have them
+        if eight.pop():
+            return Int8Weight.of_blocks(q, s, z)
         return Q4Weight(q, s, z, tuple(factors) if factors else None)
 
 
