@@ -257,14 +257,17 @@ static AVX512 void groups512(const int bits, const int fmt, const int ab, const 
                                                                             int64_t M, int64_t g) {       \
         groups512(bits, fmt, ab, w, o, M, g);                                                               \
     }
-BODY512(groups512_q8, 8, F16, 16)
-BODY512(groups512_q4, 4, F32, 16)
-BODY512(groups512_q4h, 4, F16, 16)
-BODY512(groups512_q4k, 4, KQ, 16)
-BODY512(groups512_q8_a8, 8, F16, 8)
-BODY512(groups512_q4_a8, 4, F32, 8)
-BODY512(groups512_q4h_a8, 4, F16, 8)
-BODY512(groups512_q4k_a8, 4, KQ, 8)
+/* every weight format at both activation precisions: a compiled body each, on each path */
+#define FORMATS(BODY, path)              \
+    BODY(path##_q8, 8, F16, 16)          \
+    BODY(path##_q4, 4, F32, 16)          \
+    BODY(path##_q4h, 4, F16, 16)         \
+    BODY(path##_q4k, 4, KQ, 16)          \
+    BODY(path##_q8_a8, 8, F16, 8)        \
+    BODY(path##_q4_a8, 4, F32, 8)        \
+    BODY(path##_q4h_a8, 4, F16, 8)       \
+    BODY(path##_q4k_a8, 4, KQ, 8)
+FORMATS(BODY512, groups512)
 
 /* ---- AVX2: one group (four 4-row quarters, lanes = (row, pair of k)) against M inputs ---- */
 #define INLINE static inline __attribute__((always_inline))
@@ -345,14 +348,7 @@ INLINE void groups256(const int bits, const int fmt, const int ab, const int8_t*
 
 #define BODY256(name, bits, fmt, ab) \
     static void name(const int8_t* w, operands o, int64_t M, int64_t g) { groups256(bits, fmt, ab, w, o, M, g); }
-BODY256(groups256_q8, 8, F16, 16)
-BODY256(groups256_q4, 4, F32, 16)
-BODY256(groups256_q4h, 4, F16, 16)
-BODY256(groups256_q4k, 4, KQ, 16)
-BODY256(groups256_q8_a8, 8, F16, 8)
-BODY256(groups256_q4_a8, 4, F32, 8)
-BODY256(groups256_q4h_a8, 4, F16, 8)
-BODY256(groups256_q4k_a8, 4, KQ, 8)
+FORMATS(BODY256, groups256)
 
 /* ---- entry points ---- */
 
