@@ -137,6 +137,33 @@ def llama_build() -> dict | None:
         return None
 
 
+MATRIX_PATH_RECORD = "matrix-path.json"  # the lean int8/q4 kernel's proven path here (`runtimes/lean/ladder.py`)
+
+
+def cpu_key() -> str:
+    """This CPU's model name and feature flags, hashed: what a proven kernel path holds for (a disk image or a live
+    migration may move to another CPU)."""
+    import hashlib
+
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        info = ""
+    lines = sorted({ln for ln in info.splitlines() if ln.startswith(("model name", "flags"))})
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]
+
+
+def matrix_path() -> str | None:
+    """The path the lean int8/q4 kernel takes on this CPU as its smoke test proved it (None: not proven here yet)."""
+    from .paths import cache_dir
+
+    try:
+        kept = json.loads((cache_dir("kernels") / MATRIX_PATH_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return kept.get("path") if kept.get("cpu") == cpu_key() else None
+
+
 def facts(threads: int | None = None) -> dict:
     """What is known of this machine without measuring anything (instant): machine.json of every run folder."""
     model, flags = cpuinfo()
@@ -151,6 +178,7 @@ def facts(threads: int | None = None) -> dict:
         "threads": threads,
         "isa": [f for f in ISA if f in flags],
         "amx": amx(flags),
+        "matrix_path": matrix_path(),
         "memory": memory(),
         "openmp": openmp(),
         "llama_cpp": {k: build.get(k) for k in ("flavour", "flags", "reason")} if build else None,
@@ -245,7 +273,8 @@ def line(m: dict) -> str:
     parts = [
         f"{m['cpu']} ({m['arch']}), {m['cores_usable']} of {m['cores']} cores usable"
         + (f", {m['threads']} threads used" if m.get("threads") else ""),
-        f"ISA: {isa}; AMX {m['amx']}",
+        f"ISA: {isa}; AMX {m['amx']}"
+        + (f"; int8/q4 kernel: {m['matrix_path']} (smoke-tested)" if m.get("matrix_path") else ""),
         f"{mem:g} GiB memory" if mem else "memory unknown",
         f"read bandwidth {bw:g} GB/s (measured)" if bw else "bandwidth not measured",
         f"llama.cpp build: {build['flavour']}" if build.get("flavour") else "llama.cpp: not built by setup",

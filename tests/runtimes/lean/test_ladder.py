@@ -1,8 +1,11 @@
 """The integer kernel's path is proven by a smoke test in a child process before it is trusted: a path whose child
 dies falls to the next rung, never crashing the parent; the verdict is kept per CPU and kernel build."""
 
+import json
+
 import pytest
 
+from draftwise import machine
 from draftwise.runtimes.lean import kernels, ladder
 
 BEST = kernels._kernel().draftwise_int8_isa() if kernels.kernel_available() else 0
@@ -31,6 +34,8 @@ def test_the_verdict_is_kept_per_machine(tmp_path):
     assert ladder.proven(2, "build", tmp_path, test) == 2
     assert ladder.proven(2, "build", tmp_path, test) == 2
     assert calls == [2]  # proven once
+    published = json.loads((tmp_path / machine.MATRIX_PATH_RECORD).read_text())
+    assert published == {"cpu": machine.cpu_key(), "path": "avx512"}  # what the machine's description reads
     assert ladder.proven(1, "build", tmp_path, test) == 1  # another best (another CPU report): proven again
     assert ladder.proven(2, "other-build", tmp_path, test) == 2
     assert calls == [2, 1, 2]
@@ -40,6 +45,9 @@ def test_the_verdict_is_kept_per_machine(tmp_path):
 def test_the_best_path_passes_its_smoke_test_in_a_child():
     assert ladder.smoke(BEST)
     assert kernels.int8_isa() == BEST  # this machine's proven path is the best it reports
+    here = machine.facts()
+    assert here["matrix_path"] == ladder.NAMES[BEST]
+    assert f"int8/q4 kernel: {ladder.NAMES[BEST]} (smoke-tested)" in machine.line(here)
 
 
 @pytest.mark.skipif(not BEST, reason="no int8 C kernel on this machine")

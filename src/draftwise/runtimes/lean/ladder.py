@@ -21,6 +21,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from ... import machine
+
 NAMES = {2: "avx512", 1: "avx2", 0: "torch"}  # the kernel's isa codes (`draftwise_int8_isa`), best first
 SMOKE_TIMEOUT_S = 120
 
@@ -52,29 +54,25 @@ def choose(best: int, test: Callable[[int], bool] = smoke) -> tuple[int, dict[st
 
 
 def proven(best: int, build: str, folder: Path, test: Callable[[int], bool] = smoke) -> int:
-    """`choose`'s rung for kernel build `build` on this CPU, read from `folder` when this machine proved it before."""
-    record = folder / f"ladder-{build}-{_cpu_key()}.json"
+    """`choose`'s rung for kernel build `build` on this CPU, read from `folder` when this machine proved it before;
+    the path is also left where the machine's description reads it (`machine.matrix_path`)."""
+    cpu = machine.cpu_key()
+    record = folder / f"ladder-{build}-{cpu}.json"
     try:
         kept = json.loads(record.read_text())
-        if kept.get("best") == best:
-            return int(kept["isa"])
+        isa = int(kept["isa"]) if kept.get("best") == best else None
     except (OSError, ValueError, KeyError):
-        pass
-    isa, tried = choose(best, test)
-    tmp = record.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"best": best, "isa": isa, "path": NAMES[isa], "tried": tried}))
-    os.replace(tmp, record)  # atomic: two processes proving at once write the same verdict
+        isa = None
+    if isa is None:
+        isa, tried = choose(best, test)
+        _write(record, {"best": best, "isa": isa, "path": NAMES[isa], "tried": tried})
+    published, now = folder / machine.MATRIX_PATH_RECORD, {"cpu": cpu, "path": NAMES[isa]}
+    if not published.is_file() or json.loads(published.read_text()) != now:
+        _write(published, now)
     return isa
 
 
-def _cpu_key() -> str:
-    """The CPU's model name and feature flags, hashed: a verdict moves with neither a disk image nor a live
-    migration to another CPU."""
-    import hashlib
-
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        info = ""
-    lines = sorted({ln for ln in info.splitlines() if ln.startswith(("model name", "flags"))})
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]
+def _write(path: Path, obj: dict) -> None:
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj))
+    os.replace(tmp, path)  # atomic: two processes proving at once write the same verdict
