@@ -184,7 +184,7 @@ class Engine:
         """The job no longer counts; then its last event (its client's next request finds room)."""
         with self.lock:
             self.outstanding -= 1
-        self.metrics.running.set(len(self.batch.seqs) if self.batch else 0)
+        self.metrics.running.set(len(self.batch.seqs) + (self.batch.joining is not None) if self.batch else 0)
         if end is not None:
             job.post(end)
 
@@ -290,13 +290,17 @@ class Engine:
                 log.exception("joining failed")
                 self._end(job, Failed(f"decoding failed: {type(e).__name__}: {e}"))
                 continue
-            self.metrics.running.set(len(self.batch.seqs) + 1)
+            self.metrics.running.set(len(self.batch.seqs) + (self.batch.joining is not None))
         return False
 
     def _prefill(self) -> None:
         """The joining request's next chunk of prompt: all of it when no row decodes (nobody waits), else what one
         round takes (`policy.Chunks`), so the rows decoding beside it wait about a round for each chunk."""
         seq, chunk = self.batch.joining, self.chunks.tokens() if self.batch.seqs and self.chunks else None
+        if seq.job.cancelled.is_set():  # a client that left during its prefill costs no more of it
+            self.batch.joining = None
+            self._end(seq.job, None)
+            return
         before, start = seq.length, time.perf_counter()
         try:
             self.batch.prefill(chunk)
@@ -307,6 +311,7 @@ class Engine:
             return
         if chunk is not None:
             self.chunks.timed_chunk(seq.length - before, time.perf_counter() - start)
+        self.metrics.running.set(len(self.batch.seqs) + (self.batch.joining is not None))
 
     def _seq(self, job: Job) -> Seq:
         gen = Generation([], prompt_tokens=len(job.ids))
