@@ -145,12 +145,8 @@ def cpu_key() -> str:
     migration may move to another CPU)."""
     import hashlib
 
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        info = ""
-    lines = sorted({ln for ln in info.splitlines() if ln.startswith(("model name", "flags"))})
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]
+    model, flags = cpuinfo()
+    return hashlib.sha256("\n".join([model, *sorted(flags)]).encode()).hexdigest()[:12]
 
 
 def matrix_path() -> str | None:

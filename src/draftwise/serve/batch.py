@@ -64,6 +64,11 @@ class Batch:
         self.seqs: list[Seq] = []
         self.joining: Seq | None = None  # the request whose prompt is being prefilled, in row slots - 1
 
+    @property
+    def taken(self) -> int:
+        """Rows in use: the live ones and the one being prefilled."""
+        return len(self.seqs) + (self.joining is not None)
+
     def cache(self, rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
         return self.k[:, rows], self.v[:, rows]
 

@@ -184,7 +184,7 @@ class Engine:
         """The job no longer counts; then its last event (its client's next request finds room)."""
         with self.lock:
             self.outstanding -= 1
-        self.metrics.running.set(len(self.batch.seqs) + (self.batch.joining is not None) if self.batch else 0)
+        self.metrics.running.set(self.batch.taken if self.batch else 0)
         if end is not None:
             job.post(end)
 
@@ -290,7 +290,7 @@ class Engine:
                 log.exception("joining failed")
                 self._end(job, Failed(f"decoding failed: {type(e).__name__}: {e}"))
                 continue
-            self.metrics.running.set(len(self.batch.seqs) + (self.batch.joining is not None))
+            self.metrics.running.set(self.batch.taken)
         return False
 
     def _prefill(self) -> None:
@@ -311,7 +311,7 @@ class Engine:
             return
         if chunk is not None:
             self.chunks.timed_chunk(seq.length - before, time.perf_counter() - start)
-        self.metrics.running.set(len(self.batch.seqs) + (self.batch.joining is not None))
+        self.metrics.running.set(self.batch.taken)
 
     def _seq(self, job: Job) -> Seq:
         gen = Generation([], prompt_tokens=len(job.ids))

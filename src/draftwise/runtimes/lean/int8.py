@@ -39,6 +39,11 @@ def _up(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
+def padded(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """t [N, C] with zeros after it to [rows, cols]."""
+    return nn.functional.pad(t, (0, cols - t.shape[1], 0, rows - t.shape[0]))
+
+
 class Int8Weight(nn.Module):
     """A weight [N, K] as int8 in blocks of 32 along K: w ≈ s·q + z per (row, block), s and z in fp16 (`dequantize`),
     packed for the kernel (`cpu_int8.c`: groups of 16 rows, K and N zero-padded to multiples of 64), with each
@@ -90,7 +95,7 @@ class Int8Weight(nn.Module):
         out = cls.__new__(cls)
         nn.Module.__init__(out)
         n, k = q.shape
-        pad = lambda t, cols: nn.functional.pad(t, (0, cols - t.shape[1], 0, _up(n) - n))  # noqa: E731
+        pad = lambda t, cols: padded(t, _up(n), cols)  # noqa: E731
         out._pack(pad(q.to(torch.int8), _up(k)), pad(s, _up(k) // BLOCK).half(), pad(z, _up(k) // BLOCK).half(), n, k)
         return out
 

@@ -29,13 +29,11 @@ SMOKE_TIMEOUT_S = 120
 
 def smoke(isa: int) -> bool:
     """Whether path `isa` runs and gives the reference's bits here, judged in a child process."""
-    env = dict(os.environ)
     try:
         done = subprocess.run(
             [sys.executable, "-m", "draftwise.runtimes.lean.smoke", str(isa)],
             capture_output=True,
             timeout=SMOKE_TIMEOUT_S,
-            env=env,
         )
     except subprocess.TimeoutExpired:
         return False

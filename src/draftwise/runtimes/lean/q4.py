@@ -37,7 +37,7 @@ import torch
 
 from ...errors import DraftwiseError
 from ...targets.family import FAMILIES, Shape, layer_tensors, rope_keys, windows
-from .int8 import BLOCK, GROUP, Int8Weight, _up
+from .int8 import BLOCK, GROUP, Int8Weight, _up, padded
 
 NAME = "q4"
 TYPES = ("Q4_0", "Q4_1", "Q4_K")
@@ -126,7 +126,7 @@ class Q4Weight(Int8Weight):
         n, k = q.shape
         if k % BLOCK:
             raise DraftwiseError(f"q4: a row of {k} inputs is not whole blocks of {BLOCK}")
-        pad = lambda t, cols: torch.nn.functional.pad(t, (0, cols - t.shape[1], 0, _up(n) - n))  # noqa: E731
+        pad = lambda t, cols: padded(t, _up(n), cols)  # noqa: E731
         q = pad(q.to(torch.int8), _up(k))
         if factors is not None and k % (8 * BLOCK) == 0:  # 19 bytes a block of 32 against fp32's 24
             sc, mn, d, m = (pad(t, t.shape[1]) for t in factors)
@@ -249,23 +249,22 @@ def build(config, state: dict[str, torch.Tensor], path: Path, compile: bool = Fa
 
 # Bits of the activations each matrix is multiplied with (`cpu_int8.c`): 16 (a scale per row, two vpdpbusd per 4
 # products) or 8 (a scale per block of 32, one). 8 bits everywhere missed the quality bar (teacher-forced agreement
-# with fp32 >= 0.99, ΔNLL <= +0.005; docs/results.md, int8 activations): 0.979 / -0.005 on the default target (16:
-# 0.990), 0.987 / +0.014 on Qwen2.5-Coder-1.5B; each matrix alone at 8 bits on the default target: wqkv 0.976, wd
-# 0.977, head 0.986, wgu 0.988, wo 0.991. So 16 stays; DRAFTWISE_ACTIVATION_BITS=8 runs 8 everywhere, an experiment
-# labelled in the engine's name (`runtime.py`), its quality measured by `draftwise quality` like any precision's.
-ACTIVATION_BITS = {"wqkv": 16, "wo": 16, "wgu": 16, "wd": 16, "head": 16}
+# with fp32 >= 0.99, ΔNLL <= +0.005; docs/results.md, int8 activations): 0.979 / -0.006 on the default target (16:
+# 1.000), 0.987 / +0.014 on Qwen2.5-Coder-1.5B (16: 0.997); no single matrix at 8 bits kept 0.99 on the default
+# target. So 16 bits for every matrix; DRAFTWISE_ACTIVATION_BITS=8 runs 8 everywhere, an experiment labelled in the
+# engine's name (`runtime.py`), its quality measured by `draftwise quality` like any precision's.
+ACTIVATION_BITS = 16
 
 
-def activation_bits(name: str) -> int:
-    return 8 if os.environ.get("DRAFTWISE_ACTIVATION_BITS") == "8" else ACTIVATION_BITS[name]
+def activation_bits() -> int:
+    return 8 if os.environ.get("DRAFTWISE_ACTIVATION_BITS") == "8" else ACTIVATION_BITS
 
 
 def with_activations(lm):
     """`lm` (a q4 model, built here or read from its pack) with each matrix's activation bits set."""
     from .forward import LINEARS
 
-    held = [(getattr(layer, name), name) for layer in lm.layers for name in LINEARS] + [(lm.head, "head")]
-    for w, name in held:
+    for w in [getattr(layer, name) for layer in lm.layers for name in LINEARS] + [lm.head]:
         if isinstance(w, Int8Weight):
-            w.abits = activation_bits(name)
+            w.abits = activation_bits()
     return lm
