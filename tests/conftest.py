@@ -172,6 +172,21 @@ def tiny_drafter_gguf(tiny_dir, tiny_drafter_dir, tmp_path_factory):
     )
 
 
+def raw_rows(qtype: str, n: int, k: int, seed: int):
+    """n rows of k weights as random blocks of GGUF type `qtype`, with finite fp16 scales (and mins) in every block
+    (where each type keeps them: Q6_K's d ends its block, the others' lead it)."""
+    import numpy as np
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[qtype]]
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, (n, k // block, size), dtype=np.uint8)
+    halves = 2 if qtype in ("Q4_0", "Q5_0", "Q8_0", "Q6_K") else 4  # bytes of d (and m or dmin)
+    at = slice(size - 2, size) if qtype == "Q6_K" else slice(0, halves)
+    raw[..., at] = (rng.standard_normal((n, k // block, halves // 2)) * 0.05).astype(np.float16).view(np.uint8)
+    return raw.reshape(n, -1)
+
+
 def small_gguf(out, quant: str) -> str:
     """A 2-layer Llama with the default target's tokenizer (49,152 tokens; transformers reads it back) whose
     matrices all block (d 64, ffn 96), written at `quant` by the project's GGUF writer, marked as random weights."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 
-from ..runtimes.lean import q4
+from ..runtimes.lean import bank
 from ..targets.spec import Target, parse
 
 
@@ -23,4 +23,4 @@ def target_of(config) -> Target:
 def has_q4_blocks(config) -> bool:
     """Whether the target is a GGUF file holding blocks the lean engine's q4 precision runs."""
     file = target_of(config).file
-    return file is not None and q4.has_blocks(file)
+    return file is not None and bank.has_blocks(file)

@@ -22,7 +22,7 @@ from ..targets.source import converted_from
 from ..targets.spec import parse
 from .base import Model, ModelOptions
 from .hf import model as hf
-from .lean import int8, packed, q4, reduced
+from .lean import bank, int8, packed, q4, reduced
 from .lean.forward import LeanLM
 
 
@@ -39,7 +39,7 @@ def _engine_lm(config, state_dict, options: ModelOptions, hf_factory, gguf: Path
             print(f"draftwise: using the transformers backend ({reason})", file=sys.stderr)
         return hf.HFCausalLM(hf_factory()), "transformers"
     if gguf is not None:
-        return q4.build(config, state_dict, gguf, options.compile), "lean"
+        return bank.build(config, state_dict, gguf, options.compile), "lean"
     return LeanLM(config, state_dict, compile=options.compile, precision=options.dtype), "lean"
 
 
@@ -105,7 +105,7 @@ def _q4_source(path: Path, options: ModelOptions) -> Path | None:
 def _drafter_q4(spec: str, options: ModelOptions) -> ModelOptions:
     """A q4 target's drafter: its own file's 4-bit blocks where it is a GGUF file with some, else int8 (a pruned or
     distilled checkpoint, a random shape: no blocks of a file to run)."""
-    if options.dtype != q4.NAME or (spec.endswith(".gguf") and q4.has_blocks(Path(spec))):
+    if options.dtype != q4.NAME or (spec.endswith(".gguf") and bank.has_blocks(Path(spec))):
         return options
     return dataclasses.replace(options, dtype=int8.NAME)
 

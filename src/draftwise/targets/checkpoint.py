@@ -24,7 +24,7 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
 
 class LazyWeights(MutableMapping):
     """A checkpoint's tensors, each read when first asked for into memory of its own (`pread`, not a mapping of the
-    file) and held until deleted: a model built a layer at a time, dropping each layer's weights (`q4.build`), never
+    file) and held until deleted: a model built a layer at a time, dropping each layer's weights (`bank.build`), never
     holds the whole file. With `read_weights`' mapping, every page read stays in the process's resident set for as
     long as any tensor of the file lives: a 1.7B q4 target kept its 6.7 GB fp32 file resident."""
 

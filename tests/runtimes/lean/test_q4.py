@@ -3,20 +3,18 @@ by the int8 kernel's function on nibbles (its paths equal the torch reference bi
 one-token bits), loaded from a file with the rows matched whatever order the lean engine keeps them in, and greedy
 SD on it token-identical to AR on it."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-from conftest import small_gguf
+from conftest import raw_rows, small_gguf
 from draftwise.errors import DraftwiseError
 from draftwise.runtimes.base import ModelOptions
 from draftwise.runtimes.lean import kernels
 from draftwise.runtimes.lean.int8 import Int8Weight, reference_linear
-from draftwise.runtimes.lean.q4 import TYPES, TYPES8, Bank, Q4Weight, blocks, blocks8, dequantize, k_factors
+from draftwise.runtimes.lean.q4 import TYPES, TYPES8, Q4Weight, blocks, blocks8, dequantize, k_factors
 from draftwise.runtimes.registry import load, load_drafter
 from draftwise.sd.drafters import ModelDrafter
 from draftwise.sd.lookup import NgramDrafter
@@ -24,17 +22,6 @@ from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 
 PATHS = [isa for isa in (1, 2) if isa <= kernels.int8_isa()]
-
-
-def raw_rows(qtype: str, n: int, k: int, seed: int) -> np.ndarray:
-    """n rows of k weights as random blocks of `qtype`, with finite fp16 scales (and mins) in every block."""
-    t = GGMLQuantizationType[qtype]
-    block, size = GGML_QUANT_SIZES[t]
-    rng = np.random.default_rng(seed)
-    raw = rng.integers(0, 256, (n, k // block, size), dtype=np.uint8)
-    halves = 2 if qtype == "Q4_0" else 4  # d (and m or dmin) lead each block
-    raw[..., :halves] = (rng.standard_normal((n, k // block, halves // 2)) * 0.05).astype(np.float16).view(np.uint8)
-    return raw.reshape(n, -1)
 
 
 @pytest.mark.parametrize("qtype", TYPES)
@@ -115,20 +102,6 @@ def test_loading_a_gguf_at_q4_runs_its_blocks(small_q4_gguf):
     assert size(q4.lm) < 0.55 * size(int8)  # 20 bytes a block of 32 against 38
 
 
-def test_a_files_q8_0_matrices_are_found_and_held_as_the_file_holds_them(tmp_path):
-    """The bank finds a matrix's rows in the file's Q8_0 tensors (by their values, in the lean engine's order) and
-    holds it at int8 as the file does: not a requantization of its values."""
-    path = small_gguf(tmp_path, "q8_0")
-    fp = load(path, ModelOptions(dtype="fp32")).lm
-    bank = Bank(Path(path))
-    assert len(bank) == 0  # no 4-bit tensor: q4 itself refuses such a file
-    for name in ("wqkv", "wgu", "wd"):
-        held = bank.weight(getattr(fp.layers[0], name))
-        assert type(held) is Int8Weight and held.scale_format == 1, name
-        assert torch.equal(held.dequantize(), getattr(fp.layers[0], name)), name
-    assert not torch.equal(Int8Weight(fp.layers[0].wqkv).dequantize(), fp.layers[0].wqkv)  # what it replaces
-
-
 @pytest.mark.parametrize("path", ["best", *[f"isa{i}" for i in PATHS[:-1]], "torch", "a8"])
 def test_greedy_sd_on_q4_is_identical_to_q4_ar(small_q4_gguf, path, monkeypatch):
     """On every matrix path this machine runs (the best one proven here, each slower one, torch's reference) and at
@@ -163,27 +136,3 @@ def test_q4_without_a_file_of_blocks_gets_one_line(tiny_dir, tmp_path):
         load(small_gguf(tmp_path, "q8_0"), ModelOptions(dtype="q4"))
     with pytest.raises(DraftwiseError, match="random model has none"):
         load("random:layers=1", ModelOptions(dtype="q4"))
-
-
-def test_a_files_q4_k_rows_are_held_as_the_file_holds_them(tmp_path):
-    """A Q4_K tensor's rows, found by their values in any order, keep its bytes of sc and mn and its super-blocks'
-    d and -dmin (19 bytes a block of 32); rows from tensors of another type beside them fall back to fp32 scales."""
-    import gguf
-
-    from draftwise.runtimes.lean.q4 import Bank
-
-    path = tmp_path / "k.gguf"
-    writer = gguf.GGUFWriter(str(path), "llama")
-    raws = {"k.weight": ("Q4_K", raw_rows("Q4_K", 32, 512, seed=3)), "o.weight": ("Q4_1", raw_rows("Q4_1", 8, 512, 4))}
-    for name, (qtype, raw) in raws.items():
-        writer.add_tensor(name, raw, raw_dtype=GGMLQuantizationType[qtype])
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    k, o = (torch.from_numpy(gguf_dequantize(raw, GGMLQuantizationType[t])) for t, raw in raws.values())
-    bank = Bank(path)
-    held = bank.weight(k[[3, 1, 7, 30]])
-    assert held.scale_format == 2 and torch.equal(held.dequantize(), k[[3, 1, 7, 30]])
-    mixed = bank.weight(torch.cat([k[:2], o[:2]]))
-    assert mixed.scale_format == 0 and torch.equal(mixed.dequantize(), torch.cat([k[:2], o[:2]]))

@@ -49,8 +49,9 @@ class Int8Weight(nn.Module):
     packed for the kernel (`cpu_int8.c`: groups of 16 rows, K and N zero-padded to multiples of 64), with each
     block's sum of q (the kernel's correction for its unsigned activation bytes)."""
 
-    BITS = 8  # bits of q as stored (`q4.Q4Weight`: 4)
+    BITS = 8  # bits of q as stored (`q4.Q4Weight`: 4, `q56.py`: 5 and 6)
     SCALES = torch.float16  # how s and z are stored
+    SUB = BLOCK  # inputs one s and z cover (Q6_K's: 16)
     abits = 16  # bits of the activations it is multiplied with: 16 (a scale per row) or 8 (per block: `q4.py`)
 
     def __init__(self, w: torch.Tensor):
@@ -70,17 +71,18 @@ class Int8Weight(nn.Module):
     def _pack(
         self, q: torch.Tensor, s: torch.Tensor, z: torch.Tensor, n: int, k: int, per8: tuple | None = None
     ) -> None:
-        """q [Np, Kp] int8, s and z [Np, B] (stored as `SCALES`) -> the kernel's layout. `per8`: (sd, zd) [Np, B/8]
-        fp32, when s and z are bytes that scale them (Q4_K's, `q4.py`): a block's scale is s·sd, its offset z·zd."""
+        """q [Np, Kp] int8, s and z [Np, Kp / SUB] (stored as `SCALES`) -> the kernel's layout. `per8`: (sd, zd)
+        [Np, Kp / 256] fp32, when s and z are bytes that scale them per super-block of 256 (Q4_K's, `q4.py`: unsigned,
+        s·sd and z·zd; Q6_K's, `q56.py`: signed, z None: the offset is s·zd)."""
         self.in_features, self.out_features = k, n
         rows, cols = q.shape
         groups = rows // GROUP
         lay = lambda t: t.view(groups, GROUP, -1).permute(0, 2, 1).contiguous()  # noqa: E731 [G, B, 16]
         self.register_buffer("q", self._packed(q.view(groups, GROUP, cols)), persistent=False)
-        held = torch.uint8 if per8 is not None else self.SCALES
+        held = s.dtype if per8 is not None else self.SCALES  # per8: the file's bytes, as they are
         qsum = q.view(rows, -1, BLOCK).sum(-1, dtype=torch.int16)  # |Σ| <= 32 * 128
-        for name, t in (("s", s.to(held)), ("z", z.to(held)), ("qsum", qsum)):
-            self.register_buffer(name, lay(t), persistent=False)
+        for name, t in (("s", s.to(held)), ("z", None if z is None else z.to(held)), ("qsum", qsum)):
+            self.register_buffer(name, lay(t) if t is not None else s.new_empty(0, dtype=held), persistent=False)
         if self.BITS != 8:  # q >= 0: the kernel needs no sums of q (`cpu_int8.c`), so a step does not read them
             self.qsum = qsum.new_empty(0)
         for name, t in zip(("sd", "zd"), per8 or (None, None)):
@@ -113,8 +115,11 @@ class Int8Weight(nn.Module):
 
     @property
     def scale_format(self) -> int:
-        """How s and z are held (`cpu_int8.c`): 0 fp32, 1 fp16, 2 bytes times an fp32 per 8 blocks."""
-        return 2 if self.sd.numel() else int(self.s.dtype == torch.float16)
+        """How s and z are held (`cpu_int8.h`): 0 fp32, 1 fp16, 2 unsigned bytes times an fp32 per super-block,
+        3 signed bytes so (the offset from s's bytes)."""
+        if self.sd.numel():
+            return 3 if self.s.dtype == torch.int8 else 2
+        return int(self.s.dtype == torch.float16)
 
     @staticmethod
     def _packed(q: torch.Tensor) -> torch.Tensor:
@@ -141,32 +146,42 @@ class Int8Weight(nn.Module):
         return torch.int8
 
     def unpacked(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(q [Np, Kp] int8, s [Np, B], z [Np, B] as fp32), padding included."""
+        """(q [Np, Kp] int8, s [Np, Kp / SUB], z [Np, Kp / SUB] as fp32), padding included."""
         q = self._unpacked(self.q, self.padded_in)
-        s, z = (t.permute(0, 2, 1).reshape(q.shape[0], -1).float() for t in (self.s, self.z))
-        if self.sd.numel():  # s·sd, z·zd: exact products, the kernel's
-            sd, zd = (
-                t.permute(0, 2, 1).reshape(q.shape[0], -1).repeat_interleave(8, dim=1) for t in (self.sd, self.zd)
-            )
+        s, z, sd, zd = self.raw_rows()
+        s, z = s.float(), z.float()
+        if sd is not None:  # s·sd, z·zd: exact products, the kernel's
+            sd, zd = (t.repeat_interleave(s.shape[1] // t.shape[1], dim=1) for t in (sd, zd))
             s, z = s * sd, z * zd
         return q, s, z
+
+    def raw_rows(self) -> tuple[torch.Tensor, ...]:
+        """s, z [Np, Kp / SUB] and sd, zd [Np, Kp / 256] (None without them) as held, a row each."""
+        rows = lambda t: t.permute(0, 2, 1).reshape(t.shape[0] * GROUP, -1)  # noqa: E731
+        s = rows(self.s)
+        z = rows(self.z) if self.z.numel() else s  # Q6_K's offsets: its scales' bytes (times zd)
+        if not self.sd.numel():
+            return s, z, None, None
+        return s, z, rows(self.sd), rows(self.zd)
 
     def dequantize(self) -> torch.Tensor:
         """The fp32 weight this int8 weight stands for, [N, K]."""
         q, s, z = self.unpacked()
-        w = q.float().view(q.shape[0], -1, BLOCK) * s[..., None] + z[..., None]
+        w = q.float().view(q.shape[0], -1, self.SUB) * s[..., None] + z[..., None]
         return w.view(q.shape[0], -1)[: self.out_features, : self.in_features]
 
     def rows(self, ids) -> Int8Weight:
-        """The weight of some output rows (a reduced head), quantized as they are here (blocks are per row)."""
+        """The weight of some output rows (a reduced head), held as they are here (blocks are per row)."""
         ids = torch.as_tensor(list(ids), dtype=torch.long)
-        q, s, z = self.unpacked()
+        q = self._unpacked(self.q, self.padded_in)
+        s, z, sd, zd = self.raw_rows()
         out = type(self).__new__(type(self))
         nn.Module.__init__(out)
-        out.SCALES = self.s.dtype if self.s.is_floating_point() else torch.float32  # Q4_K's: their fp32 products
+        out.SCALES = self.s.dtype
         rows = _up(len(ids))
         pad = lambda t: torch.cat([t[ids], t.new_zeros(rows - len(ids), t.shape[1])])  # noqa: E731
-        out._pack(pad(q), pad(s), pad(z), len(ids), self.in_features)
+        per8 = None if sd is None else (pad(sd), pad(zd))
+        out._pack(pad(q), pad(s), pad(z) if self.z.numel() else None, len(ids), self.in_features, per8=per8)
         out.abits = self.abits
         return out
 
@@ -207,13 +222,16 @@ def reference_linear(x2: torch.Tensor, w: Int8Weight) -> torch.Tensor:
         q, sx = quantize_rows(x2.float())
         xq[:, :k] = q
     wq, s, z = w.unpacked()
-    xb, wb = xq.view(m, -1, BLOCK), wq.double().view(wq.shape[0], -1, BLOCK)  # [M, B, 32], [Np, B, 32]
-    d = torch.einsum("mbk,nbk->mnb", xb, wb).float()  # exact: |d| < 2^31
-    t = xb.sum(-1).float()  # [M, B]
+    sub = w.SUB  # inputs a weight scale covers: the sums d and t are per sub-block, the activations' scale per block
+    xb, wb = xq.view(m, -1, sub), wq.double().view(wq.shape[0], -1, sub)  # [M, NB, sub], [Np, NB, sub]
+    d = torch.einsum("mbk,nbk->mnb", xb, wb)  # exact in float64: |d| < 2^31
+    t = xb.sum(-1)  # [M, NB]
+    folded = w.scale_format == 3  # Q6_K's z = -32·s: the kernel takes (d - 32·t)·s, the integer exact
+    d, t = (d - 32 * t[:, None, :]).float() if folded else d.float(), t.float()
     acc = torch.zeros(m, wq.shape[0])
     for b in range(xb.shape[1]):
-        term = d[:, :, b] * s[:, b] + t[:, b, None] * z[:, b]
-        acc = acc + (term * sa[:, b, None] if w.abits == 8 else term)
+        term = d[:, :, b] * s[:, b] if folded else d[:, :, b] * s[:, b] + t[:, b, None] * z[:, b]
+        acc = acc + (term * sa[:, b * sub // BLOCK, None] if w.abits == 8 else term)
     return (acc if w.abits == 8 else acc * sx[:, None])[:, : w.out_features]
 
 

@@ -33,7 +33,7 @@ MAX_ROWS = 64  # above this (long prefill) the work is compute-bound and torch's
 # AVX-512 code paths say so per function; no contraction into FMA where the code does not ask for one (the int8
 # kernel's operations must be torch's, bit for bit)
 _FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC"]
-_SOURCES = ("cpu_kernels.c", "cpu_int8.c", "cpu_layer.c")
+_SOURCES = ("cpu_kernels.c", "cpu_int8.h", "cpu_int8.c", "cpu_int8_avx512.c", "cpu_int8_avx2.c", "cpu_layer.c")
 
 
 @lru_cache(maxsize=1)
@@ -56,7 +56,7 @@ def _kernel():
                 with open(os.path.join(tmp, name), "w") as f:
                     f.write(text)
             out = os.path.join(tmp, "cpu_kernels.so")
-            paths = [os.path.join(tmp, name) for name in sources]
+            paths = [os.path.join(tmp, name) for name in sources if name.endswith(".c")]
             done = subprocess.run([compiler, *_FLAGS, *paths, "-o", out], capture_output=True, text=True)
             if done.returncode != 0:
                 warnings.warn(

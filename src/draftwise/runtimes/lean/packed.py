@@ -25,14 +25,14 @@ from safetensors.torch import save_file
 from ...paths import cache_dir
 from ...targets import family as family_module
 from ...targets.family import FAMILIES, Shape, rope_keys, windows
+from . import bank, int8, q4, q56
 from . import forward as lean
-from . import int8, q4
 from .forward import Layer, LeanLM
 from .int8 import Int8Weight
 
 PRECISIONS = (int8.NAME, q4.NAME)
-LAYOUT = (int8, q4, lean, family_module)  # the modules whose code decides what a built model's tensors are
-KINDS = {cls.__name__: cls for cls in (Int8Weight, q4.Q4Weight)}
+LAYOUT = (int8, q4, q56, bank, lean, family_module)  # the modules whose code decides what a built model's tensors are
+KINDS = {cls.__name__: cls for cls in (Int8Weight, q4.Q4Weight, q56.Q5Weight, q56.Q6Weight)}
 KEY = "draftwise"  # the safetensors metadata entry that describes the pack
 
 

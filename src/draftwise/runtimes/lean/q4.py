@@ -16,27 +16,18 @@ one-token step's. Why through that kernel rather than llama.cpp's: llama.cpp's
 verify pass costs about a step per token on a CPU; the int8 kernel's stays close to one step (`cpu_int8.c`), which is
 what SD needs.
 
-Which weights: a matrix whose rows all come from 4-bit tensors of the file runs at 4 bits (the head too, where the
-file holds it, or the embedding it is tied to, at 4 bits); one whose rows all come from Q8_0, Q5_0 or Q5_1 tensors
-runs at int8 as the file holds them (`blocks8`: q a byte, the file's fp16 d and m; bit for bit gguf-py's values);
-the rest (a Q6_K head or ffn_down of a Q4_K_M file: a scale per 16 weights, which blocks of 32 cannot hold) runs at
-int8 requantized from the file's dequantized values, as lean-int8 runs them. The lean engine fuses and
-reorders rows (q/k/v, gate/up, RoPE's pairing), so its rows are matched to the file's by their dequantized values: no
-table of names and permutations to keep in step with it.
+Which weights: `bank.py` finds each matrix's rows among the file's blocks (4-bit, and the 5-, 6- and 8-bit blocks of
+a K-quant mix beside them: `q56.py`, `blocks8`) and holds it as the narrowest of them that holds every row exactly.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from ...errors import DraftwiseError
-from ...targets.family import FAMILIES, Shape, layer_tensors, rope_keys, windows
 from .int8 import BLOCK, GROUP, Int8Weight, _up, padded
 
 NAME = "q4"
@@ -71,27 +62,34 @@ def blocks(data: np.ndarray, qtype: str) -> tuple[np.ndarray, np.ndarray, np.nda
     return q.reshape(n, -1), s.reshape(n, -1).astype(np.float32), z.reshape(n, -1).astype(np.float32)
 
 
+def blocks5(data: np.ndarray, qtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A Q5_0 or Q5_1 tensor's raw rows [N, bytes] -> (q [N, K] uint8 in 0..31, s [N, K/32], z [N, K/32]): Q5_0
+    s = d, z = -16·d; Q5_1 s = d, z = m (`q56.Q5Weight` holds them)."""
+    n = data.shape[0]
+    at = 2 if qtype == "Q5_0" else 4  # Q5_0 (22 bytes): d, 4 bytes of fifth bits, 16 of nibbles; Q5_1: d, m, ...
+    b = data.reshape(n, -1, at + 20)
+    high = np.ascontiguousarray(b[..., at : at + 4]).view("<u4") >> np.arange(32, dtype=np.uint32) & 1
+    qs = b[..., at + 4 :]  # elements 0..15 in the low nibbles, 16..31 in the high
+    q = np.concatenate([qs & 0x0F, qs >> 4], axis=-1) | (high.astype(np.uint8) << 4)
+    d = _fp16(b[..., 0:2])
+    z = d * np.float32(-16) if qtype == "Q5_0" else _fp16(b[..., 2:4])
+    return q.reshape(n, -1), d.reshape(n, -1), z.reshape(n, -1)
+
+
 def blocks8(data: np.ndarray, qtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A tensor's raw rows [N, bytes] of GGUF type `qtype` (TYPES8) -> (q [N, K] int8, s [N, K/32], z [N, K/32]):
     Q8_0 q = the file's bytes, s = d, z = 0; Q5_0 q = its 5-bit value - 16, s = d, z = 0; Q5_1 q = its 5-bit value,
     s = d, z = m. Each is exact at int8 with fp16 s and z, so the int8 kernel runs the file's weights bit for bit."""
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
     if qtype not in TYPES8:
         raise DraftwiseError(f"int8 holds {', '.join(TYPES8)} blocks as they are, not {qtype}")
     n = data.shape[0]
-    b = data.reshape(n, -1, GGML_QUANT_SIZES[GGMLQuantizationType[qtype]][1])
-    d, z = _fp16(b[..., 0:2]), np.zeros(b.shape[:2], dtype=np.float32)
     if qtype == "Q8_0":  # 34 bytes: d, 32 signed bytes
-        q = np.ascontiguousarray(b[..., 2:]).view(np.int8)
-    else:  # Q5_0 (22 bytes): d, 4 bytes of fifth bits, 16 of nibbles (elements 0..15 low, 16..31 high); Q5_1: d, m, ...
-        at = 2 if qtype == "Q5_0" else 4
-        high = np.ascontiguousarray(b[..., at : at + 4]).view("<u4") >> np.arange(32, dtype=np.uint32) & 1
-        qs = b[..., at + 4 :]
-        q5 = np.concatenate([qs & 0x0F, qs >> 4], axis=-1) | (high.astype(np.uint8) << 4)
-        q = (q5.astype(np.int16) - (16 if qtype == "Q5_0" else 0)).astype(np.int8)
-        z = z if qtype == "Q5_0" else _fp16(b[..., 2:4])
-    return q.reshape(n, -1), d.reshape(n, -1), z.reshape(n, -1)
+        b = data.reshape(n, -1, 34)
+        q, d = np.ascontiguousarray(b[..., 2:]).view(np.int8).reshape(n, -1), _fp16(b[..., 0:2])
+        return q, d, np.zeros_like(d)
+    q5, d, z = blocks5(data, qtype)
+    q = (q5.astype(np.int16) - (16 if qtype == "Q5_0" else 0)).astype(np.int8)
+    return q, d, np.zeros_like(d) if qtype == "Q5_0" else z
 
 
 def k_factors(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -106,9 +104,9 @@ def k_factors(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
 
 
 def dequantize(q: np.ndarray, s: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """w = s·q + z per block of 32, in fp32: [N, K]."""
+    """w = s·q + z per block (of 32, or of 16 where s has a column per 16 inputs), in fp32: [N, K]."""
     n = q.shape[0]
-    w = q.reshape(n, -1, BLOCK).astype(np.float32) * s[..., None] + z[..., None]
+    w = q.reshape(n, s.shape[1], -1).astype(np.float32) * s[..., None] + z[..., None]
     return w.reshape(n, -1)
 
 
@@ -130,7 +128,7 @@ class Q4Weight(Int8Weight):
         q = pad(q.to(torch.int8), _up(k))
         if factors is not None and k % (8 * BLOCK) == 0:  # 19 bytes a block of 32 against fp32's 24
             sc, mn, d, m = (pad(t, t.shape[1]) for t in factors)
-            self._pack(q, sc, mn, n, k, per8=(d, m))
+            self._pack(q, sc.to(torch.uint8), mn.to(torch.uint8), n, k, per8=(d, m))  # 6-bit values, a byte each
             return
         if all(torch.equal(t.half().float(), t) for t in (s, z)):
             self.SCALES = torch.float16  # half the scales' bytes, the same values
@@ -157,94 +155,6 @@ class Q4Weight(Int8Weight):
 
     def extra_repr(self) -> str:
         return f"{self.out_features}x{self.in_features}, a GGUF file's 4-bit blocks of {BLOCK}"
-
-
-def _digest(row: np.ndarray) -> bytes:
-    return hashlib.blake2b(np.ascontiguousarray(row, dtype=np.float32).tobytes(), digest_size=16).digest()
-
-
-def has_blocks(path: Path) -> bool:
-    """Whether the GGUF file `path` holds a tensor of a type q4 runs."""
-    return path.is_file() and _has_blocks(str(path.resolve()), path.stat().st_mtime_ns)
-
-
-@lru_cache(maxsize=64)
-def _has_blocks(path: str, stamp: int) -> bool:
-    """`has_blocks`, once per version (`stamp`) of a file: the design asks for each row plan."""
-    import gguf
-
-    return any(t.tensor_type.name in TYPES for t in gguf.GGUFReader(path).tensors)
-
-
-class Bank:
-    """The rows of a GGUF file's 4-bit tensors and of those int8 holds exactly (TYPES8), found by their dequantized
-    values (`weight`)."""
-
-    def __init__(self, path: Path):
-        import gguf
-
-        kept = TYPES + TYPES8
-        self._tensors = [t for t in gguf.GGUFReader(str(path)).tensors if t.tensor_type.name in kept]
-        self._where: dict[bytes, tuple[int, int]] = {}  # a row's digest -> (tensor, row)
-        for i in range(len(self._tensors)):
-            for r, row in enumerate(dequantize(*self._blocks(i)[:3])):
-                self._where.setdefault(_digest(row), (i, r))
-        self._blocks.cache_clear()
-
-    @lru_cache(maxsize=4)  # noqa: B019 (a bank lives as long as one load)
-    def _blocks(self, i: int) -> tuple[np.ndarray, ...]:
-        """Tensor i's (q, s, z), and Q4_K's factors after them (`k_factors`)."""
-        t = self._tensors[i]
-        data, qtype = np.asarray(t.data), t.tensor_type.name
-        if qtype in TYPES8:
-            return blocks8(data, qtype)
-        return blocks(data, qtype) + (k_factors(data) if qtype == "Q4_K" else ())
-
-    def __len__(self) -> int:
-        return sum(t.tensor_type.name in TYPES for t in self._tensors)  # the 4-bit tensors: what q4 is for
-
-    def weight(self, w: torch.Tensor) -> Int8Weight | None:
-        """`w` [N, K] (fp32) as the file's blocks — 4-bit where every row is in a 4-bit tensor, int8 where every row
-        is in a tensor int8 holds exactly — or None (rows of neither, or of both kinds)."""
-        found = [self._where.get(_digest(row)) for row in w.detach().float().numpy()]
-        if not found or None in found:
-            return None
-        eight = {self._tensors[i].tensor_type.name in TYPES8 for i, _ in found}
-        if len(eight) > 1:
-            return None
-        parts = [[t[r] for t in self._blocks(i)] for i, r in found]
-        q, s, z, *factors = (torch.from_numpy(np.stack(col)) for col in zip(*parts))  # zip: factors where all have them
-        if eight.pop():
-            return Int8Weight.of_blocks(q, s, z)
-        return Q4Weight(q, s, z, tuple(factors) if factors else None)
-
-
-def build(config, state: dict[str, torch.Tensor], path: Path, compile: bool = False):
-    """The lean model of `config` on the GGUF file `path`'s 4-bit blocks, from `state` (its fp32 weights, read from
-    that file): each matrix all of whose rows are in 4-bit tensors of the file at 4 bits, int8 for the rest. Built a
-    layer at a time, each layer's fp32 weights taken out of `state` once it holds them: never a full fp32 copy of the
-    model beside the one read (1.7B: 6.8 GB)."""
-    from .forward import LINEARS, Layer, LeanLM
-
-    bank = Bank(path)
-    if not len(bank):
-        raise DraftwiseError(f"--dtype q4 runs a GGUF file's 4-bit blocks ({', '.join(TYPES)}); {path} has none")
-    shape, family = Shape.of(config), FAMILIES[config.model_type]
-    layers, held = [], 0
-    for i, (window, key) in enumerate(zip(windows(config), rope_keys(config))):
-        prefix = f"model.layers.{i}."
-        layer = Layer(layer_tensors(state, prefix, family, shape), shape, family, window, key)
-        for k in [k for k in state if k.startswith(prefix)]:
-            del state[k]  # the layer's fused copies hold them now, until its matrices are replaced below
-        for name in LINEARS:
-            setattr(layer, name, bank.weight(getattr(layer, name)) or Int8Weight(getattr(layer, name)))
-            held += isinstance(getattr(layer, name), Q4Weight)
-        layers.append(layer)
-    if not held:
-        raise DraftwiseError(f"--dtype q4: no layer matrix of the model matches {path}'s 4-bit blocks")
-    lm = LeanLM(config, state, layers=layers, compile=compile, precision=NAME)
-    lm.head = bank.weight(lm.head) or Int8Weight(lm.head)
-    return with_activations(lm)
 
 
 # Bits of the activations each matrix is multiplied with (`cpu_int8.c`): 16 (a scale per row, two vpdpbusd per 4

@@ -16,18 +16,22 @@ import torch
 from . import kernels, ladder
 from .int8 import Int8Weight, reference_linear
 from .q4 import Q4Weight
+from .q56 import Q5Weight, Q6Weight
 
 
 def weights() -> list[Int8Weight]:
-    """One small weight of each format the kernel reads: int8 (fp16 scales), q4 with fp16 and with fp32 scales."""
+    """One small weight of each format the kernel reads: int8 (fp16 scales), q4 with fp16 and with fp32 scales, 5 bits,
+    and Q6_K's 6 bits with signed byte scales per 16 (Q4_K's bytes are the tests', `test_q4.py`)."""
     gen = torch.Generator().manual_seed(0)
-    n, k = 40, 96
-    q = torch.randint(0, 16, (n, k), generator=gen, dtype=torch.uint8)
+    n, k = 40, 256
+    q = torch.randint(0, 64, (n, k), generator=gen, dtype=torch.uint8)
     s = torch.rand(n, k // 32, generator=gen) * 0.01
     return [
         Int8Weight(torch.randn(n, k, generator=gen)),
-        Q4Weight(q, s.half().float(), -8 * s.half().float()),
-        Q4Weight(q, s, -8 * s),
+        Q4Weight(q & 15, s.half().float(), -8 * s.half().float()),
+        Q4Weight(q & 15, s, -8 * s),
+        Q5Weight(q & 31, s.half().float(), -16 * s.half().float()),
+        Q6Weight(q, torch.randint(-128, 128, (n, k // 16), generator=gen, dtype=torch.int8), s[:, :1].half().float()),
     ]
 
 

@@ -1,0 +1,148 @@
+/* The int8 kernel's AVX-512 path (`cpu_int8.c` says what it computes): a tile of R groups (16 rows each, one per
+ * lane) against M inputs, vpdpbusd for the exact integer sums. */
+#include "cpu_int8.h"
+
+#define PD 4 /* sub-blocks ahead the scales' streams are prefetched */
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) inline
+
+/* a sub-block's scales or offsets of 16 rows (at), as fp32; KQ, KQ6: times their super-block's (at8) */
+static AVX512 __m512 load16(const void* p, const float* per8, int64_t at, int64_t at8, const int fmt) {
+    if (fmt == KQ || fmt == KQ6) {
+        const __m128i b = _mm_loadu_si128((const __m128i*)((const uint8_t*)p + at));
+        const __m512i v = fmt == KQ ? _mm512_cvtepu8_epi32(b) : _mm512_cvtepi8_epi32(b);
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_loadu_ps(per8 + at8));
+    }
+    return fmt == F16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)((const uint16_t*)p + at)))
+                      : _mm512_loadu_ps((const float*)p + at);
+}
+
+static AVX512 void tile512(const int R, const int M, const int bits, const int fmt, const int ab, const int8_t* w,
+                           int64_t g, const operands* o) {
+    const int SB = SUBBLOCK(fmt);
+    const int64_t Kp = o->Kp, NB = Kp / SB, B = Kp / BLOCK, group = Kp * 2 * bits; /* bytes of a group of 16 rows */
+    const __m512i nibble = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(16), bit5 = _mm512_set1_epi8(32);
+    __m512i raw[4];
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 6
+        for (int j = 0; j < M; j++) acc[i][j] = _mm512_setzero_ps();
+    const int8_t* wg = w + g * group;
+    const int es = fmt == F32 ? 4 : fmt == F16 ? 2 : 1; /* bytes of a scale */
+    for (int64_t b = 0; b < NB; b++) {
+        __m512i dl[4][4], dh[4][4];
+        const int64_t k0 = b * SB;
+#pragma GCC unroll 4  /* the scales' streams, PD sub-blocks ahead (the hardware follows few streams at once) */
+        for (int i = 0; i < R; i++) {
+            const int64_t ahead = ((g + i) * NB + b + PD) * 16;
+            _mm_prefetch((const char*)o->s + ahead * es, _MM_HINT_T1);
+            if (fmt != KQ6) _mm_prefetch((const char*)o->z + ahead * es, _MM_HINT_T1);
+            if ((fmt == KQ || fmt == KQ6) && (k0 & 255) == 0) {
+                _mm_prefetch((const char*)(o->sd + ((g + i) * (Kp / 256) + k0 / 256 + 1) * 16), _MM_HINT_T1);
+                if (fmt == KQ) _mm_prefetch((const char*)(o->zd + ((g + i) * (Kp / 256) + k0 / 256 + 1) * 16), _MM_HINT_T1);
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++)
+#pragma GCC unroll 6
+            for (int j = 0; j < M; j++) dl[i][j] = dh[i][j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int kk = 0; kk < SB; kk += 4) {
+            const int64_t k = k0 + kk;
+            __m512i wv[4];
+#pragma GCC unroll 4  /* the next tile's lines, into L2 (into L1 they evicted this tile's: 12 % slower) */
+            for (int i = 0; i < R; i++)
+                _mm_prefetch((const char*)(wg + R * group + k * 2 * bits * R + i * 64), _MM_HINT_T1);
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) {
+                const int8_t* wi = wg + i * group;
+                if (bits == 8) {
+                    wv[i] = _mm512_loadu_si512((const void*)(wi + k * 16));
+                } else if ((k & 7) == 0) {  /* 8 k of 16 rows: this k's in the low nibbles, k + 4's in the high */
+                    raw[i] = _mm512_loadu_si512((const void*)(wi + nibble_at(k, bits)));
+                    wv[i] = _mm512_and_si512(raw[i], nibble);
+                } else {
+                    wv[i] = _mm512_and_si512(_mm512_srli_epi16(raw[i], 4), nibble);
+                }
+                if (bits == 5 || bits == 6) {  /* q's bit 4 (and 5) from the masks: added where set (the nibble is below 16) */
+                    const uint64_t* m = (const uint64_t*)(wi + mask_at(k, bits));
+                    wv[i] = _mm512_mask_add_epi8(wv[i], _cvtu64_mask64(m[0]), wv[i], bit4);
+                    if (bits == 6) wv[i] = _mm512_mask_add_epi8(wv[i], _cvtu64_mask64(m[1]), wv[i], bit5);
+                }
+            }
+#pragma GCC unroll 6
+            for (int j = 0; j < M && ab == 8; j++) {  /* one product an instruction: the other operand's sign */
+                const __m512i xv = _mm512_set1_epi32(*(const int32_t*)((bits == 8 ? o->lo : o->hi) + j * Kp + k));
+#pragma GCC unroll 4
+                for (int i = 0; i < R; i++)
+                    dl[i][j] = bits == 8 ? _mm512_dpbusd_epi32(dl[i][j], xv, wv[i]) : _mm512_dpbusd_epi32(dl[i][j], wv[i], xv);
+            }
+#pragma GCC unroll 6
+            for (int j = 0; j < M && ab == 16; j++) {
+                const __m512i xl = _mm512_set1_epi32(*(const int32_t*)(o->lo + j * Kp + k));
+                const __m512i xh = _mm512_set1_epi32(*(const int32_t*)(o->hi + j * Kp + k));
+#pragma GCC unroll 4
+                for (int i = 0; i < R; i++) {
+                    dl[i][j] = _mm512_dpbusd_epi32(dl[i][j], xl, wv[i]);
+                    dh[i][j] = bits == 8 ? _mm512_dpbusd_epi32(dh[i][j], xh, wv[i])   /* hi unsigned: corrected below */
+                                         : _mm512_dpbusd_epi32(dh[i][j], wv[i], xh); /* q unsigned, hi signed */
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            const int64_t at = ((g + i) * NB + b) * 16, at8 = ((g + i) * (Kp / 256) + k0 / 256) * 16;
+            const __m512 s = load16(o->s, o->sd, at, at8, fmt), z = fmt == KQ6 ? s : load16(o->z, o->zd, at, at8, fmt);
+            const __m512i corr = bits == 8 ? _mm512_slli_epi32(_mm512_cvtepi16_epi32(
+                                                 _mm256_loadu_si256((const __m256i*)(o->qsum + at))), ab == 8 ? 7 : 15)
+                                           : _mm512_setzero_si512();
+#pragma GCC unroll 6
+            for (int j = 0; j < M; j++) {
+                const __m512i d = ab == 8 ? _mm512_sub_epi32(dl[i][j], corr)
+                                          : _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(dh[i][j], 8), dl[i][j]), corr);
+                /* KQ6: z = -32 s, so d·s + t·z = (d - 32 t)·s, the integer exact: one product, not two */
+                __m512 term = fmt == KQ6 ? _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(d, _mm512_set1_epi32(32 * o->t[j * NB + b]))), s)
+                                         : _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), s),
+                                                         _mm512_mul_ps(_mm512_set1_ps((float)o->t[j * NB + b]), z));
+                if (ab == 8) term = _mm512_mul_ps(term, _mm512_set1_ps(o->sa[j * B + k0 / BLOCK]));
+                acc[i][j] = _mm512_add_ps(acc[i][j], term);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) {
+        const int64_t n0 = (g + i) * 16;
+        if (n0 >= o->N) break;
+        const __mmask16 rows = o->N - n0 >= 16 ? 0xFFFF : (__mmask16)((1u << (o->N - n0)) - 1);
+#pragma GCC unroll 6
+        for (int j = 0; j < M; j++)
+            _mm512_mask_storeu_ps(o->y + j * o->N + n0, rows, _mm512_mul_ps(acc[i][j], _mm512_set1_ps(o->sx[j])));
+    }
+}
+
+static AVX512 void groups512(const int bits, const int fmt, const int ab, const int8_t* w, operands o, int64_t M,
+                             int64_t g) {
+    const int64_t NB = o.Kp / SUBBLOCK(fmt), B = o.Kp / BLOCK;
+    if (M == 1) {  /* one-token steps: four groups (four weight streams) in flight */
+        tile512(4, 1, bits, fmt, ab, w, g, &o);
+        return;
+    }
+    for (; M > 0; M -= 4, o.lo += 4 * o.Kp, o.hi += 4 * o.Kp, o.t += 4 * NB, o.sx += 4, o.y += 4 * o.N,
+                  o.sa += o.sa ? 4 * B : 0) {
+        for (int64_t g2 = g; g2 < g + 4; g2 += 2) {  /* after the first four inputs the groups come from L1/L2 */
+            switch (M < 4 ? (int)M : 4) {
+                case 1: tile512(2, 1, bits, fmt, ab, w, g2, &o); break;
+                case 2: tile512(2, 2, bits, fmt, ab, w, g2, &o); break;
+                case 3: tile512(2, 3, bits, fmt, ab, w, g2, &o); break;
+                default: tile512(2, 4, bits, fmt, ab, w, g2, &o); break;
+            }
+        }
+    }
+}
+
+#define BODY512(name, bits, fmt, ab)                                                                  \
+    __attribute__((target("avx512f,avx512bw,avx512vnni"))) void name(const int8_t* w, operands o, \
+                                                                     int64_t M, int64_t g) {       \
+        groups512(bits, fmt, ab, w, o, M, g);                                                         \
+    }
+FORMATS(BODY512, groups512)
