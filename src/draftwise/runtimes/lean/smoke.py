@@ -40,7 +40,7 @@ def passes(isa: int) -> bool:
     for w in weights():
         for abits in (16, 8):
             w.abits = abits
-            for m in (1, 3, 5):
+            for m in (1, 3, 9):  # 9: a long pass, its groups unpacked once
                 x = 3 * torch.randn(m, w.in_features, generator=gen)
                 if not torch.equal(kernels.int8_gemm(x, w, isa), reference_linear(x, w)):
                     return False
