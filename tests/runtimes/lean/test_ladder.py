@@ -22,6 +22,7 @@ def test_a_rung_that_fails_falls_to_the_next():
     assert ladder.choose(2, lambda isa: False) == (0, {"avx512": False, "avx2": False})  # torch: the same function
     assert ladder.choose(0, test) == (0, {})
     assert tried == [2, 1]
+    assert ladder.choose(3, lambda isa: isa < 3) == (2, {"amx": False, "avx512": True})  # AMX refused: AVX-512
 
 
 def test_the_verdict_is_kept_per_machine(tmp_path):

@@ -107,11 +107,18 @@ static void quantize_rows(const float* x, int64_t M, int64_t K, int64_t Kp, int1
 
 /* ---- entry points ---- */
 
-/* 2: AVX-512 (F, BW, VNNI for vpdpbusd), 1: AVX2 (both with F16C for the fp16 scales) */
+int draftwise_amx_granted(void);
+
+/* 3: AMX (tiles the OS grants, for passes of two rows or more; AVX-512 for one), 2: AVX-512 (F, BW, VNNI for
+ * vpdpbusd), 1: AVX2 (both with F16C for the fp16 scales). The AMX emulation (tests) is never the best path. */
 int draftwise_int8_isa(void) {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c")) {
+#ifndef DRAFTWISE_AMX_EMULATE
+        if (draftwise_amx_granted()) return 3;
+#endif
         return 2;
+    }
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") ? 1 : 0;
 }
 
@@ -124,7 +131,8 @@ void draftwise_int8_gemm(const float* x, const int8_t* w, const void* s, const v
                          int nthreads, int isa, int bits, int fmt, int abits) {
     const int64_t B = Kp / BLOCK, NB = Kp / SUBBLOCK(fmt);
     int16_t* q = (int16_t*)aligned_alloc(64, (size_t)(M * Kp * 2 + 63) / 64 * 64);
-    uint8_t* bytes = isa == 2 ? (uint8_t*)aligned_alloc(64, (size_t)(2 * M * Kp + 63) / 64 * 64) : NULL;
+    if (isa == 3 && (M == 1 || !draftwise_amx_granted())) isa = 2; /* a step streams: AVX-512 keeps up with memory */
+    uint8_t* bytes = isa >= 2 ? (uint8_t*)aligned_alloc(64, (size_t)(2 * M * Kp + 63) / 64 * 64) : NULL;
     float* sx = (float*)malloc(M * sizeof(float));
     float* sa = abits == 8 ? (float*)malloc(M * B * sizeof(float)) : NULL;
     int32_t* t = (int32_t*)malloc(M * NB * sizeof(int32_t));
@@ -135,14 +143,16 @@ void draftwise_int8_gemm(const float* x, const int8_t* w, const void* s, const v
     sums(q, M, Kp, SUBBLOCK(fmt), t);
     const operands o = {q, bytes, bytes ? bytes + M * Kp : NULL, t, sx, sa, s, z, sd, zd, qsum, y, N, Kp};
     const int64_t G = (N + 63) / 64 * 4;  /* groups, as packed: N padded to a multiple of 64 rows */
-    /* [isa 2?][abits 8?][format: q8, q4 fp32, q4 fp16, Q4_K, 5-bit fp16, Q6_K] */
-    static const body_fn bodies[2][2][6] = {
+    /* [path: AVX2, AVX-512, AMX][abits 8?][format: q8, q4 fp32, q4 fp16, Q4_K, 5-bit fp16, Q6_K] */
+    static const body_fn bodies[3][2][6] = {
         {{groups256_q8, groups256_q4, groups256_q4h, groups256_q4k, groups256_q5h, groups256_q6k},
          {groups256_q8_a8, groups256_q4_a8, groups256_q4h_a8, groups256_q4k_a8, groups256_q5h_a8, groups256_q6k_a8}},
         {{groups512_q8, groups512_q4, groups512_q4h, groups512_q4k, groups512_q5h, groups512_q6k},
-         {groups512_q8_a8, groups512_q4_a8, groups512_q4h_a8, groups512_q4k_a8, groups512_q5h_a8, groups512_q6k_a8}}};
+         {groups512_q8_a8, groups512_q4_a8, groups512_q4h_a8, groups512_q4k_a8, groups512_q5h_a8, groups512_q6k_a8}},
+        {{groupsamx_q8, groupsamx_q4, groupsamx_q4h, groupsamx_q4k, groupsamx_q5h, groupsamx_q6k},
+         {groupsamx_q8_a8, groupsamx_q4_a8, groupsamx_q4h_a8, groupsamx_q4k_a8, groupsamx_q5h_a8, groupsamx_q6k_a8}}};
     const int format = bits == 8 ? 0 : bits == 5 ? 4 : bits == 6 ? 5 : fmt == KQ ? 3 : fmt == F16 ? 2 : 1;
-    const body_fn body = bodies[isa == 2][abits == 8][format];
+    const body_fn body = bodies[isa - 1][abits == 8][format];
 #pragma omp parallel for schedule(static) num_threads(nthreads)
     for (int64_t g = 0; g < G; g += 4) body(w, o, M, g);
     free(q);

@@ -2,42 +2,9 @@
  * lane) against M inputs, vpdpbusd for the exact integer sums. */
 #include <stdlib.h>
 
-#include "cpu_int8.h"
+#include "cpu_int8_avx512.h"
 
 #define PD 4 /* sub-blocks ahead the scales' streams are prefetched */
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) inline
-
-/* a sub-block's scales or offsets of 16 rows (at), as fp32; KQ, KQ6: times their super-block's (at8) */
-static AVX512 __m512 load16(const void* p, const float* per8, int64_t at, int64_t at8, const int fmt) {
-    if (fmt == KQ || fmt == KQ6) {
-        const __m128i b = _mm_loadu_si128((const __m128i*)((const uint8_t*)p + at));
-        const __m512i v = fmt == KQ ? _mm512_cvtepu8_epi32(b) : _mm512_cvtepi8_epi32(b);
-        return _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_loadu_ps(per8 + at8));
-    }
-    return fmt == F16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)((const uint16_t*)p + at)))
-                      : _mm512_loadu_ps((const float*)p + at);
-}
-
-/* the 64 bytes of q for inputs k..k+3 of a group's 16 rows (wi: the group's packed weights), byte (n % 16)·4 + k % 4;
- * raw: the 8 inputs' nibbles, loaded at k % 8 == 0 and kept for k + 4 */
-static AVX512 __m512i weights512(const int bits, const int8_t* wi, int64_t k, __m512i* raw) {
-    const __m512i nibble = _mm512_set1_epi8(0x0F);
-    if (bits == 8) return _mm512_loadu_si512((const void*)(wi + k * 16));
-    __m512i wv;
-    if ((k & 7) == 0) {  /* 8 k of 16 rows: this k's in the low nibbles, k + 4's in the high */
-        *raw = _mm512_loadu_si512((const void*)(wi + nibble_at(k, bits)));
-        wv = _mm512_and_si512(*raw, nibble);
-    } else {
-        wv = _mm512_and_si512(_mm512_srli_epi16(*raw, 4), nibble);
-    }
-    if (bits == 5 || bits == 6) {  /* q's bit 4 (and 5) from the masks: added where set (the nibble is below 16) */
-        const uint64_t* m = (const uint64_t*)(wi + mask_at(k, bits));
-        wv = _mm512_mask_add_epi8(wv, _cvtu64_mask64(m[0]), wv, _mm512_set1_epi8(16));
-        if (bits == 6) wv = _mm512_mask_add_epi8(wv, _cvtu64_mask64(m[1]), wv, _mm512_set1_epi8(32));
-    }
-    return wv;
-}
-
 /* R groups from wg (group g's weights; `pre`: unpacked already, a byte a weight, `unpack512`) against M inputs */
 static AVX512 void tile512(const int R, const int M, const int bits, const int fmt, const int ab, const int pre,
                            const int8_t* wg, int64_t g, const operands* o) {
@@ -100,18 +67,11 @@ static AVX512 void tile512(const int R, const int M, const int bits, const int f
         for (int i = 0; i < R; i++) {
             const int64_t at = ((g + i) * NB + b) * 16, at8 = ((g + i) * (Kp / 256) + k0 / 256) * 16;
             const __m512 s = load16(o->s, o->sd, at, at8, fmt), z = fmt == KQ6 ? s : load16(o->z, o->zd, at, at8, fmt);
-            const __m512i corr = bits == 8 ? _mm512_slli_epi32(_mm512_cvtepi16_epi32(
-                                                 _mm256_loadu_si256((const __m256i*)(o->qsum + at))), ab == 8 ? 7 : 15)
-                                           : _mm512_setzero_si512();
+            const __m512i corr = corr512(bits, ab, o->qsum, at);
 #pragma GCC unroll 6
             for (int j = 0; j < M; j++) {
-                const __m512i d = ab == 8 ? _mm512_sub_epi32(dl[i][j], corr)
-                                          : _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(dh[i][j], 8), dl[i][j]), corr);
-                /* KQ6: z = -32 s, so d·s + t·z = (d - 32 t)·s, the integer exact: one product, not two */
-                __m512 term = fmt == KQ6 ? _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(d, _mm512_set1_epi32(32 * o->t[j * NB + b]))), s)
-                                         : _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), s),
-                                                         _mm512_mul_ps(_mm512_set1_ps((float)o->t[j * NB + b]), z));
-                if (ab == 8) term = _mm512_mul_ps(term, _mm512_set1_ps(o->sa[j * B + k0 / BLOCK]));
+                const __m512 term = term512(fmt, ab, dl[i][j], dh[i][j], corr, s, z, o->t[j * NB + b],
+                                            ab == 8 ? o->sa[j * B + k0 / BLOCK] : 0.0f);
                 acc[i][j] = _mm512_add_ps(acc[i][j], term);
             }
         }
@@ -125,13 +85,6 @@ static AVX512 void tile512(const int R, const int M, const int bits, const int f
         for (int j = 0; j < M; j++)
             _mm512_mask_storeu_ps(o->y + j * o->N + n0, rows, _mm512_mul_ps(acc[i][j], _mm512_set1_ps(o->sx[j])));
     }
-}
-
-/* group g's q for every k, a byte each (the int8 layout), into u: a long pass unpacks its nibbles once, not once
- * per 4 inputs */
-static AVX512 void unpack512(const int bits, const int8_t* wg, int64_t Kp, int8_t* u) {
-    __m512i raw;
-    for (int64_t k = 0; k < Kp; k += 4) _mm512_store_si512((void*)(u + k * 16), weights512(bits, wg, k, &raw));
 }
 
 /* Inputs from which a pass over 6-bit weights unpacks its groups once (fewer: unpacked in registers per tile). A

@@ -12,81 +12,22 @@ links the same OpenMP runtime as torch (soname libgomp.so.1, already loaded), so
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
-import warnings
 from functools import lru_cache
-from importlib.resources import files
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from ...paths import cache_dir
-from . import ladder
+from . import ladder, library
 from .int8 import Int8Weight, reference_linear
+from .library import LayerStruct, Matrix
 
 MAX_ROWS = 64  # above this (long prefill) the work is compute-bound and torch's BLAS and SDPA do well
-# AVX-512 code paths say so per function; no contraction into FMA where the code does not ask for one (the int8
-# kernel's operations must be torch's, bit for bit)
-_FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC"]
-_SOURCES = ("cpu_kernels.c", "cpu_int8.h", "cpu_int8.c", "cpu_int8_avx512.c", "cpu_int8_avx2.c", "cpu_layer.c")
 
 
-@lru_cache(maxsize=1)
 def _kernel():
-    """The compiled kernel library, or None (with one warning saying why) when it cannot be used here."""
-    if os.environ.get("DRAFTWISE_NO_KERNEL"):
-        return None
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
-        return None
-    compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-    if compiler is None:
-        warnings.warn("draftwise: no C compiler found; CPU decoding falls back to torch matmul (slower)", stacklevel=2)
-        return None
-    sources = {name: files("draftwise.runtimes.lean").joinpath(name).read_text() for name in _SOURCES}
-    key = hashlib.sha256(("".join(sources.values()) + " ".join(_FLAGS) + compiler).encode()).hexdigest()[:16]
-    lib = cache_dir("kernels") / f"cpu_kernels-{key}.so"
-    if not lib.exists():
-        with tempfile.TemporaryDirectory() as tmp:
-            for name, text in sources.items():
-                with open(os.path.join(tmp, name), "w") as f:
-                    f.write(text)
-            out = os.path.join(tmp, "cpu_kernels.so")
-            paths = [os.path.join(tmp, name) for name in sources if name.endswith(".c")]
-            done = subprocess.run([compiler, *_FLAGS, *paths, "-o", out], capture_output=True, text=True)
-            if done.returncode != 0:
-                warnings.warn(
-                    f"draftwise: compiling the CPU kernel failed, falling back to torch: {done.stderr.strip()[:300]}",
-                    stacklevel=2,
-                )
-                return None
-            os.replace(out, lib)  # atomic: a concurrent process sees the whole file or none
-    dll = ctypes.CDLL(str(lib))
-    dll.draftwise_small_gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int]
-    dll.draftwise_rms_norm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_float]
-    dll.draftwise_attention.argtypes = (
-        [ctypes.c_void_p] * 5
-        + [ctypes.c_int64] * 7
-        + [ctypes.c_float, ctypes.c_int]
-        + [ctypes.c_void_p] * 2
-        + [ctypes.c_float, ctypes.c_int64, ctypes.c_float]
-    )
-    dll.draftwise_silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
-    dll.draftwise_gelu_tanh_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
-    dll.draftwise_softcap.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 2 + [ctypes.c_float]
-    dll.draftwise_int8_gemm.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 4 + [ctypes.c_int] * 5
-    dll.draftwise_int8_isa.restype = ctypes.c_int
-    dll.draftwise_layer.argtypes = (
-        [ctypes.POINTER(LayerStruct)]
-        + [ctypes.c_void_p] * 4
-        + [ctypes.c_int64] * 3
-        + [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int]
-    )
-    return dll
+    return library.load()
 
 
 def kernel_available() -> bool:
@@ -106,13 +47,13 @@ def int8_available() -> bool:
     return int8_isa() > 0 and not torch.compiler.is_compiling()
 
 
-def int8_gemm(x: torch.Tensor, w, isa: int | None = None) -> torch.Tensor:
+def int8_gemm(x: torch.Tensor, w, isa: int | None = None, lib=None) -> torch.Tensor:
     """x [M, K] fp32 contiguous (CPU) times the int8 weight `w` (`int8.Int8Weight`) -> [M, N] fp32, each row of x
     quantized with its own scale, or each of its blocks of 32 at `w.abits` 8 (`cpu_int8.c`). `isa`: a path other
-    than the best (tests compare them)."""
+    than the best (tests compare them); `lib`: another build of the library (`library.load`: the AMX emulation)."""
     m, n = x.shape[0], w.out_features
     y = torch.empty(m, n, dtype=torch.float32)
-    _kernel().draftwise_int8_gemm(
+    (lib or _kernel()).draftwise_int8_gemm(
         x.data_ptr(),
         w.q.data_ptr(),
         w.s.data_ptr(),
@@ -248,36 +189,15 @@ def attention(
     return out
 
 
-class _Matrix(ctypes.Structure):
-    """cpu_layer.c's dw_matrix: an fp32 weight (w) or an int8 / q4 one (q, s, z, sd, zd, qsum; bits, fmt), its bias
-    or NULL."""
-
-    _fields_ = [(n, ctypes.c_void_p) for n in ("w", "q", "s", "z", "sd", "zd", "qsum", "bias")] + [
-        (n, ctypes.c_int64) for n in ("N", "K", "Kp", "bits", "fmt", "abits")
-    ]
-
-
-class LayerStruct(ctypes.Structure):
-    """cpu_layer.c's dw_layer: pointers into one `lean.Layer`'s buffers, and its settings."""
-
-    _fields_ = (
-        [("qkv", _Matrix), ("o", _Matrix), ("gu", _Matrix), ("down", _Matrix)]
-        + [(n, ctypes.c_void_p) for n in ("ln_attn", "ln_attn_out", "ln_mlp", "ln_mlp_out", "q_norm", "k_norm")]
-        + [(n, ctypes.c_int64) for n in ("H", "KV", "hd", "window")]
-        + [(n, ctypes.c_float) for n in ("eps", "scale", "softcap")]
-        + [("gelu", ctypes.c_int)]
-    )
-
-
 def _ptr(t: torch.Tensor | None):
     return None if t is None else t.data_ptr()
 
 
-def _matrix(w, b: torch.Tensor | None) -> _Matrix | None:
+def _matrix(w, b: torch.Tensor | None) -> Matrix | None:
     """A weight as cpu_layer.c takes it, or None where the unfused path would not take the C kernel either."""
     if isinstance(w, Int8Weight):
         return (
-            _Matrix(
+            Matrix(
                 None,
                 w.q.data_ptr(),
                 w.s.data_ptr(),
@@ -299,7 +219,7 @@ def _matrix(w, b: torch.Tensor | None) -> _Matrix | None:
     n, k = w.shape
     if w.dtype != torch.float32 or not w.is_contiguous() or k % 8 or n % 4 or w.requires_grad:
         return None
-    return _Matrix(w.data_ptr(), None, None, None, None, None, None, _ptr(b), n, k, k, 32, 0, 0)
+    return Matrix(w.data_ptr(), None, None, None, None, None, None, _ptr(b), n, k, k, 32, 0, 0)
 
 
 def layer_struct(layer, gelu: bool) -> LayerStruct | None:

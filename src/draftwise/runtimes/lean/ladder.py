@@ -4,7 +4,8 @@ The CPU's feature bits say what it has, not what runs: a hypervisor may hide sta
 refuse it (AMX tiles must be asked for), a compiler may emit what this CPU lacks. So the best path the CPU reports is
 run first in a child process (`smoke.py`: a small product on every weight format at both activation precisions,
 compared bit for bit with the torch reference), and a path whose child dies (SIGILL, SIGSEGV, a refused request) or
-disagrees falls to the next rung — AVX-512 VNNI, then AVX2, then torch, which computes the same function slower.
+disagrees falls to the next rung — AMX (where the OS grants the tiles), AVX-512 VNNI, then AVX2, then torch, which
+computes the same function slower.
 Never a crash: the parent only reads the child's exit status. llama.cpp's build ladder (`runtimes/llamacpp`) proves
 its rungs the same way.
 
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from ... import machine
 
-NAMES = {2: "avx512", 1: "avx2", 0: "torch"}  # the kernel's isa codes (`draftwise_int8_isa`), best first
+NAMES = {3: "amx", 2: "avx512", 1: "avx2", 0: "torch"}  # the kernel's isa codes (`draftwise_int8_isa`), best first
 SMOKE_TIMEOUT_S = 120
 
 
