@@ -58,9 +58,11 @@ def test_rows_that_join_and_leave_at_different_rounds_get_ars_tokens(tiny_dir, d
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "q8:int8"])
-def test_prompts_prefilled_in_chunks_between_rounds_get_ars_tokens(tiny_dir, dtype):
-    """A joining prompt prefilled a few tokens between rounds while the others decode (in the spare row, moved to its
-    live row when whole) gives each request AR's greedy tokens, and the decoding rows keep emitting meanwhile."""
+@pytest.mark.parametrize("within", [True, False])
+def test_prompts_prefilled_in_chunks_beside_decoding_rows_get_ars_tokens(tiny_dir, dtype, within):
+    """A joining prompt prefilled a few tokens a round while the others decode (in the spare row, moved to its live
+    row when whole) — in the rows' own pass (`within`: `round_`'s chunk, one pass of rows of different lengths) or
+    between rounds — gives each request AR's greedy tokens, and the decoding rows keep emitting meanwhile."""
     lm = load(tiny_dir, ModelOptions(dtype=dtype.split(":")[-1])).lm
     prompts = [PROMPTS[1] * 3, PROMPTS[3] * 4, PROMPTS[0], PROMPTS[4] * 2]  # 21, 32, 3 and 12 tokens
     lengths = [25, 12, 30, 9]
@@ -69,31 +71,56 @@ def test_prompts_prefilled_in_chunks_between_rounds_get_ars_tokens(tiny_dir, dty
     while waiting or batch.seqs or batch.joining:
         if batch.joining is None and waiting and len(batch.seqs) < batch.slots:
             batch.join(seq_of(*waiting.pop(0), NgramDrafter(1, 3)), 0)
-        if batch.joining is not None:
-            before = batch.joining.length
+        before = batch.joining.length if batch.joining is not None else None
+        if batch.joining is not None and (not within or not batch.seqs):
             batch.prefill(5 if batch.seqs else None)  # 5 tokens a round beside decoding rows, all of it alone
-            stalls += batch.joining is not None and batch.joining.length - before == 5
-        for seq, _ in round_(batch, 2, 0.0, frozenset()) if batch.seqs else []:
+        chunk = 5 if within and batch.joining is not None else 0
+        for seq, _ in round_(batch, 2, 0.0, frozenset(), chunk) if batch.seqs else []:
             if seq.room <= 0:
                 batch.leave(seq)
                 done.append(seq)
+        stalls += before is not None and batch.joining is not None and batch.joining.length - before == 5
     got = {tuple(s.job.ids): s.out.tokens for s in done}
     assert [got[tuple(p)] for p in prompts] == want
-    assert stalls >= 3  # prompts did join in chunks, rounds running between them
+    assert stalls >= 3  # prompts did join in chunks, rounds running beside them
 
 
-def test_a_chunk_is_what_a_round_takes_at_the_measured_prefill_speed():
+def test_rows_of_different_lengths_in_one_pass_are_each_rows_own_bits(tiny_dir):
+    """`forward_segments` (a decoding row's block and a joining prompt's chunk in one pass) gives each segment the
+    logits and cache its own pass gives; a whole prompt and the same prompt in chunks leave the same cache."""
+    lm = load(tiny_dir, ModelOptions(dtype="int8")).lm
+    ids = torch.randint(0, lm.vocab_size, (107,), generator=torch.Generator().manual_seed(0)).tolist()
+    first, second = ids[:37], ids[37:]  # the second past the 64 rows of a short pass
+    alone, fused = Batch(lm, 2, 256), Batch(lm, 2, 256)
+    for batch in (alone, fused):
+        lm.forward(torch.tensor([first[:30]]), 0, 0, cache=batch.cache(slice(0, 1)))
+    want = lm.forward(torch.tensor([first[30:34]]), 30, None, cache=alone.cache(slice(0, 1)))[0]
+    lm.forward(torch.tensor([second]), 0, 0, cache=alone.cache(slice(1, 2)))
+    lm.forward(torch.tensor([second[:10]]), 0, 0, cache=fused.cache(slice(1, 2)))
+    got = lm.forward_segments([(first[30:34], 0, 30, 4), (second[10:], 1, 10, 0)], (fused.k, fused.v))
+    assert torch.equal(got[0], want) and got[1].shape[0] == 0
+    for row, n in ((0, 34), (1, 70)):  # what each row's passes wrote (a batch's cache starts unwritten)
+        assert torch.equal(alone.k[:, row, :, :n], fused.k[:, row, :, :n])
+        assert torch.equal(alone.v[:, row, :, :n], fused.v[:, row, :, :n])
+
+
+def test_a_chunk_is_what_a_round_takes_at_the_measured_prefill_cost():
     chunks = Chunks()
     assert chunks.tokens() == Chunks.FIRST  # nothing measured yet
+    chunks.timed_round(0.05, chunk=32)  # no round without a chunk timed yet: nothing to compare with
+    assert chunks.tokens() == Chunks.FIRST
     chunks.timed_round(0.05)
-    chunks.timed_chunk(32, 0.032)  # 1 ms a prompt token
-    assert chunks.tokens() == 50  # a 50 ms round: 50 tokens
-    chunks.timed_round(0.05)
-    chunks.timed_chunk(50, 0.5)  # slower than thought: smaller chunks
+    chunks.timed_round(0.082, chunk=32)  # 32 ms more: 1 ms a prompt token
+    assert chunks.tokens() == 50  # a 50 ms round buys 50 tokens
+    chunks.timed_round(0.55, chunk=50)  # slower than thought: smaller chunks
     assert Chunks.LEAST <= chunks.tokens() < 50
     for _ in range(20):
-        chunks.timed_chunk(10, 10.0)
+        chunks.timed_round(10.0, chunk=10)
     assert chunks.tokens() == Chunks.LEAST  # never below the least chunk
+    fresh = Chunks()
+    fresh.timed_round(0.05)
+    fresh.timed_round(0.04, chunk=10)  # looked free (noise): costed at a tenth of a round, not nothing
+    assert fresh.tokens() == 100
 
 
 def test_log_probabilities_are_ars(tiny_dir):

@@ -11,6 +11,7 @@ import pytest
 import torch
 from serving import ar, assert_error, serving
 
+import draftwise.serve.batch as batch_module
 import draftwise.serve.engine as engine_module
 from draftwise.config import ServeConfig
 from draftwise.errors import DraftwiseError
@@ -128,17 +129,17 @@ def test_concurrent_requests_are_each_answered_as_alone(server):
 
 @pytest.mark.parametrize("chunked", [True, False])
 def test_long_prompts_joining_a_busy_batch_are_each_answered_as_alone(tiny_dir, chunked, monkeypatch):
-    """Prompts longer than a chunk join while others decode: prefilled a chunk between rounds (or whole, with
+    """Prompts longer than a chunk join while others decode: prefilled a chunk in each round's pass (or whole, with
     --no-chunked-prefill), each request still gets AR's tokens."""
     chunks = []
-    real = engine_module.Engine._prefill
+    real = batch_module.Batch.advance
 
-    def spy(self):
-        before = self.batch.joining.length
-        real(self)
-        chunks.append((bool(self.batch.seqs), self.batch.joining is not None, before))
+    def spy(self, n, seconds):
+        whole = real(self, n, seconds)
+        chunks.append((n, whole))
+        return whole
 
-    monkeypatch.setattr(engine_module.Engine, "_prefill", spy)
+    monkeypatch.setattr(batch_module.Batch, "advance", spy)
     prompts = [[1] + [5 + (i * 7 + j * 3) % 50 for j in range(70 + 9 * i)] for i in range(4)]
     config = ServeConfig(target=tiny_dir, drafter="ngram", gamma=3, threads=1, chunked_prefill=chunked)
     with serving(config) as s:
@@ -148,7 +149,7 @@ def test_long_prompts_joining_a_busy_batch_are_each_answered_as_alone(tiny_dir, 
                 pool.map(lambda p: complete(s, p, max_tokens=30, temperature=0)["choices"][0]["token_ids"], prompts)
             )
     assert got == want
-    partial = [c for c in chunks if c[1]]  # a chunk after which the prompt was not whole yet
+    partial = [n for n, whole in chunks if n and not whole]  # a chunk after which the prompt was not whole yet
     assert bool(partial) == chunked
 
 

@@ -82,16 +82,26 @@ class Batch:
     def prefill(self, chunk: int | None) -> bool:
         """The joining request's next `chunk` prompt tokens (None: the rest) into its row, at their positions; once its
         prompt is in, it is the next live row (its keys and values moved there) and this returns True."""
-        seq, row, start = self.joining, self.slots - 1, time.perf_counter()
+        seq, start = self.joining, time.perf_counter()
+        ids = self.chunk_ids(chunk)
+        if ids:
+            self.lm.forward(torch.tensor([ids]), seq.length, 0, cache=self.cache(slice(self.slots - 1, self.slots)))
+        return self.advance(len(ids), time.perf_counter() - start)
+
+    def chunk_ids(self, chunk: int | None) -> list[int]:
+        """The joining request's next `chunk` prompt tokens (None: the rest), its prompt but the last token."""
+        seq = self.joining
         end = len(seq.tokens) - 1 if chunk is None else min(len(seq.tokens) - 1, seq.length + chunk)
-        if end > seq.length:
-            ids = torch.tensor([seq.tokens[seq.length : end]])
-            self.lm.forward(ids, seq.length, 0, cache=self.cache(slice(row, row + 1)))
-        seq.length = end
-        seq.out.prefill_s += time.perf_counter() - start
-        if end < len(seq.tokens) - 1:
+        return seq.tokens[seq.length : end]
+
+    def advance(self, n: int, seconds: float) -> bool:
+        """The joining request's cache holds `n` more prompt tokens; whole, it becomes the next live row (True)."""
+        seq, row = self.joining, self.slots - 1
+        seq.length += n
+        seq.out.prefill_s += seconds
+        if seq.length < len(seq.tokens) - 1:
             return False
-        b = len(self.seqs)
+        b, end = len(self.seqs), seq.length
         if b != row:
             self.k[:, b, :, :end] = self.k[:, row, :, :end]
             self.v[:, b, :, :end] = self.v[:, row, :, :end]
@@ -109,12 +119,20 @@ class Batch:
             self.seqs[b] = self.seqs[last]
         self.seqs.pop()
 
-    def verify(self, blocks: list[list[int]]) -> torch.Tensor:
-        """One target pass: row b's block (its pending token and drafts) at its own position -> logits [n, T, V]."""
+    def verify(self, blocks: list[list[int]], chunk: list[int] | None = None) -> torch.Tensor:
+        """One target pass: row b's block (its pending token and drafts) at its own position -> logits [n, T, V].
+        `chunk`: the joining request's next prompt tokens ride in the same pass where the model takes rows of
+        different lengths at once (`LeanLM.forward_segments`: the weights read once for both), else just before it."""
         n, width = len(blocks), max(map(len, blocks))
-        ids = torch.tensor([block + block[-1:] * (width - len(block)) for block in blocks])
+        padded = [block + block[-1:] * (width - len(block)) for block in blocks]
         pos = [seq.length for seq in self.seqs]
-        return self.lm.forward(ids, pos, None, cache=self.cache(slice(0, n)))
+        if not chunk or not hasattr(self.lm, "forward_segments"):
+            if chunk:
+                self.lm.forward(torch.tensor([chunk]), self.joining.length, 0, cache=self.cache(slice(-1, None)))
+            return self.lm.forward(torch.tensor(padded), pos, None, cache=self.cache(slice(0, n)))
+        rows = [(ids, b, p, width) for b, (ids, p) in enumerate(zip(padded, pos))]
+        logits = self.lm.forward_segments([*rows, (chunk, self.slots - 1, self.joining.length, 0)], (self.k, self.v))
+        return torch.stack(logits[:n]).view(n, width, -1)
 
 
 def propose(batch: Batch, gammas: list[int], stop_below: float) -> list[tuple[Draft, object]]:
@@ -131,14 +149,19 @@ def propose(batch: Batch, gammas: list[int], stop_below: float) -> list[tuple[Dr
     return out
 
 
-def round_(batch: Batch, gamma: int | list[int], stop_below: float, eos: frozenset[int]) -> list[tuple[Seq, list[int]]]:
+def round_(
+    batch: Batch, gamma: int | list[int], stop_below: float, eos: frozenset[int], chunk: int = 0
+) -> list[tuple[Seq, list[int]]]:
     """One round over every row, each drafting at most its γ (`gamma`: one for all rows, or a list by row): (each row,
     the tokens it emitted), in row order. Every row's Round carries the batch's draft and verify time: each waited for
-    the whole round."""
+    the whole round. `chunk`: that many of the joining request's prompt tokens are prefilled in the round's pass
+    (`Batch.verify`); a prompt whole after it joins the rows for the next round."""
     t_round = time.perf_counter()
     drafts = propose(batch, gamma if isinstance(gamma, list) else [gamma] * len(batch.seqs), stop_below)
     t_drafted = time.perf_counter()
-    logits = batch.verify([seq.tokens[seq.length :] + d.tokens for seq, (d, _) in zip(batch.seqs, drafts)])
+    joining = batch.joining if chunk else None
+    ids = batch.chunk_ids(chunk) if joining is not None else []
+    logits = batch.verify([seq.tokens[seq.length :] + d.tokens for seq, (d, _) in zip(batch.seqs, drafts)], ids)
     settled = []
     for seq, (draft, plan), rows in zip(batch.seqs, drafts, logits):
         g = len(draft.tokens)
@@ -155,6 +178,8 @@ def round_(batch: Batch, gamma: int | list[int], stop_below: float, eos: frozens
     t_end = time.perf_counter()
     for seq, _, (g, accepted, emitted, source, decided) in settled:
         seq.out.rounds.append(Round(g, accepted, emitted, t_drafted - t_round, t_end - t_drafted, source, decided))
+    if joining is not None:
+        batch.advance(len(ids), t_end - t_drafted)
     return [(seq, new) for seq, new, _ in settled]
 
 

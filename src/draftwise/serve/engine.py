@@ -241,8 +241,12 @@ class Engine:
         while True:
             idle = not self.batch.seqs and self.batch.joining is None
             stopping = self._admit(wait=idle and not stopping) or stopping
-            if self.batch.joining is not None:
-                self._prefill()
+            if self.batch.joining is not None and self.batch.joining.job.cancelled.is_set():
+                self._end(self.batch.joining.job, None)  # a client that left during its prefill costs no more of it
+                self.batch.joining = None
+            chunk = self.chunks.tokens() if self.chunks and self.batch.joining is not None and self.batch.seqs else 0
+            if self.batch.joining is not None and not chunk:
+                self._prefill()  # nobody decodes (nobody waits), or chunks are off: the whole prompt now
             if not self.batch.seqs:
                 if stopping and self.batch.joining is None:
                     return
@@ -252,9 +256,13 @@ class Engine:
             self._sessions(max(gammas))
             try:
                 t_round = time.perf_counter()
-                emitted = round_(self.batch, gammas, self.draft_stop if self.drafter else 0.0, self.target.eos_ids)
+                joining = self.batch.joining
+                stop_below = self.draft_stop if self.drafter else 0.0
+                emitted = round_(self.batch, gammas, stop_below, self.target.eos_ids, chunk)
                 if self.chunks:
-                    self.chunks.timed_round(time.perf_counter() - t_round)
+                    self.chunks.timed_round(time.perf_counter() - t_round, chunk if joining is not None else 0)
+                if joining is not None and self.batch.joining is None:
+                    self.metrics.running.set(self.batch.taken)
             except Exception as e:  # a bug must not take the server down: the batch's requests get a 500
                 log.exception("decoding failed")
                 for seq in list(self.batch.seqs):
@@ -285,7 +293,7 @@ class Engine:
                 self._end(job, None)
                 continue
             try:
-                self.batch.join(self._seq(job), 0)  # its prefill: `_prefill`, between rounds
+                self.batch.join(self._seq(job), 0)  # its prefill: whole before a round, or in chunks within rounds
             except Exception as e:
                 log.exception("joining failed")
                 self._end(job, Failed(f"decoding failed: {type(e).__name__}: {e}"))
@@ -294,23 +302,16 @@ class Engine:
         return False
 
     def _prefill(self) -> None:
-        """The joining request's next chunk of prompt: all of it when no row decodes (nobody waits), else what one
-        round takes (`policy.Chunks`), so the rows decoding beside it wait about a round for each chunk."""
-        seq, chunk = self.batch.joining, self.chunks.tokens() if self.batch.seqs and self.chunks else None
-        if seq.job.cancelled.is_set():  # a client that left during its prefill costs no more of it
-            self.batch.joining = None
-            self._end(seq.job, None)
-            return
-        before, start = seq.length, time.perf_counter()
+        """The joining request's whole prompt, before the round (with rows decoding and chunks on, its chunks ride in
+        the rounds' passes instead: `policy.Chunks`, `batch.round_`)."""
+        seq = self.batch.joining
         try:
-            self.batch.prefill(chunk)
+            self.batch.prefill(None)
         except Exception as e:
             log.exception("prefill failed")
             self.batch.joining = None
             self._end(seq.job, Failed(f"decoding failed: {type(e).__name__}: {e}"))
             return
-        if chunk is not None:
-            self.chunks.timed_chunk(seq.length - before, time.perf_counter() - start)
         self.metrics.running.set(self.batch.taken)
 
     def _seq(self, job: Job) -> Seq:

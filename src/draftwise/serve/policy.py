@@ -27,13 +27,15 @@ CONTEXT = 128  # the positions each row holds while the curve is timed
 
 
 class Chunks:
-    """How many prompt tokens a joining request prefills between two rounds of the rows already decoding: what one
-    round's time buys at the prefill speed measured so far (both smoothed), so a decoding row waits about one round
-    for it — its time per output token at most about twice its usual — instead of the whole prompt's prefill."""
+    """How many prompt tokens a joining request prefills in each round's pass beside the rows already decoding: what
+    one round's time buys at the prefill cost measured so far (both smoothed), so a decoding row waits about one more
+    round for it — its time per output token at most about twice its usual — instead of the whole prompt's prefill.
+    The chunk rides in the rows' pass (`batch.round_`), so its cost is what a round with it takes beyond one without."""
 
-    FIRST = 32  # tokens, before a round and a chunk have been timed
-    LEAST = 8  # a chunk is never smaller: each pass has its fixed cost
+    FIRST = 32  # tokens, before a round without a chunk and one with it have been timed
+    LEAST = 8  # a chunk is never smaller: fewer tokens leave the pass's weight reads mostly to the decoding rows
     SMOOTH = 0.3  # weight of the newest measurement
+    FLOOR = 0.1  # a chunk's measured cost is at least this share of a round (noise can make it look free)
 
     def __init__(self):
         self.round_s: float | None = None
@@ -42,15 +44,17 @@ class Chunks:
     def tokens(self) -> int:
         if self.round_s is None or self.token_s is None:
             return self.FIRST
-        return max(self.LEAST, int(self.round_s / self.token_s))
+        return max(self.LEAST, round(self.round_s / self.token_s))
 
-    def timed_round(self, seconds: float) -> None:
-        self.round_s = seconds if self.round_s is None else (1 - self.SMOOTH) * self.round_s + self.SMOOTH * seconds
+    def timed_round(self, seconds: float, chunk: int = 0) -> None:
+        """A round's time, with `chunk` prompt tokens in its pass (0: none)."""
+        if not chunk:
+            self.round_s = self._smooth(self.round_s, seconds)
+        elif self.round_s is not None:
+            self.token_s = self._smooth(self.token_s, max(seconds - self.round_s, self.FLOOR * self.round_s) / chunk)
 
-    def timed_chunk(self, tokens: int, seconds: float) -> None:
-        if tokens > 0:
-            per = seconds / tokens
-            self.token_s = per if self.token_s is None else (1 - self.SMOOTH) * self.token_s + self.SMOOTH * per
+    def _smooth(self, old: float | None, new: float) -> float:
+        return new if old is None else (1 - self.SMOOTH) * old + self.SMOOTH * new
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:

@@ -59,13 +59,14 @@ static void add(float* x, const float* y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-/* x [B, T, D] (updated in place), rot [*, hd/2] complex, k_cache / v_cache [B, KV, S, hd] (this layer's), start [B]
- * (first real position of each row; NULL: 0), poss [B] (each row's own position, written at that slot: a continuous
- * batch's rows; NULL: every row at pos) */
-void draftwise_layer(const dw_layer* L, float* x, const float* rot, float* k_cache, float* v_cache, int64_t B,
-                     int64_t T, int64_t pos, const int64_t* start, const int64_t* poss, int64_t S, int nthreads,
-                     int isa) {
-    const int64_t rows = B * T, D = L->o.N, F = L->down.K, nqkv = L->qkv.N, natt = L->H * L->hd;
+/* the layer over nseg segments of rows: segment b is lens[b] consecutive rows of x (NULL: T each), written in cache row
+ * slots[b] (NULL: b) from position poss[b] (NULL: pos), its first real position start[b] (NULL: 0) */
+static void layer_rows(const dw_layer* L, float* x, const float* rot, float* k_cache, float* v_cache, int64_t nseg,
+                       int64_t T, const int64_t* lens, const int64_t* slots, int64_t pos, const int64_t* poss,
+                       const int64_t* start, int64_t S, int nthreads, int isa) {
+    int64_t rows = 0;
+    for (int64_t b = 0; b < nseg; b++) rows += lens ? lens[b] : T;
+    const int64_t D = L->o.N, F = L->down.K, nqkv = L->qkv.N, natt = L->H * L->hd, cache_row = L->KV * S * L->hd;
     float* h = (float*)malloc(rows * D * sizeof(float));
     float* qkv = (float*)malloc(rows * nqkv * sizeof(float));
     float* att = (float*)malloc(rows * natt * sizeof(float));
@@ -75,10 +76,12 @@ void draftwise_layer(const dw_layer* L, float* x, const float* rot, float* k_cac
 
     draftwise_rms_norm(x, L->ln_attn, h, rows, D, L->eps);
     matmul(&L->qkv, h, qkv, rows, nthreads, isa);
-    for (int64_t b = 0; b < B; b++)
-        draftwise_attention(qkv + b * T * nqkv, rot, k_cache + b * L->KV * S * L->hd, v_cache + b * L->KV * S * L->hd,
-                            att + b * T * natt, T, poss ? poss[b] : pos, start ? start[b] : 0, L->H, L->KV, L->hd, S, L->scale,
-                            nthreads, L->q_norm, L->k_norm, L->eps, L->window, L->softcap);
+    for (int64_t b = 0, r = 0; b < nseg; r += lens ? lens[b] : T, b++) {
+        const int64_t slot = slots ? slots[b] : b;
+        draftwise_attention(qkv + r * nqkv, rot, k_cache + slot * cache_row, v_cache + slot * cache_row,
+                            att + r * natt, lens ? lens[b] : T, poss ? poss[b] : pos, start ? start[b] : 0, L->H,
+                            L->KV, L->hd, S, L->scale, nthreads, L->q_norm, L->k_norm, L->eps, L->window, L->softcap);
+    }
     matmul(&L->o, att, out, rows, nthreads, isa);
     if (L->ln_attn_out) draftwise_rms_norm(out, L->ln_attn_out, out, rows, D, L->eps);
     add(x, out, rows * D);
@@ -94,4 +97,22 @@ void draftwise_layer(const dw_layer* L, float* x, const float* rot, float* k_cac
     add(x, out, rows * D);
 
     free(h), free(qkv), free(att), free(out), free(gu), free(act);
+}
+
+/* x [B, T, D] (updated in place), rot [*, hd/2] complex, k_cache / v_cache [B, KV, S, hd] (this layer's), start [B]
+ * (first real position of each row; NULL: 0), poss [B] (each row's own position, written at that slot: a continuous
+ * batch's rows; NULL: every row at pos) */
+void draftwise_layer(const dw_layer* L, float* x, const float* rot, float* k_cache, float* v_cache, int64_t B,
+                     int64_t T, int64_t pos, const int64_t* start, const int64_t* poss, int64_t S, int nthreads,
+                     int isa) {
+    layer_rows(L, x, rot, k_cache, v_cache, B, T, NULL, NULL, pos, poss, start, S, nthreads, isa);
+}
+
+/* Rows of different lengths in one pass (a continuous batch's decoding rows and a joining prompt's chunk: the weights
+ * read once for both): x [Σ lens, D], segment b's lens[b] rows into cache row slots[b] from position poss[b]; every
+ * row computed as in its own pass (the matrices' rows are independent, `cpu_int8.c`) */
+void draftwise_layer_segments(const dw_layer* L, float* x, const float* rot, float* k_cache, float* v_cache,
+                              int64_t nseg, const int64_t* lens, const int64_t* slots, const int64_t* poss, int64_t S,
+                              int nthreads, int isa) {
+    layer_rows(L, x, rot, k_cache, v_cache, nseg, 0, lens, slots, 0, poss, NULL, S, nthreads, isa);
 }

@@ -69,6 +69,12 @@ class Layer(nn.Module):
             self._fused = (key, kernels.layer_struct(self, self.act_mul is gelu_tanh_mul))
         return self._fused[1]
 
+    def rows_fused(self, T: int) -> bool:
+        """Whether a pass of T rows takes the fused C layer: up to MAX_ROWS, and any number where every matrix is int8
+        or q4 (their products are the C kernel's at any size): a prompt's keys then have the same bits however it is
+        cut into chunks (`serve.batch`), as its attention is computed query by query either way."""
+        return T <= kernels.MAX_ROWS or all(isinstance(getattr(self, name), Int8Weight) for name in LINEARS)
+
     def forward(self, x, rot, k_cache, v_cache, pos: int | list[int], mask, start: list[int] | None, positions=None):
         # x [B, T, D]; rot [S, hd/2] complex; k_cache, v_cache [B, KV, S, hd]; mask [B or 1, 1, T, pos+T] bool or None
         # (this layer's: a sliding window already applied); positions [B, T]: each row's own RoPE positions when cache
@@ -76,7 +82,7 @@ class Layer(nn.Module):
         # continuous batch), mask then a list of each row's
         s = self.shape
         T = x.shape[1]
-        fused = self.fused() if positions is None and T <= kernels.MAX_ROWS and kernels.fast_path(x) else None
+        fused = self.fused() if positions is None and self.rows_fused(T) and kernels.fast_path(x) else None
         if fused is not None:
             return kernels.layer(fused, x, rot, k_cache, v_cache, pos, start)  # the same kernels, one call
         qkv = linear(rms_norm(x, self.ln_attn, s.rms_eps), self.wqkv, self.bqkv)  # [B, T, (H+2KV)*hd]
@@ -296,6 +302,29 @@ class LeanLM(nn.Module):
         if n_logits is not None:
             x = x[:, -n_logits:]
         return self.logits(x)
+
+    @torch.inference_mode()
+    def forward_segments(self, segments: list[tuple[list[int], int, int, int]], cache) -> list[torch.Tensor]:
+        """Rows of several sequences in one pass, each as `forward` of that row alone computes it: segment (ids,
+        cache row, position, n_logits) writes its keys and values in that row of `cache` (k and v [L, rows, KV, S,
+        hd]) from `position` on and returns the logits of its last n_logits tokens [n_logits, V]. On the fused C
+        layer the weights are read once for all the segments (a continuous batch's decoding rows and a joining
+        prompt's chunk, `serve.batch`); elsewhere each segment is its own `forward`."""
+        k, v = cache
+        structs = [layer.fused() for layer in self.layers]
+        rows = sum(len(ids) for ids, *_ in segments)
+        if not (kernels.fast_path(self.embed) and all(structs) and all(la.rows_fused(rows) for la in self.layers)):
+            alone = [(torch.tensor([ids]), pos, n, (k[:, r : r + 1], v[:, r : r + 1])) for ids, r, pos, n in segments]
+            return [self.forward(ids, pos, n, cache=c)[0] for ids, pos, n, c in alone]
+        x = self.embed_tokens(torch.tensor([[t for ids, *_ in segments for t in ids]]))[0]  # [R, D]
+        self.rotations(max(pos + len(ids) for ids, _, pos, _ in segments))
+        shape = [(len(ids), r, pos) for ids, r, pos, _ in segments]
+        for i, (layer, struct) in enumerate(zip(self.layers, structs)):
+            x = kernels.layer_segments(struct, x, self._rot[layer.rope_key], k[i], v[i], shape)
+        ends = torch.tensor([len(ids) for ids, *_ in segments]).cumsum(0).tolist()
+        picked = [x[end - n : end] for end, (*_, n) in zip(ends, segments)]  # each segment's last n rows
+        self.last_hidden = torch.cat(picked)[None]
+        return list(self.logits(self.last_hidden)[0].split([n for *_, n in segments]))
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         """The residual stream's input: ids [B, T] -> [B, T, D] (× √d in the families that scale it)."""

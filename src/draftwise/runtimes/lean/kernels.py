@@ -282,6 +282,30 @@ def layer(
     return x
 
 
+def layer_segments(
+    struct: LayerStruct, x: torch.Tensor, rot: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, segments
+) -> torch.Tensor:
+    """`layer` over rows of different lengths in one pass (`draftwise_layer_segments`): x [R, D] -> [R, D], segments
+    [(rows, cache row, position)] in x's order; k_cache, v_cache [rows of the cache, KV, S, hd] (this layer's)."""
+    x = x.contiguous().clone()
+    lens, slots, poss = (torch.tensor(col, dtype=torch.int64) for col in zip(*segments))
+    _kernel().draftwise_layer_segments(
+        ctypes.byref(struct),
+        x.data_ptr(),
+        rot.data_ptr(),
+        k_cache.data_ptr(),
+        v_cache.data_ptr(),
+        len(segments),
+        lens.data_ptr(),
+        slots.data_ptr(),
+        poss.data_ptr(),
+        k_cache.shape[2],
+        torch.get_num_threads(),
+        int8_isa(),
+    )
+    return x
+
+
 def silu_mul(gu: torch.Tensor) -> torch.Tensor:
     """[..., 2F] (gate, up) -> [..., F] silu(gate) * up."""
     f = gu.shape[-1] // 2

@@ -90,6 +90,13 @@ def load(defines: tuple[str, ...] = ()):
         + [ctypes.c_int64] * 3
         + [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int]
     )
+    dll.draftwise_layer_segments.argtypes = (
+        [ctypes.POINTER(LayerStruct)]
+        + [ctypes.c_void_p] * 4
+        + [ctypes.c_int64]
+        + [ctypes.c_void_p] * 3
+        + [ctypes.c_int64, ctypes.c_int, ctypes.c_int]
+    )
     return dll
 
 
