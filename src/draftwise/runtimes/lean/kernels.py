@@ -4,9 +4,10 @@ decoder layer in one call (`cpu_layer.c`, the same kernels in the same order, wi
 
 On CPU in fp32 with a few rows (a decoding step, or a (γ+1)-token verify pass) they call `cpu_kernels.c`, compiled
 once with the system C compiler into the draftwise cache and loaded with ctypes: at batch 1 a torch op costs
-5-60 us of dispatch, and a layer needs ~25 of them. Everything else (GPU, bf16, long prefill, autograd, no compiler,
-no AVX2) goes to torch, so results never depend on whether the fast path is available, only speed does. The library
-links the same OpenMP runtime as torch (soname libgomp.so.1, already loaded), so both share one thread pool.
+5-60 us of dispatch, and a layer needs ~25 of them. Everything else (GPU, bf16, long prefill at fp32, autograd, no
+compiler, no AVX2) goes to torch, so results never depend on whether the fast path is available, only speed does.
+The library links the same OpenMP runtime as torch (soname libgomp.so.1, already loaded), so both share one thread
+pool (`library.py` builds and loads it).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from . import ladder, library
 from .int8 import Int8Weight, reference_linear
 from .library import LayerStruct, Matrix
 
-MAX_ROWS = 64  # above this (long prefill) the work is compute-bound and torch's BLAS and SDPA do well
+MAX_ROWS = 64  # above this (long prefill) fp32 layers go to torch's BLAS and SDPA (int8/q4: `Layer.rows_fused`)
 
 
 def _kernel():
