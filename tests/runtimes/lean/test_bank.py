@@ -4,6 +4,7 @@ them) and held as the narrowest of the file's blocks that holds every row exactl
 from pathlib import Path
 
 import gguf
+import numpy as np
 import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
@@ -63,3 +64,19 @@ def test_a_files_q8_0_matrices_are_found_and_held_as_the_file_holds_them(tmp_pat
         assert type(held) is Int8Weight and held.scale_format == 1, name
         assert torch.equal(held.dequantize(), getattr(fp.layers[0], name)), name
     assert not torch.equal(Int8Weight(fp.layers[0].wqkv).dequantize(), fp.layers[0].wqkv)  # what it replaces
+
+
+def test_5_bit_blocks_whose_offset_fp16_cannot_hold_are_held_at_int8(tmp_path):
+    """Q5_0's offset is -16·d: past fp16's range for d > 4094, so such a tensor's rows run at int8, still exact."""
+    raw = raw_rows("Q5_0", 4, 64, seed=1).reshape(4, 2, 22)
+    raw[0, 0, :2] = np.array([5000.0], dtype=np.float16).view(np.uint8)
+    writer = gguf.GGUFWriter(str(tmp_path / "big.gguf"), "llama")
+    writer.add_tensor("big.weight", raw.reshape(4, -1), raw_dtype=GGMLQuantizationType.Q5_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    values = torch.from_numpy(gguf_dequantize(raw.reshape(4, -1), GGMLQuantizationType.Q5_0))
+    w = Bank(tmp_path / "big.gguf").weight(values[[2, 0]])
+    assert type(w) is Int8Weight and torch.equal(w.dequantize(), values[[2, 0]])
+    assert type(Bank(tmp_path / "big.gguf").weight(values[[2, 1]])) is Q5Weight  # rows without it: 5 bits

@@ -102,10 +102,9 @@ class Bank:
         if len(kinds) > 1 and not kinds <= {5, 8}:
             return None
         kind = kinds.pop() if len(kinds) == 1 else 8
-        parts = [[t[r] for t in self._blocks(i, kind == 8)] for i, r in found]
-        cols = [torch.from_numpy(np.stack(col)) for col in zip(*parts)]  # zip: Q4_K's factors where all have them
+        cols = self._rows(found, kind == 8)
         if kind == 5 and not _fp16(*(c.numpy() for c in cols[1:])):  # Q5_0's -16·d beyond fp16: at int8, exact
-            kind, cols = 8, [torch.from_numpy(np.stack(col)) for col in zip(*[self._blocks(i, True) for i, _ in found])]
+            kind, cols = 8, self._rows(found, True)
         if kind == 8:
             return Int8Weight.of_blocks(*cols)
         if kind == 6:
@@ -114,6 +113,11 @@ class Bank:
             return Q5Weight(*cols)
         q, s, z, *factors = cols
         return Q4Weight(q, s, z, tuple(factors) if factors else None)
+
+    def _rows(self, found: list[tuple[int, int]], eight: bool) -> list[torch.Tensor]:
+        """The found rows' blocks, each part stacked (zip: Q4_K's factors where every row has them)."""
+        parts = [[t[r] for t in self._blocks(i, eight)] for i, r in found]
+        return [torch.from_numpy(np.stack(col)) for col in zip(*parts)]
 
 
 def build(config, state: dict[str, torch.Tensor], path: Path, compile: bool = False):
