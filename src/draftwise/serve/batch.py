@@ -121,14 +121,12 @@ class Batch:
 
     def verify(self, blocks: list[list[int]], chunk: list[int] | None = None) -> torch.Tensor:
         """One target pass: row b's block (its pending token and drafts) at its own position -> logits [n, T, V].
-        `chunk`: the joining request's next prompt tokens ride in the same pass where the model takes rows of
-        different lengths at once (`LeanLM.forward_segments`: the weights read once for both), else just before it."""
+        `chunk`: the joining request's next prompt tokens, in the same pass (`LeanLM.forward_segments`: rows of
+        different lengths at once, the weights read once for both)."""
         n, width = len(blocks), max(map(len, blocks))
         padded = [block + block[-1:] * (width - len(block)) for block in blocks]
         pos = [seq.length for seq in self.seqs]
-        if not chunk or not hasattr(self.lm, "forward_segments"):
-            if chunk:
-                self.lm.forward(torch.tensor([chunk]), self.joining.length, 0, cache=self.cache(slice(-1, None)))
+        if not chunk:
             return self.lm.forward(torch.tensor(padded), pos, None, cache=self.cache(slice(0, n)))
         rows = [(ids, b, p, width) for b, (ids, p) in enumerate(zip(padded, pos))]
         logits = self.lm.forward_segments([*rows, (chunk, self.slots - 1, self.joining.length, 0)], (self.k, self.v))

@@ -260,7 +260,7 @@ class Engine:
                 stop_below = self.draft_stop if self.drafter else 0.0
                 emitted = round_(self.batch, gammas, stop_below, self.target.eos_ids, chunk)
                 if self.chunks:
-                    self.chunks.timed_round(time.perf_counter() - t_round, chunk if joining is not None else 0)
+                    self.chunks.timed_round(time.perf_counter() - t_round, chunk)
                 if joining is not None and self.batch.joining is None:
                     self.metrics.running.set(self.batch.taken)
             except Exception as e:  # a bug must not take the server down: the batch's requests get a 500

@@ -24,7 +24,7 @@ import torch
 
 from ...errors import DraftwiseError
 from ...targets.family import FAMILIES, Shape, layer_tensors, rope_keys, windows
-from .int8 import Int8Weight
+from .int8 import Int8Weight, fp16_exact
 from .q4 import NAME, TYPES, Q4Weight, blocks, blocks5, blocks8, dequantize, k_factors, with_activations
 from .q56 import Q5Weight, Q6Weight, blocks6
 
@@ -47,10 +47,6 @@ def _has_blocks(path: str, stamp: int) -> bool:
     import gguf
 
     return any(t.tensor_type.name in TYPES for t in gguf.GGUFReader(path).tensors)
-
-
-def _fp16(*ts: np.ndarray) -> bool:
-    return all(np.array_equal(t.astype(np.float16).astype(np.float32), t) for t in ts)
 
 
 class Bank:
@@ -103,7 +99,7 @@ class Bank:
             return None
         kind = kinds.pop() if len(kinds) == 1 else 8
         cols = self._rows(found, kind == 8)
-        if kind == 5 and not _fp16(*(c.numpy() for c in cols[1:])):  # Q5_0's -16·d beyond fp16: at int8, exact
+        if kind == 5 and not fp16_exact(*cols[1:]):  # Q5_0's -16·d beyond fp16: at int8, exact
             kind, cols = 8, self._rows(found, True)
         if kind == 8:
             return Int8Weight.of_blocks(*cols)

@@ -39,6 +39,11 @@ def _up(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
+def fp16_exact(*ts: torch.Tensor) -> bool:
+    """Whether every value of these fp32 tensors is an fp16 value (fp16 then holds them exactly)."""
+    return all(torch.equal(t.half().float(), t) for t in ts)
+
+
 def padded(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     """t [N, C] with zeros after it to [rows, cols]."""
     return nn.functional.pad(t, (0, cols - t.shape[1], 0, rows - t.shape[0]))
@@ -92,7 +97,7 @@ class Int8Weight(nn.Module):
     def of_blocks(cls, q: torch.Tensor, s: torch.Tensor, z: torch.Tensor) -> Int8Weight:
         """A weight held as a file's own blocks (`q4.blocks8`): q [N, K] int8, s and z [N, K/32] fp32 values that fp16
         holds exactly; w = s·q + z as the file defines it, nothing requantized."""
-        if not all(torch.equal(t.half().float(), t) for t in (s, z)):
+        if not fp16_exact(s, z):
             raise DraftwiseError("int8: a file's block scales and offsets must be fp16 values")
         out = cls.__new__(cls)
         nn.Module.__init__(out)

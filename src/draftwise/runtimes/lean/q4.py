@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ...errors import DraftwiseError
-from .int8 import BLOCK, GROUP, Int8Weight, _up, padded
+from .int8 import BLOCK, GROUP, Int8Weight, _up, fp16_exact, padded
 
 NAME = "q4"
 TYPES = ("Q4_0", "Q4_1", "Q4_K")
@@ -130,7 +130,7 @@ class Q4Weight(Int8Weight):
             sc, mn, d, m = (pad(t, t.shape[1]) for t in factors)
             self._pack(q, sc.to(torch.uint8), mn.to(torch.uint8), n, k, per8=(d, m))  # 6-bit values, a byte each
             return
-        if all(torch.equal(t.half().float(), t) for t in (s, z)):
+        if fp16_exact(s, z):
             self.SCALES = torch.float16  # half the scales' bytes, the same values
         self._pack(q, pad(s, _up(k) // BLOCK), pad(z, _up(k) // BLOCK), n, k)
 

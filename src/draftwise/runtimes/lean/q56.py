@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ...errors import DraftwiseError
-from .int8 import GROUP, _up, padded
+from .int8 import GROUP, _up, fp16_exact, padded
 from .q4 import Q4Weight, _fp16
 
 SUPER = 256  # Q6_K's super-block: one d per 256 inputs
@@ -46,7 +46,7 @@ class Q5Weight(Q4Weight):
 
     def __init__(self, q: torch.Tensor, s: torch.Tensor, z: torch.Tensor):
         torch.nn.Module.__init__(self)
-        if not all(torch.equal(t.half().float(), t) for t in (s, z)):
+        if not fp16_exact(s, z):
             raise DraftwiseError("q5: a file's block scales and offsets must be fp16 values")
         n, k = q.shape
         pad = lambda t, cols: padded(t, _up(n), cols)  # noqa: E731
