@@ -28,7 +28,7 @@ def test_the_emulated_tiles_give_the_references_bits(abits):
     for w in formats():
         w.abits = abits
         for m in (2, 5, 16, 17, 33):
-            x = 3 * torch.randn(m, w.in_features, generator=gen)
+            x = smoke.activations(m, w.in_features, gen)
             got = kernels.int8_gemm(x, w, AMX, lib=EMULATED)
             assert torch.equal(got, reference_linear(x, w)), (type(w).__name__, w.scale_format, m)
             step = kernels.int8_gemm(x[:1].contiguous(), w, AMX, lib=EMULATED)  # one row: the AVX-512 path

@@ -9,7 +9,7 @@ from conftest import tiny_config, tiny_model
 from draftwise import specs
 from draftwise.errors import DraftwiseError
 from draftwise.runtimes.base import ModelOptions
-from draftwise.runtimes.lean import kernels
+from draftwise.runtimes.lean import kernels, smoke
 from draftwise.runtimes.lean.forward import LeanLM
 from draftwise.runtimes.lean.int8 import Int8Weight, quantize_blocks, quantize_rows, reference_linear
 from draftwise.runtimes.registry import load, load_drafter
@@ -53,7 +53,7 @@ def test_kernel_paths_equal_the_torch_reference_bitwise(n, k, abits):
     w = Int8Weight(torch.randn(n, k, generator=gen))
     w.abits = abits
     for m in (1, 2, 3, 4, 5, 7, 9, 13):
-        x = 3 * torch.randn(m, k, generator=gen)
+        x = smoke.activations(m, k, gen)
         x[0, :4] = 0.0 if m > 1 else x[0, :4]
         ref = reference_linear(x, w)
         for isa in PATHS:
@@ -73,15 +73,19 @@ def test_a_zero_row_and_a_row_alone_give_their_pass_bits():
 
 
 def test_activation_blocks_are_quantized_on_their_own():
-    """At 8 bits each block of 32 of a row has its own scale: an outlier costs only its own block's resolution."""
-    x = torch.zeros(2, 40)
-    x[0, 0], x[0, 1], x[0, 32] = 100.0, 1.0, 1.0  # block 0 holds the outlier, block 1 does not
-    x[1, 5] = -2.0
-    q, s = quantize_blocks(x, 64)
-    assert q.shape == (2, 64) and s.shape == (2, 2)
-    assert q[0, 0] == 127 and q[0, 1] == 1 and q[0, 32] == 127 and q[1, 5] == -127
-    assert torch.allclose(s, torch.tensor([[100.0, 1.0], [2.0, 0.0]]) / 127)
-    assert torch.equal(q[:, 40:], torch.zeros(2, 24))
+    """Per block (abits 8) each block of 32 of a row has its own scale, at 8 bits (held as 256 v) unless it holds an
+    outlier far above the row's typical size, then at 16: an outlier costs only its own block's resolution."""
+    x = torch.full((2, 160), 0.5)
+    x[0, 3] = 100.0  # row 0, block 0: an outlier; row 1 has none
+    q, s = quantize_blocks(x, 192)
+    assert q.shape == (2, 192) and s.shape == (2, 6)
+    assert q[0, 3] == 32767 and q[0, 0] == 164 and s[0, 0] == torch.tensor(100.0) / 32767  # 16 bits
+    at8 = torch.tensor(127.0 * 256)  # 0.5 at 8 bits, in 16-bit units
+    assert torch.equal(q[0, 32:160], at8.repeat(128)) and torch.equal(q[1, :160], at8.repeat(160))
+    assert s[0, 1] == torch.tensor(0.5) / 127 / 256 and torch.equal(s[1, :5], s[0, 1].repeat(5))
+    assert torch.equal(q[:, 160:], torch.zeros(2, 32)) and torch.equal(s[:, 5], torch.zeros(2))
+    y = quantize_blocks(torch.full((1, 40), 0.5).index_fill(1, torch.tensor([3]), 100.0), 64)[0]
+    assert y[0, 3] == 127 * 256  # in a row of 40 one outlier is a fifth of its mean square: no block is far above
 
 
 def test_activation_rows_are_quantized_on_their_own():

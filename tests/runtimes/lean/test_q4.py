@@ -12,7 +12,7 @@ from gguf.quants import dequantize as gguf_dequantize
 from conftest import raw_rows, small_gguf
 from draftwise.errors import DraftwiseError
 from draftwise.runtimes.base import ModelOptions
-from draftwise.runtimes.lean import kernels
+from draftwise.runtimes.lean import kernels, smoke
 from draftwise.runtimes.lean.int8 import Int8Weight, reference_linear
 from draftwise.runtimes.lean.q4 import TYPES, TYPES8, Q4Weight, blocks, blocks8, dequantize, k_factors
 from draftwise.runtimes.registry import load, load_drafter
@@ -77,7 +77,7 @@ def test_kernel_paths_equal_the_torch_reference_bitwise(qtype, n, k, fmt, abits)
     w.abits = abits
     assert w.scale_format == fmt
     for m in (1, 2, 3, 4, 5, 7, 9):
-        x = 3 * torch.randn(m, k, generator=gen)
+        x = smoke.activations(m, k, gen)
         ref = reference_linear(x, w)
         for isa in PATHS:
             got = kernels.int8_gemm(x, w, isa)

@@ -8,7 +8,7 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
 from conftest import raw_rows
-from draftwise.runtimes.lean import kernels
+from draftwise.runtimes.lean import kernels, smoke
 from draftwise.runtimes.lean.int8 import reference_linear
 from draftwise.runtimes.lean.q4 import blocks5
 from draftwise.runtimes.lean.q56 import Q5Weight, Q6Weight, blocks6
@@ -49,7 +49,7 @@ def test_kernel_paths_equal_the_torch_reference_bitwise(qtype, n, k, abits):
     _, w = held(qtype, n, k, seed=n)
     w.abits = abits
     for m in (1, 2, 3, 4, 5, 9):
-        x = 3 * torch.randn(m, k, generator=gen)
+        x = smoke.activations(m, k, gen)
         ref = reference_linear(x, w)
         assert torch.allclose(ref, x @ w.dequantize().T, rtol=0.05, atol=0.05 * ref.abs().max().item())
         for isa in PATHS:

@@ -10,7 +10,11 @@
  * [N / 16, Kp / 32, 16].
  * Activations: quantized here to int16 per row m (per token), never per tensor: sx[m] = amax|x[m]| / 32767,
  * xq = rint(x * (32767 / amax)). At 16 bits the activations' own rounding is ~1/32767 of the row's largest value, so
- * outlier channels cost nothing, unlike 8-bit activations.
+ * outlier channels cost nothing, unlike 8-bit activations. Or (abits 8, `quantize_blocks`) per block of 32 with the
+ * block's own scale sa: at 8 bits (held as 256 v) where the block's largest value is near the row's typical size, at
+ * 16 where it is not (an outlier channel: WIDE_C2), and acc = acc + (d·s + t·z)·sa, no sx. A block at 8 bits has a
+ * low byte of 0, so the AVX-512 and AMX paths skip its second product wherever every row of a tile has it at 8 bits:
+ * one vpdpbusd per 4 products there, two in the 16-bit blocks.
  * Per block b: an exact int32 sum d = Σ xq * q over its 32 k (|d| < 32 * 32767 * 128 < 2^31) and the block's
  * activation sum t = Σ xq, then acc = acc + ((float)d * s + (float)t * z) in fp32, blocks in order; y = acc * sx[m].
  * AVX-512 computes d with vpdpbusd (unsigned x signed bytes, 64 products an instruction): xq + 32768 = 256 hi + lo in
@@ -42,68 +46,9 @@
 
 #include "cpu_int8.h"
 
-#define QMAX 32767.0f
-#define QMAX8 127.0f
-
-/* the sums of q [M, Kp] per sub-block of sb k: t [M, Kp / sb] */
-static void sums(const int16_t* q, int64_t M, int64_t Kp, int sb, int32_t* t) {
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t b = 0; b < Kp / sb; b++) {
-            int32_t sum = 0;
-            for (int64_t k = b * sb; k < (b + 1) * sb; k++) sum += q[m * Kp + k];
-            t[m * (Kp / sb) + b] = sum;
-        }
-}
-
-/* rows m of x quantized to int8 per block of 32 (abits 8): q [M, Kp] holds the values (zero past K), sa [M, B] each
- * block's scale, sx[m] = 1; lo: the values + 128 as unsigned bytes (against signed int8 weights), hi: the values
- * as signed bytes (against unsigned q) */
-static void quantize_blocks(const float* x, int64_t M, int64_t K, int64_t Kp, int16_t* q, float* sx, float* sa,
-                            uint8_t* lo, uint8_t* hi) {
-    const int64_t B = Kp / BLOCK;
-    for (int64_t m = 0; m < M; m++) {
-        const float* xm = x + m * K;
-        int16_t* qm = q + m * Kp;
-        sx[m] = 1.0f;
-        for (int64_t b = 0; b < B; b++) {
-            const int64_t k0 = b * BLOCK, k1 = k0 + BLOCK < K ? k0 + BLOCK : K;
-            float amax = 0.0f;
-            for (int64_t k = k0; k < k1; k++) amax = fmaxf(amax, fabsf(xm[k]));
-            const float inv = amax > 0.0f ? QMAX8 / amax : 0.0f;
-            sa[m * B + b] = amax / QMAX8;
-            for (int64_t k = k0; k < k0 + BLOCK; k++) {
-                const float v = k < k1 ? rintf(xm[k] * inv) : 0.0f;
-                const int16_t v16 = (int16_t)(v > QMAX8 ? QMAX8 : v < -QMAX8 ? -QMAX8 : v);
-                qm[k] = v16;
-                if (lo) lo[m * Kp + k] = (uint8_t)(v16 + 128), hi[m * Kp + k] = (uint8_t)(int8_t)v16;
-            }
-        }
-    }
-}
-
-/* rows m of x quantized to int16 into q [M, Kp] (zero past K), with each row's scale sx[m];
- * lo, hi (when not NULL): the bytes of q + 32768, hi less 128 as a signed byte where `signed_hi` */
-static void quantize_rows(const float* x, int64_t M, int64_t K, int64_t Kp, int16_t* q, float* sx, uint8_t* lo,
-                          uint8_t* hi, const int signed_hi) {
-    for (int64_t m = 0; m < M; m++) {
-        const float* xm = x + m * K;
-        float amax = 0.0f;
-        for (int64_t k = 0; k < K; k++) amax = fmaxf(amax, fabsf(xm[k]));
-        const float inv = amax > 0.0f ? QMAX / amax : 0.0f;
-        sx[m] = amax / QMAX;
-        int16_t* qm = q + m * Kp;
-        for (int64_t k = 0; k < K; k++) {
-            float v = rintf(xm[k] * inv);
-            qm[k] = (int16_t)(v > QMAX ? QMAX : v < -QMAX ? -QMAX : v);
-        }
-        for (int64_t k = K; k < Kp; k++) qm[k] = 0;
-        if (lo)
-            for (int64_t k = 0; k < Kp; k++) {
-                const uint16_t u = (uint16_t)(qm[k] + 32768);
-                lo[m * Kp + k] = (uint8_t)(u & 0xff), hi[m * Kp + k] = (uint8_t)(u >> 8) ^ (signed_hi ? 0x80 : 0);
-            }
-    }
-}
+void draftwise_int8_activations(const float* x, int64_t M, int64_t K, int64_t Kp, int abits, int signed_hi, int sb,
+                                int16_t* q, float* sx, float* sa, uint8_t* wide, uint8_t* lo, uint8_t* hi, int32_t* t,
+                                int nthreads); /* cpu_int8_quant.c */
 
 /* ---- entry points ---- */
 
@@ -135,13 +80,11 @@ void draftwise_int8_gemm(const float* x, const int8_t* w, const void* s, const v
     uint8_t* bytes = isa >= 2 ? (uint8_t*)aligned_alloc(64, (size_t)(2 * M * Kp + 63) / 64 * 64) : NULL;
     float* sx = (float*)malloc(M * sizeof(float));
     float* sa = abits == 8 ? (float*)malloc(M * B * sizeof(float)) : NULL;
+    uint8_t* wide = abits == 8 ? (uint8_t*)malloc(M * B) : NULL;
     int32_t* t = (int32_t*)malloc(M * NB * sizeof(int32_t));
-    if (abits == 8)
-        quantize_blocks(x, M, K, Kp, q, sx, sa, bytes, bytes ? bytes + M * Kp : NULL);
-    else
-        quantize_rows(x, M, K, Kp, q, sx, bytes, bytes ? bytes + M * Kp : NULL, bits != 8);
-    sums(q, M, Kp, SUBBLOCK(fmt), t);
-    const operands o = {q, bytes, bytes ? bytes + M * Kp : NULL, t, sx, sa, s, z, sd, zd, qsum, y, N, Kp};
+    draftwise_int8_activations(x, M, K, Kp, abits, bits != 8, SUBBLOCK(fmt), q, sx, sa, wide, bytes,
+                               bytes ? bytes + M * Kp : NULL, t, nthreads);
+    const operands o = {q, bytes, bytes ? bytes + M * Kp : NULL, t, sx, sa, wide, s, z, sd, zd, qsum, y, N, Kp};
     const int64_t G = (N + 63) / 64 * 4;  /* groups, as packed: N padded to a multiple of 64 rows */
     /* [path: AVX2, AVX-512, AMX][abits 8?][format: q8, q4 fp32, q4 fp16, Q4_K, 5-bit fp16, Q6_K] */
     static const body_fn bodies[3][2][6] = {
@@ -159,5 +102,6 @@ void draftwise_int8_gemm(const float* x, const int8_t* w, const void* s, const v
     free(bytes);
     free(sx);
     free(sa);
+    free(wide);
     free(t);
 }

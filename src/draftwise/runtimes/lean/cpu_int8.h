@@ -3,7 +3,7 @@
 #include <immintrin.h>
 #include <stdint.h>
 
-#define BLOCK 32  /* activations at 8 bits: a scale per block of 32; weights: bits 4, 5, 8 a scale per block of 32 */
+#define BLOCK 32  /* activations per block (abits 8): a scale per block of 32; weights: bits 4, 5, 8 a scale per block */
 #define SUB16 16  /* Q6_K's: a scale per sub-block of 16 */
 
 /* formats of the block scales and offsets */
@@ -12,6 +12,10 @@
 #define KQ 2  /* Q4_K's: an unsigned byte per block of 32 times an fp32 per super-block of 256 (s: sd, z: zd) */
 #define KQ6 3 /* Q6_K's: a signed byte per sub-block of 16 times an fp32 per super-block of 256; z from the same
                  byte (s = sc·d, z = sc·(-32 d)) */
+
+/* Activations per block (abits 8, `cpu_int8.c`): a block of 32 is held at 16 bits, not 8, where its largest |x|^2
+ * exceeds WIDE_C2 times the row's mean x^2 (on the row's int16 values, in integers: every path decides alike) */
+#define WIDE_C2 64
 
 /* how many k one scale covers */
 #define SUBBLOCK(fmt) ((fmt) == KQ6 ? SUB16 : BLOCK)
@@ -24,6 +28,7 @@ typedef struct {
     const int32_t* t;      /* their sums per sub-block [M, Kp / SUBBLOCK] */
     const float* sx;       /* their scales */
     const float* sa;       /* abits 8: their blocks' scales [M, Kp / 32] */
+    const uint8_t* wide;   /* abits 8: whether each of their blocks is held at 16 bits [M, Kp / 32] */
     const void* s;         /* scales [G, Kp / SUBBLOCK, 16]: fp16, fp32, or bytes (KQ, KQ6) */
     const void* z;         /* offsets, the same (KQ6: unused) */
     const float* sd;       /* KQ, KQ6: the super-blocks' factor of s [G, Kp / 256, 16] */

@@ -80,8 +80,9 @@ static AMX void configure(int mr, int sb) {
     tile_configure(&c);
 }
 
-/* the sums of one block: groups p, p + 1 (wq: their weights as bytes, int8 layout) against rows m0..m0+mr */
-static AMX void block_sums(const int bits, const int ab, const int8_t* w0, const int8_t* w1, const uint8_t* lo,
+/* the sums of one block: groups p, p + 1 (wq: their weights as bytes, int8 layout) against rows m0..m0+mr, of their
+ * high activation bytes and, where `both` (a row holds the block at 16 bits), their low ones (else 0) */
+static AMX void block_sums(const int bits, const int both, const int8_t* w0, const int8_t* w1, const uint8_t* lo,
                            const uint8_t* hi, int64_t Kp, int32_t sums[2][2][16][16]) {
     TZERO(4);
     TZERO(5);
@@ -89,36 +90,28 @@ static AMX void block_sums(const int bits, const int ab, const int8_t* w0, const
     TZERO(7);
     TLOAD(2, w0, 64);
     TLOAD(3, w1, 64);
-    if (ab == 8) { /* one product a pair: x + 128 unsigned against int8 q, or x signed against unsigned q */
-        TLOAD(0, bits == 8 ? lo : hi, Kp);
-        if (bits == 8) {
-            TDP_US(4, 0, 2);
-            TDP_US(6, 0, 3);
-        } else {
-            TDP_SU(4, 0, 2);
-            TDP_SU(6, 0, 3);
-        }
-    } else {
+    TLOAD(1, hi, Kp);
+    if (bits == 8) { /* int8 q signed, every activation byte unsigned (corrected as term512 says) */
+        TDP_US(5, 1, 2);
+        TDP_US(7, 1, 3);
+    } else { /* q unsigned, the high byte signed */
+        TDP_SU(5, 1, 2);
+        TDP_SU(7, 1, 3);
+    }
+    if (both) {
         TLOAD(0, lo, Kp);
-        TLOAD(1, hi, Kp);
         if (bits == 8) {
             TDP_US(4, 0, 2);
-            TDP_US(5, 1, 2);
             TDP_US(6, 0, 3);
-            TDP_US(7, 1, 3);
         } else {
             TDP_UU(4, 0, 2);
-            TDP_SU(5, 1, 2);
             TDP_UU(6, 0, 3);
-            TDP_SU(7, 1, 3);
         }
     }
     TSTORE(4, sums[0][0], 64);
+    TSTORE(5, sums[0][1], 64);
     TSTORE(6, sums[1][0], 64);
-    if (ab != 8) {
-        TSTORE(5, sums[0][1], 64);
-        TSTORE(7, sums[1][1], 64);
-    }
+    TSTORE(7, sums[1][1], 64);
 }
 
 static AMX void groups_amx(const int bits, const int fmt, const int ab, const int8_t* w, operands o, int64_t M,
@@ -137,16 +130,17 @@ static AMX void groups_amx(const int bits, const int fmt, const int ab, const in
             for (int j = 0; j < mr; j++) acc[i][j] = _mm512_setzero_ps();
         for (int64_t b = 0; b < NB; b++) {
             const int64_t k0 = b * SB;
+            const int both = any_wide(ab, mr, o.wide + (o.wide ? m0 * B : 0), B, k0 / BLOCK);
             for (int p = 0; p < 4; p += 2) {
-                block_sums(bits, ab, wq + p * Kp * 16 + k0 * 16, wq + (p + 1) * Kp * 16 + k0 * 16, o.lo + m0 * Kp + k0,
+                block_sums(bits, both, wq + p * Kp * 16 + k0 * 16, wq + (p + 1) * Kp * 16 + k0 * 16, o.lo + m0 * Kp + k0,
                            o.hi + m0 * Kp + k0, Kp, sums);
                 for (int q = 0; q < 2; q++) {
                     const int64_t gi = g + p + q, at = (gi * NB + b) * 16, at8 = (gi * (Kp / 256) + k0 / 256) * 16;
                     const __m512 s = load16(o.s, o.sd, at, at8, fmt), z = fmt == KQ6 ? s : load16(o.z, o.zd, at, at8, fmt);
-                    const __m512i corr = corr512(bits, ab, o.qsum, at);
+                    const __m512i corr = corr512(bits, o.qsum, at);
                     for (int j = 0; j < mr; j++) {
                         const __m512i dl = _mm512_load_si512(sums[q][0][j]);
-                        const __m512i dh = ab == 8 ? dl : _mm512_load_si512(sums[q][1][j]);
+                        const __m512i dh = _mm512_load_si512(sums[q][1][j]);
                         const int64_t r = m0 + j;
                         acc[p + q][j] = _mm512_add_ps(acc[p + q][j], term512(fmt, ab, dl, dh, corr, s, z, o.t[r * NB + b],
                                                                               ab == 8 ? o.sa[r * B + k0 / BLOCK] : 0.0f));

@@ -5,6 +5,37 @@
 #include "cpu_int8_avx512.h"
 
 #define PD 4 /* sub-blocks ahead the scales' streams are prefetched */
+
+/* the sums of sub-block k0..k0+SB of R groups (wg) against M inputs into dh (the high activation bytes) and, where
+ * `both`, dl (the low bytes; a block at 8 bits has none) */
+static AVX512 void slabs512(const int R, const int M, const int bits, const int pre, const int both, const int SB,
+                            const int8_t* wg, int64_t group, int64_t k0, const operands* o, __m512i raw[4],
+                            __m512i dl[4][4], __m512i dh[4][4]) {
+    const int64_t Kp = o->Kp;
+#pragma GCC unroll 8
+    for (int kk = 0; kk < SB; kk += 4) {
+        const int64_t k = k0 + kk;
+        __m512i wv[4];
+#pragma GCC unroll 4  /* the next tile's lines, into L2 (into L1 they evicted this tile's: 12 % slower) */
+        for (int i = 0; i < R && !pre; i++)
+            _mm_prefetch((const char*)(wg + R * group + k * 2 * bits * R + i * 64), _MM_HINT_T1);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) wv[i] = weights512(pre ? 8 : bits, wg + i * group, k, &raw[i]);
+#pragma GCC unroll 6
+        for (int j = 0; j < M; j++) {
+            const __m512i xh = _mm512_set1_epi32(*(const int32_t*)(o->hi + j * Kp + k));
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++)
+                dh[i][j] = bits == 8 ? _mm512_dpbusd_epi32(dh[i][j], xh, wv[i])   /* hi unsigned: corrected later */
+                                     : _mm512_dpbusd_epi32(dh[i][j], wv[i], xh); /* q unsigned, hi signed */
+            if (!both) continue;
+            const __m512i xl = _mm512_set1_epi32(*(const int32_t*)(o->lo + j * Kp + k));
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) dl[i][j] = _mm512_dpbusd_epi32(dl[i][j], xl, wv[i]);
+        }
+    }
+}
+
 /* R groups from wg (group g's weights; `pre`: unpacked already, a byte a weight, `unpack512`) against M inputs */
 static AVX512 void tile512(const int R, const int M, const int bits, const int fmt, const int ab, const int pre,
                            const int8_t* wg, int64_t g, const operands* o) {
@@ -35,39 +66,15 @@ static AVX512 void tile512(const int R, const int M, const int bits, const int f
         for (int i = 0; i < R; i++)
 #pragma GCC unroll 6
             for (int j = 0; j < M; j++) dl[i][j] = dh[i][j] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int kk = 0; kk < SB; kk += 4) {
-            const int64_t k = k0 + kk;
-            __m512i wv[4];
-#pragma GCC unroll 4  /* the next tile's lines, into L2 (into L1 they evicted this tile's: 12 % slower) */
-            for (int i = 0; i < R && !pre; i++)
-                _mm_prefetch((const char*)(wg + R * group + k * 2 * bits * R + i * 64), _MM_HINT_T1);
-#pragma GCC unroll 4
-            for (int i = 0; i < R; i++) wv[i] = weights512(pre ? 8 : bits, wg + i * group, k, &raw[i]);
-#pragma GCC unroll 6
-            for (int j = 0; j < M && ab == 8; j++) {  /* one product an instruction: the other operand's sign */
-                const __m512i xv = _mm512_set1_epi32(*(const int32_t*)((bits == 8 ? o->lo : o->hi) + j * Kp + k));
-#pragma GCC unroll 4
-                for (int i = 0; i < R; i++)
-                    dl[i][j] = bits == 8 ? _mm512_dpbusd_epi32(dl[i][j], xv, wv[i]) : _mm512_dpbusd_epi32(dl[i][j], wv[i], xv);
-            }
-#pragma GCC unroll 6
-            for (int j = 0; j < M && ab == 16; j++) {
-                const __m512i xl = _mm512_set1_epi32(*(const int32_t*)(o->lo + j * Kp + k));
-                const __m512i xh = _mm512_set1_epi32(*(const int32_t*)(o->hi + j * Kp + k));
-#pragma GCC unroll 4
-                for (int i = 0; i < R; i++) {
-                    dl[i][j] = _mm512_dpbusd_epi32(dl[i][j], xl, wv[i]);
-                    dh[i][j] = bits == 8 ? _mm512_dpbusd_epi32(dh[i][j], xh, wv[i])   /* hi unsigned: corrected below */
-                                         : _mm512_dpbusd_epi32(dh[i][j], wv[i], xh); /* q unsigned, hi signed */
-                }
-            }
-        }
+        if (any_wide(ab, M, o->wide, B, k0 / BLOCK))
+            slabs512(R, M, bits, pre, 1, SB, wg, group, k0, o, raw, dl, dh);
+        else
+            slabs512(R, M, bits, pre, 0, SB, wg, group, k0, o, raw, dl, dh);
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++) {
             const int64_t at = ((g + i) * NB + b) * 16, at8 = ((g + i) * (Kp / 256) + k0 / 256) * 16;
             const __m512 s = load16(o->s, o->sd, at, at8, fmt), z = fmt == KQ6 ? s : load16(o->z, o->zd, at, at8, fmt);
-            const __m512i corr = corr512(bits, ab, o->qsum, at);
+            const __m512i corr = corr512(bits, o->qsum, at);
 #pragma GCC unroll 6
             for (int j = 0; j < M; j++) {
                 const __m512 term = term512(fmt, ab, dl[i][j], dh[i][j], corr, s, z, o->t[j * NB + b],
@@ -103,7 +110,7 @@ static AVX512 void groups512(const int bits, const int fmt, const int ab, const 
     int8_t* u = pre ? (int8_t*)aligned_alloc(64, (size_t)(4 * o.Kp * 16)) : NULL;
     for (int i = 0; i < 4 && pre; i++) unpack512(bits, w + (g + i) * group, o.Kp, u + i * o.Kp * 16);
     for (; M > 0; M -= 4, o.lo += 4 * o.Kp, o.hi += 4 * o.Kp, o.t += 4 * NB, o.sx += 4, o.y += 4 * o.N,
-                  o.sa += o.sa ? 4 * B : 0) {
+                  o.sa += o.sa ? 4 * B : 0, o.wide += o.wide ? 4 * B : 0) {
         for (int64_t g2 = g; g2 < g + 4; g2 += 2) {  /* after the first four inputs the groups come from L1/L2 */
             const int8_t* wg = pre ? u + (g2 - g) * o.Kp * 16 : w + g2 * group;
             switch ((M < 4 ? (int)M : 4) + 4 * pre) {

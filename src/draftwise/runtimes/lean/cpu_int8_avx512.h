@@ -35,23 +35,30 @@ static AVX512 __m512i weights512(const int bits, const int8_t* wi, int64_t k, __
     return wv;
 }
 
-/* the correction of int8 weights' unsigned activation bytes: 2^15 (2^7 at 8 bits) times the block's sum of q */
-static AVX512 __m512i corr512(const int bits, const int ab, const int16_t* qsum, int64_t at) {
+/* the correction of int8 weights' unsigned activation bytes: 2^15 times the block's sum of q */
+static AVX512 __m512i corr512(const int bits, const int16_t* qsum, int64_t at) {
     if (bits != 8) return _mm512_setzero_si512();
-    return _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i*)(qsum + at))), ab == 8 ? 7 : 15);
+    return _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i*)(qsum + at))), 15);
 }
 
-/* one block's term of 16 outputs of one input row: its exact sums dl (and dh, ab 16), less corr, times the block's
- * scales, plus its activation sum t times the offsets; at 8 bits times the activations' block scale sa */
+/* one block's term of 16 outputs of one input row: its exact sums of the high and low activation bytes, dh and dl
+ * (0 where the block is at 8 bits), less corr, times the block's scales, plus its activation sum t times the offsets;
+ * at abits 8 times the activations' block scale sa */
 static AVX512 __m512 term512(const int fmt, const int ab, __m512i dl, __m512i dh, __m512i corr, __m512 s, __m512 z,
                              int32_t t, float sa) {
-    const __m512i d = ab == 8 ? _mm512_sub_epi32(dl, corr)
-                              : _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl), corr);
+    const __m512i d = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl), corr);
     /* KQ6: z = -32 s, so d·s + t·z = (d - 32 t)·s, the integer exact: one product, not two */
     __m512 term = fmt == KQ6 ? _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(d, _mm512_set1_epi32(32 * t))), s)
                              : _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), s),
                                              _mm512_mul_ps(_mm512_set1_ps((float)t), z));
     return ab == 8 ? _mm512_mul_ps(term, _mm512_set1_ps(sa)) : term;
+}
+
+/* whether block b (of 32 k, B a row) of any of rows 0..M-1 is held at 16 bits: its low bytes need their products */
+static AVX512 int any_wide(const int ab, const int M, const uint8_t* wide, int64_t B, int64_t b) {
+    int w = ab == 16;
+    for (int j = 0; j < M && !w; j++) w = wide[j * B + b];
+    return w;
 }
 
 /* group g's q for every k, a byte each (the int8 layout), into u: a long pass unpacks its nibbles once, not once

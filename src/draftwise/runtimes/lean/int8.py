@@ -32,7 +32,8 @@ BLOCK = 32  # weights: one scale and offset per block of 32 inputs of a row
 ALIGN = 64  # K and N are padded with zeros to multiples of this (N: the kernel's tiles of 4 groups of 16 rows)
 GROUP = 16  # rows packed together (`cpu_int8.c`): 64 bytes hold 4 consecutive k of 16 rows
 QMAX = 32767.0  # activations: int16, symmetric, one scale per row
-QMAX8 = 127.0  # or (`abits` 8) int8, symmetric, one scale per block of 32 of a row
+QMAX8 = 127.0  # or (`abits` 8) per block of 32 of a row: int8, symmetric, a scale each, or int16 where the block
+WIDE_C2 = 64  # holds an outlier: its largest value squared > WIDE_C2 times the row's mean square (`cpu_int8.h`)
 
 
 def _up(n: int) -> int:
@@ -203,15 +204,22 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def quantize_blocks(x: torch.Tensor, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per block of 32 symmetric int8: x [M, K] fp32 -> (q [M, cols] as float, zero past K; scale [M, cols / 32]), as
-    `cpu_int8.c`'s quantize_blocks."""
-    xb = torch.zeros(x.shape[0], cols)
-    xb[:, : x.shape[1]] = x
-    xb = xb.view(x.shape[0], -1, BLOCK)
+    """Per block of 32 symmetric: x [M, K] fp32 -> (q [M, cols] as float, zero past K; scale [M, cols / 32]), as
+    `cpu_int8.c`'s quantize_blocks: a block at 8 bits (held as 256 v, its scale / 256) unless it holds an outlier
+    (`WIDE_C2`, judged on the row's int16 values in exact integers), then at 16."""
+    m, k = x.shape
+    pad = lambda t: torch.nn.functional.pad(t, (0, cols - k)).view(m, -1, BLOCK)  # noqa: E731
+    r = quantize_rows(x)[0].double()
+    top = pad(r.abs()).amax(-1)
+    wide = top * top * k > WIDE_C2 * (r * r).sum(1, keepdim=True)  # exact in float64: every term < 2^53
+    xb = pad(x)
     amax = xb.abs().amax(-1)
-    inv = torch.where(amax > 0, torch.full_like(amax, QMAX8) / amax, torch.zeros_like(amax))
-    q = torch.round(xb * inv[..., None]).clamp(-QMAX8, QMAX8)
-    return q.view(x.shape[0], cols), amax / QMAX8
+    qmax = torch.where(wide, QMAX, QMAX8)
+    inv = torch.where(amax > 0, qmax / amax, torch.zeros_like(amax))
+    q = torch.round(xb * inv[..., None])
+    q = torch.minimum(torch.maximum(q, -qmax[..., None]), qmax[..., None])
+    q = torch.where(wide[..., None], q, q * 256)
+    return q.view(m, cols), torch.where(wide, amax / QMAX, amax / QMAX8 / 256)
 
 
 def reference_linear(x2: torch.Tensor, w: Int8Weight) -> torch.Tensor:
