@@ -1,7 +1,9 @@
-"""A decoding step and verify passes over 2, 4 and 8 tokens of one target at several lean precisions, in one process,
-interleaved (rounds of each precision in turn, medians): the figures of docs/results.md's q4 table.
+"""A decoding step, verify passes over 2, 4 and 8 tokens and a prompt's prefill of one target at several lean
+precisions (and, at q4, activation bits), in one process, interleaved (rounds of each in turn, medians): the figures
+of docs/results.md's q4 and activations tables.
 
     .venv/bin/python scripts/step_costs.py default --dtypes int8,q4 --threads 2
+    .venv/bin/python scripts/step_costs.py qwen2.5-coder-1.5b --dtypes q4 --activations 16,8 --prefill 197
 """
 
 import argparse
@@ -12,6 +14,7 @@ import torch
 
 from draftwise import machine
 from draftwise.runtimes.base import ModelOptions
+from draftwise.runtimes.lean import q4
 from draftwise.runtimes.registry import load
 
 CONTEXT, PASSES, ROUNDS = 128, (1, 2, 4, 8), 8
@@ -26,33 +29,62 @@ def timed(lm, ids, n: int, reps: int = 10) -> float:
     return statistics.median(times)
 
 
+def prefill(lm, ids, n: int) -> float:
+    """One prompt of n tokens from an empty cache, its cache filled (no logits: what a request's first token waits
+    for before its last position's pass)."""
+    lm.reset(1, max(n, CONTEXT) + 2 * max(PASSES))
+    start = time.perf_counter()
+    lm.forward(ids[:, :n], 0, n_logits=0)
+    seconds = time.perf_counter() - start
+    lm.forward(ids[:, :CONTEXT], 0)  # the verify passes' context again
+    return seconds
+
+
+def models(target: str, dtypes: list[str], activations: list[int]) -> dict:
+    out = {}
+    for d in dtypes:
+        for bits in activations if d == q4.NAME else [None]:
+            lm = load(target, ModelOptions(dtype=d)).lm
+            out[f"{d}-a{bits}" if bits else d] = q4.with_activations(lm, bits) if bits else lm
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("target")
     parser.add_argument("--dtypes", default="int8,q4")
+    parser.add_argument("--activations", default="", help="q4's activation bits to compare, e.g. 16,8")
+    parser.add_argument("--prefill", type=int, default=0, help="also time a prompt of this many tokens")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    models = {d: load(args.target, ModelOptions(dtype=d)).lm for d in args.dtypes.split(",")}
-    ids = torch.randint(100, 10000, (1, CONTEXT + max(PASSES)), generator=torch.Generator().manual_seed(0))
-    for lm in models.values():
-        lm.reset(1, CONTEXT + 2 * max(PASSES))
+    bits = [int(b) for b in args.activations.split(",") if b]
+    lms = models(args.target, args.dtypes.split(","), bits)
+    length = max(CONTEXT + max(PASSES), args.prefill)
+    ids = torch.randint(100, 10000, (1, length), generator=torch.Generator().manual_seed(0))
+    for lm in lms.values():
+        lm.reset(1, max(length, CONTEXT + 2 * max(PASSES)))
         lm.forward(ids[:, :CONTEXT], 0)
         timed(lm, ids, 1, reps=5)  # warm-up
-    got = {d: {n: [] for n in PASSES} for d in models}
+    got = {d: {n: [] for n in (*PASSES, "prefill")} for d in lms}
     for _ in range(ROUNDS):
-        for d, lm in models.items():
+        for d, lm in lms.items():
             for n in PASSES:
                 got[d][n].append(timed(lm, ids, n))
+            if args.prefill:
+                got[d]["prefill"].append(prefill(lm, ids, args.prefill))
     bandwidth = machine.bandwidth(args.threads)["read_gb_per_s"]  # after the passes: nothing else was running
-    for d, lm in models.items():
+    for d, lm in lms.items():
         step = statistics.median(got[d][1])
         passes = " / ".join(f"{statistics.median(got[d][n]) / step:.2f}" for n in PASSES[1:])
         share = machine.share(1 / step, lm.weight_bytes(), {"bandwidth": {"read_gb_per_s": bandwidth}})
+        first = (
+            f"; prefill of {args.prefill} tokens {statistics.median(got[d]['prefill']):.3f} s" if args.prefill else ""
+        )
         print(
             f"{d}: step {step * 1e3:.2f} ms ({1 / step:.1f} tokens/s), {lm.weight_bytes() / 1e6:.0f} MB of weights a "
             f"step ({share:.0%} of {bandwidth:g} GB/s); verify over {'/'.join(map(str, PASSES[1:]))} tokens = "
-            f"{passes} steps"
+            f"{passes} steps{first}"
         )
 
 

@@ -14,7 +14,16 @@ from draftwise.errors import DraftwiseError
 from draftwise.runtimes.base import ModelOptions
 from draftwise.runtimes.lean import kernels, smoke
 from draftwise.runtimes.lean.int8 import Int8Weight, reference_linear
-from draftwise.runtimes.lean.q4 import TYPES, TYPES8, Q4Weight, blocks, blocks8, dequantize, k_factors
+from draftwise.runtimes.lean.q4 import (
+    TYPES,
+    TYPES8,
+    Q4Weight,
+    blocks,
+    blocks8,
+    dequantize,
+    k_factors,
+    with_activations,
+)
 from draftwise.runtimes.registry import load, load_drafter
 from draftwise.sd.drafters import ModelDrafter
 from draftwise.sd.lookup import NgramDrafter
@@ -127,6 +136,23 @@ def test_greedy_sd_on_q4_is_identical_to_q4_ar(small_q4_gguf, path, monkeypatch)
             assert sd.tokens == ar.tokens
         sd = generate(target, prompt, greedy, 30, torch.Generator(), drafter=ModelDrafter(drafter), gamma=3)
         assert sd.tokens == ar.tokens
+
+
+def test_activation_bits_set_after_a_pass_take_effect(small_q4_gguf):
+    """The fused C layer copies each matrix's activation bits: `with_activations` after a pass must still change them
+    (a model at 8 bits from its load gives the same logits as one switched to 8 after a pass at 16)."""
+    ids = torch.tensor([[1, 5, 9, 5, 9, 5, 7, 3]])
+
+    def logits(lm):
+        lm.reset(1, 16)
+        return lm.forward(ids, 0)
+
+    switched = load(small_q4_gguf, ModelOptions(dtype="q4")).lm
+    at16 = logits(switched)
+    at8 = logits(with_activations(switched, 8))
+    fresh = with_activations(load(small_q4_gguf, ModelOptions(dtype="q4")).lm, 8)
+    assert not torch.equal(at16, at8) and torch.equal(at8, logits(fresh))
+    assert torch.equal(at16, logits(with_activations(switched, 16)))
 
 
 def test_q4_without_a_file_of_blocks_gets_one_line(tiny_dir, tmp_path):

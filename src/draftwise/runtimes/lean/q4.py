@@ -171,11 +171,12 @@ def activation_bits() -> int:
     return 8 if os.environ.get("DRAFTWISE_ACTIVATION_BITS") == "8" else ACTIVATION_BITS
 
 
-def with_activations(lm):
-    """`lm` (a q4 model, built here or read from its pack) with each matrix's activation bits set."""
+def with_activations(lm, bits: int | None = None):
+    """`lm` (a q4 model, built here or read from its pack) with each matrix's activation bits set: `bits` (16 or 8),
+    else `activation_bits()`. Its layers' fused C calls read them afresh (`forward.Layer.fused`)."""
     from .forward import LINEARS
 
     for w in [getattr(layer, name) for layer in lm.layers for name in LINEARS] + [lm.head]:
         if isinstance(w, Int8Weight):
-            w.abits = activation_bits()
+            w.abits = bits or activation_bits()
     return lm
