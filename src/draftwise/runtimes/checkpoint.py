@@ -77,6 +77,8 @@ def load(spec: str, options: ModelOptions) -> Model:
         lm, backend = _engine_lm(config, state, options, factory, gguf)
         if pack:
             packed.write(lm, pack)
+    if gguf is not None and isinstance(lm, LeanLM):
+        q4.with_activations(lm, q4.activation_bits(gguf))
     return Model(spec, config, tokenizer, lm, backend, path, time.perf_counter() - start, factory)
 
 

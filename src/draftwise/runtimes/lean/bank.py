@@ -25,7 +25,7 @@ import torch
 from ...errors import DraftwiseError
 from ...targets.family import FAMILIES, Shape, layer_tensors, rope_keys, windows
 from .int8 import Int8Weight, fp16_exact
-from .q4 import NAME, TYPES, Q4Weight, blocks, blocks5, blocks8, dequantize, k_factors, with_activations
+from .q4 import NAME, TYPES, Q4Weight, blocks, blocks5, blocks8, dequantize, k_factors
 from .q56 import Q5Weight, Q6Weight, blocks6
 
 KINDS = {"Q4_0": 4, "Q4_1": 4, "Q4_K": 4, "Q5_0": 5, "Q5_1": 5, "Q6_K": 6, "Q8_0": 8}  # the bits q is held at
@@ -141,4 +141,4 @@ def build(config, state: dict[str, torch.Tensor], path: Path, compile: bool = Fa
         raise DraftwiseError(f"--dtype q4: no layer matrix of the model matches {path}'s blocks")
     lm = LeanLM(config, state, layers=layers, compile=compile, precision=NAME)
     lm.head = bank.weight(lm.head) or Int8Weight(lm.head)
-    return with_activations(lm)
+    return lm  # at 16-bit activations: the loader sets them (`q4.activation_bits`)

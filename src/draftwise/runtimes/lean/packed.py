@@ -108,4 +108,4 @@ def _model(f, meta: dict, config, precision: str) -> LeanLM | None:
     sd = {"model.embed_tokens.weight": get("embed"), "model.norm.weight": get("norm_weight")}
     sd["lm_head.weight"] = get("head")
     lm = LeanLM(config, sd, layers=layers, precision=precision)
-    return q4.with_activations(lm) if precision == q4.NAME else lm
+    return lm
