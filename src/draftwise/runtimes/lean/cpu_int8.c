@@ -41,7 +41,6 @@
  * Here the weights are read from memory once per pass whatever M is (a tile holds R groups against up to 4 input
  * rows, the next tile prefetched while it computes), which keeps a short verify pass close to one step.
  */
-#include <math.h>
 #include <stdlib.h>
 
 #include "cpu_int8.h"

@@ -4,9 +4,6 @@
  * it took as long as the product itself for a few rows and a long K (4 ns an element; a 1.5B model's 4-token verify
  * pass spent 5 ms of its 50 here). Every value is what the scalar definition gives (`int8.quantize_rows`,
  * `quantize_blocks`): max, a product, round to nearest even and clamps are exact operations in any order. */
-#include <math.h>
-#include <string.h>
-
 #include "cpu_int8.h"
 
 #define QMAX 32767.0f
@@ -26,11 +23,11 @@ static inline __m256 load8x(const float* xm, int64_t k, int64_t K) {
     return _mm256_loadu_ps(tail);
 }
 
-/* the largest |x| of xm[k0..k1) */
-static float amax_of(const float* xm, int64_t k0, int64_t k1) {
+/* the largest |x| of a row's K inputs */
+static float amax_of(const float* xm, int64_t K) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 m = _mm256_setzero_ps();
-    for (int64_t k = k0; k < k1; k += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, load8x(xm, k, k1)));
+    for (int64_t k = 0; k < K; k += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, load8x(xm, k, K)));
     return hmax8(m);
 }
 
@@ -49,7 +46,7 @@ static inline void store16(int16_t* q, __m256 v) {
 
 /* row m at 16 bits: q [Kp] (zero past K), its scale */
 static void row16(const float* xm, int64_t K, int64_t Kp, int16_t* q, float* sx) {
-    const float amax = amax_of(xm, 0, K);
+    const float amax = amax_of(xm, K);
     const __m256 inv = _mm256_set1_ps(amax > 0.0f ? QMAX / amax : 0.0f), qmax = _mm256_set1_ps(QMAX);
     *sx = amax / QMAX;
     for (int64_t k = 0; k < Kp; k += 8) store16(q + k, level(load8x(xm, k, K), inv, qmax));
@@ -59,36 +56,35 @@ static void row16(const float* xm, int64_t K, int64_t Kp, int16_t* q, float* sx)
  * times 256). Wide: its largest row-int16 value squared times K above WIDE_C2 times the row's sum of squares, both
  * exact (float64 sums of integers below 2^53). */
 static void row_blocks(const float* xm, int64_t K, int64_t Kp, int16_t* q, float* sa, uint8_t* wide) {
-    const float amax = amax_of(xm, 0, K);
+    const float amax = amax_of(xm, K);
     const __m256 inv = _mm256_set1_ps(amax > 0.0f ? QMAX / amax : 0.0f), q16 = _mm256_set1_ps(QMAX);
     const __m256 sign = _mm256_set1_ps(-0.0f);
     const int64_t B = Kp / BLOCK;
-    float top[B > 0 ? B : 1];
+    float top[B > 0 ? B : 1], bmax[B > 0 ? B : 1]; /* each block's largest |row int16| and |x| */
     __m256d squares = _mm256_setzero_pd();
     for (int64_t b = 0; b < B; b++) {
-        __m256 t = _mm256_setzero_ps();
+        __m256 t = _mm256_setzero_ps(), m = _mm256_setzero_ps();
         for (int64_t k = b * BLOCK; k < (b + 1) * BLOCK; k += 8) {
-            const __m256 r = level(load8x(xm, k, K), inv, q16);
+            const __m256 x = load8x(xm, k, K), r = level(x, inv, q16);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, x));
             t = _mm256_max_ps(t, _mm256_andnot_ps(sign, r));
             const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(r)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(r, 1));
             squares = _mm256_add_pd(squares, _mm256_add_pd(_mm256_mul_pd(lo, lo), _mm256_mul_pd(hi, hi)));
         }
-        top[b] = hmax8(t);
+        top[b] = hmax8(t), bmax[b] = hmax8(m);
     }
     double s4[4];
     _mm256_storeu_pd(s4, squares);
     const double sum = (s4[0] + s4[1]) + (s4[2] + s4[3]);
     for (int64_t b = 0; b < B; b++) {
-        const int64_t k0 = b * BLOCK, k1 = k0 + BLOCK < K ? k0 + BLOCK : K;
-        const float bmax = k0 < K ? amax_of(xm, k0, k1) : 0.0f;
         const int w = (double)top[b] * (double)top[b] * (double)K > (double)WIDE_C2 * sum;
         const float qmax = w ? QMAX : QMAX8;
-        const __m256 binv = _mm256_set1_ps(bmax > 0.0f ? qmax / bmax : 0.0f), vq = _mm256_set1_ps(qmax);
+        const __m256 binv = _mm256_set1_ps(bmax[b] > 0.0f ? qmax / bmax[b] : 0.0f), vq = _mm256_set1_ps(qmax);
         const __m256 unit = _mm256_set1_ps(w ? 1.0f : 256.0f); /* 8-bit levels in 16-bit units: exact */
         wide[b] = (uint8_t)w;
-        sa[b] = w ? bmax / QMAX : bmax / QMAX8 / 256.0f;
-        for (int64_t k = k0; k < k0 + BLOCK; k += 8)
-            store16(q + k, _mm256_mul_ps(level(k < K ? load8x(xm, k, k1) : _mm256_setzero_ps(), binv, vq), unit));
+        sa[b] = w ? bmax[b] / QMAX : bmax[b] / QMAX8 / 256.0f;
+        for (int64_t k = b * BLOCK; k < (b + 1) * BLOCK; k += 8)
+            store16(q + k, _mm256_mul_ps(level(load8x(xm, k, K), binv, vq), unit));
     }
 }
 

@@ -60,19 +60,22 @@ class Layer(nn.Module):
             hold(self, name, t, precision if name in LINEARS else "fp32")
         self.shape, self.window, self.rope_key = shape, window, rope_key
         self.act_mul = gelu_tanh_mul if family.activation == "gelu_tanh" else silu_mul
-        self._fused: tuple | None = None  # (what it was made for, kernels.LayerStruct or None)
+        self._fused: tuple | None = None  # (the wqkv it was made for, kernels.LayerStruct or None)
 
     def fused(self):
-        """This layer as one C call (`kernels.layer_struct`), or None; remade if its weights were replaced or their
-        activation bits changed (the struct holds a copy: `q4.with_activations`)."""
-        key = (
-            (self.wqkv.q.data_ptr(), tuple(getattr(getattr(self, n), "abits", 0) for n in LINEARS))
-            if isinstance(self.wqkv, Int8Weight)
-            else self.wqkv.data_ptr()
-        )
+        """This layer as one C call (`kernels.layer_struct`), or None; remade if its weights were replaced."""
+        key = self.wqkv.q.data_ptr() if isinstance(self.wqkv, Int8Weight) else self.wqkv.data_ptr()
         if self._fused is None or self._fused[0] != key:
             self._fused = (key, kernels.layer_struct(self, self.act_mul is gelu_tanh_mul))
         return self._fused[1]
+
+    def with_activations(self, bits: int) -> None:
+        """Its integer matrices multiplied with `bits`-bit activations (`q4.with_activations`); the fused C call, which
+        holds a copy of them, is remade at its next pass (here, not in `fused`, which every pass calls)."""
+        for name in LINEARS:
+            if isinstance(getattr(self, name), Int8Weight):
+                getattr(self, name).abits = bits
+        self._fused = None
 
     def rows_fused(self, T: int) -> bool:
         """Whether a pass of T rows takes the fused C layer: up to MAX_ROWS, and any number where every matrix is int8

@@ -170,7 +170,7 @@ ACTIVATION_BITS = 16
 ACTIVATION_ENV = "DRAFTWISE_ACTIVATION_BITS"
 
 
-def activation_bits(gguf: Path | None = None) -> int:
+def activation_bits(gguf: Path) -> int:
     """The activation bits of a q4 model on the GGUF file `gguf`: $DRAFTWISE_ACTIVATION_BITS where set, else what the
     named model that file is records, else 16."""
     chosen = os.environ.get(ACTIVATION_ENV)
@@ -178,7 +178,7 @@ def activation_bits(gguf: Path | None = None) -> int:
         if chosen not in ("8", "16"):
             raise DraftwiseError(f"{ACTIVATION_ENV} must be 8 (per block) or 16 (per row), got {chosen!r}")
         return int(chosen)
-    model = named.of_file(gguf) if gguf is not None else None
+    model = named.of_file(gguf)
     return model.activations if model is not None else ACTIVATION_BITS
 
 
@@ -188,11 +188,9 @@ def bits_of(lm) -> int:
 
 
 def with_activations(lm, bits: int):
-    """`lm` (a q4 model, built or read from its pack) with each matrix's activation bits set to `bits` (16 or 8); its
-    layers' fused C calls read them afresh (`forward.Layer.fused`)."""
-    from .forward import LINEARS
-
-    for w in [getattr(layer, name) for layer in lm.layers for name in LINEARS] + [lm.head]:
-        if isinstance(w, Int8Weight):
-            w.abits = bits
+    """`lm` (a q4 model, built or read from its pack) with each matrix's activation bits set to `bits` (16 or 8)."""
+    for layer in lm.layers:
+        layer.with_activations(bits)
+    if isinstance(lm.head, Int8Weight):
+        lm.head.abits = bits
     return lm
