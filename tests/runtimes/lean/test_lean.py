@@ -169,9 +169,42 @@ def test_a_fused_layer_gives_the_bits_of_its_kernels_called_one_by_one(name, pre
             dim=1,
         )
 
-    fused = run()
+    stack = run()
+    assert lean.stack(5) is not None  # the passes above ran every layer in one C call
+    monkeypatch.setattr(LeanLM, "stack", lambda self, rows: None)
+    assert torch.equal(run(), stack)  # one C call a layer
     monkeypatch.setattr(type(lean.layers[0]), "fused", lambda self: None)
-    assert torch.equal(run(), fused)
+    assert torch.equal(run(), stack)  # the kernels one by one
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_a_replaced_or_moved_weight_remakes_the_stacks_c_form(precision):
+    """The stack's C call points into the layers' tensors: a weight replaced (a bank's) or moved (`_apply`) is read
+    from where it is now, never from where it was (the old tensors are kept alive here, so a stale pointer would
+    silently give the old weights' logits)."""
+    if not kernels.kernel_available():
+        pytest.skip("CPU kernel not available")
+    config = tiny_config(**CONFIGS["llama-bias"])
+    lean = LeanLM(config, tiny_model(config, seed=9).state_dict(), precision=precision)
+    other = LeanLM(config, tiny_model(config, seed=10).state_dict(), precision=precision)
+    ids = torch.randint(3, config.vocab_size, (1, 6), generator=torch.Generator().manual_seed(4))
+
+    def logits(lm):
+        lm.reset(1, 8)
+        return lm(ids, 0)
+
+    before, old = logits(lean), lean.layers[1].wgu
+    lean.layers[1].wgu = other.layers[1].wgu
+    replaced = logits(lean)
+    assert not torch.equal(replaced, before)
+    reference = LeanLM(config, tiny_model(config, seed=9).state_dict(), precision=precision)
+    reference.layers[1].wgu = other.layers[1].wgu
+    assert torch.equal(replaced, logits(reference))  # made fresh: no C form before the weight was replaced
+    kept = [layer.ln_mlp.data_ptr() for layer in lean.layers]
+    lean.share_memory()  # every buffer moved to shared memory (`_apply`, as `.to()` moves them)
+    assert all(layer.ln_mlp.data_ptr() != k for layer, k in zip(lean.layers, kept))
+    assert torch.equal(logits(lean), replaced)
+    assert old is not None
 
 
 def test_weight_bytes_count_what_a_step_reads_once(tiny_dir):

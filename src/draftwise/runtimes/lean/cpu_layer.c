@@ -1,8 +1,9 @@
-/* One decoder layer of the lean forward in one call: the kernels of cpu_kernels.c and cpu_int8.c in the order
- * `lean.Layer.forward` calls them, for a decoding step or a verify pass (a few rows).
+/* The decoder layers of the lean forward in one call: the kernels of cpu_kernels.c and cpu_int8.c in the order
+ * `lean.Layer.forward` calls them, layer after layer, for a decoding step, a verify pass or a prompt's chunk.
  *
  * Why: at batch 1 a layer is ~10 kernel calls and ~10 torch ops, each a few microseconds of Python and dispatch;
- * with int8 weights the layer's own work is ~0.1 ms, so that overhead was a third of a step. Every value is computed
+ * with int8 weights the layer's own work is ~0.1 ms, so that overhead was a third of a step. One call a layer still
+ * left ~25 us of Python a layer (a quarter of a 135M step, measured by perf); one call for the whole stack leaves one. Every value is computed
  * by the same functions in the same order as the unfused path (rms_norm, gemm + bias, attention, residual adds), so
  * the two give the same bits; what changes is only who calls them.
  */
@@ -99,20 +100,18 @@ static void layer_rows(const dw_layer* L, float* x, const float* rot, float* k_c
     free(h), free(qkv), free(att), free(out), free(gu), free(act);
 }
 
-/* x [B, T, D] (updated in place), rot [*, hd/2] complex, k_cache / v_cache [B, KV, S, hd] (this layer's), start [B]
- * (first real position of each row; NULL: 0), poss [B] (each row's own position, written at that slot: a continuous
- * batch's rows; NULL: every row at pos) */
-void draftwise_layer(const dw_layer* L, float* x, const float* rot, float* k_cache, float* v_cache, int64_t B,
-                     int64_t T, int64_t pos, const int64_t* start, const int64_t* poss, int64_t S, int nthreads,
-                     int isa) {
-    layer_rows(L, x, rot, k_cache, v_cache, B, T, NULL, NULL, pos, poss, start, S, nthreads, isa);
-}
-
-/* Rows of different lengths in one pass (a continuous batch's decoding rows and a joining prompt's chunk: the weights
- * read once for both): x [Σ lens, D], segment b's lens[b] rows into cache row slots[b] from position poss[b]; every
- * row computed as in its own pass (the matrices' rows are independent, `cpu_int8.c`) */
-void draftwise_layer_segments(const dw_layer* L, float* x, const float* rot, float* k_cache, float* v_cache,
-                              int64_t nseg, const int64_t* lens, const int64_t* slots, const int64_t* poss, int64_t S,
-                              int nthreads, int isa) {
-    layer_rows(L, x, rot, k_cache, v_cache, nseg, 0, lens, slots, 0, poss, NULL, S, nthreads, isa);
+/* n layers one after another in one call (a step, a verify pass, a prompt's chunk: the whole stack without Python
+ * between its layers): layer i reads RoPE table rots[i] [*, hd/2] complex and its cache at k_cache / v_cache + i *
+ * stride floats ([rows, KV, S, hd]). x [rows, D] is updated in place. The rows: nseg segments, segment b lens[b]
+ * consecutive rows (NULL: T each) into cache row slots[b] (NULL: b) from position poss[b] (NULL: pos), its first
+ * real position start[b] (NULL: 0; keys before it are a left padding); every row computed as in its own pass (the
+ * matrices' rows are independent, `cpu_int8.c`), so a continuous batch's rows and a joining prompt's chunk share one
+ * read of the weights. */
+void draftwise_layers(const dw_layer* const* layers, const float* const* rots, int64_t n, float* x, float* k_cache,
+                      float* v_cache, int64_t stride, int64_t nseg, int64_t T, const int64_t* lens,
+                      const int64_t* slots, int64_t pos, const int64_t* poss, const int64_t* start, int64_t S,
+                      int nthreads, int isa) {
+    for (int64_t i = 0; i < n; i++)
+        layer_rows(layers[i], x, rots[i], k_cache + i * stride, v_cache + i * stride, nseg, T, lens, slots, pos, poss,
+                   start, S, nthreads, isa);
 }

@@ -60,14 +60,23 @@ class Layer(nn.Module):
             hold(self, name, t, precision if name in LINEARS else "fp32")
         self.shape, self.window, self.rope_key = shape, window, rope_key
         self.act_mul = gelu_tanh_mul if family.activation == "gelu_tanh" else silu_mul
-        self._fused: tuple | None = None  # (the wqkv it was made for, kernels.LayerStruct or None)
+        self._fused: tuple | None = None  # (kernels.LayerStruct or None,) once made
+
+    def __setattr__(self, name, value):
+        if name in self.__dict__.get("tensor_names", ()):  # a weight replaced (a bank's): its C form points into the old
+            self.__dict__["_fused"] = None
+        super().__setattr__(name, value)
+
+    def _apply(self, fn, *args, **kwargs):  # .to(), .float(): the buffers move, and the C form points into them
+        self.__dict__["_fused"] = None
+        return super()._apply(fn, *args, **kwargs)
 
     def fused(self):
-        """This layer as one C call (`kernels.layer_struct`), or None; remade if its weights were replaced."""
-        key = self.wqkv.q.data_ptr() if isinstance(self.wqkv, Int8Weight) else self.wqkv.data_ptr()
-        if self._fused is None or self._fused[0] != key:
-            self._fused = (key, kernels.layer_struct(self, self.act_mul is gelu_tanh_mul))
-        return self._fused[1]
+        """This layer as one C call (`kernels.layer_struct`), or None; made at its first pass, again after a weight was
+        replaced or moved (`__setattr__`, `_apply`) or its activation bits changed (`with_activations`)."""
+        if self._fused is None:
+            self._fused = (kernels.layer_struct(self, self.act_mul is gelu_tanh_mul),)
+        return self._fused[0]
 
     def with_activations(self, bits: int) -> None:
         """Its integer matrices multiplied with `bits`-bit activations (`q4.with_activations`); the fused C call, which
@@ -91,8 +100,8 @@ class Layer(nn.Module):
         s = self.shape
         T = x.shape[1]
         fused = self.fused() if positions is None and self.rows_fused(T) and kernels.fast_path(x) else None
-        if fused is not None:
-            return kernels.layer(fused, x, rot, k_cache, v_cache, pos, start)  # the same kernels, one call
+        if fused is not None:  # the same kernels, one call
+            return kernels.layers(kernels.Stack([fused], [rot]), x, k_cache[None], v_cache[None], pos, start)
         qkv = linear(rms_norm(x, self.ln_attn, s.rms_eps), self.wqkv, self.bqkv)  # [B, T, (H+2KV)*hd]
         if positions is not None:
             att = self.attention(qkv, rot[positions][:, :, None, :], k_cache, v_cache, pos, mask)
@@ -214,6 +223,7 @@ class LeanLM(nn.Module):
                 layer.compile(dynamic=True)
         self._rot = {key: rope_table(config, self.shape, 0, key) for key in {layer.rope_key for layer in self.layers}}
         self.k_cache = self.v_cache = None
+        self._stack: kernels.Stack | None = None  # every layer as one C call (`stack`)
         self.last_hidden: torch.Tensor | None = None  # the last forward's hidden states (see `features`)
 
     @property
@@ -290,26 +300,39 @@ class LeanLM(nn.Module):
                 f"{k_cache.shape[1] if k_cache is not None else 0}; need {end} for batch {B}: call reset() first"
             )
         x = self.embed_tokens(ids)  # [B, T, D]
-        masks = {w: self._masks(T, pos, start, positions, key_positions, w) for w in {la.window for la in self.layers}}
-        if positions is not None:  # else `reset` (or the caller's cache, `serve.batch`) made the tables
-            self.rotations(int(positions.max()) + 1)
-        for i, layer in enumerate(self.layers):
-            x = layer(
-                x,
-                self._rot[layer.rope_key],
-                k_cache[i],
-                v_cache[i],
-                pos,
-                masks[layer.window],
-                start,
-                positions,
-            )
+        stack = self.stack(T) if positions is None and kernels.fast_path(x) else None
+        if stack is not None:  # every layer in one C call: no Python between them
+            x = kernels.layers(stack, x, k_cache, v_cache, pos, start)
+        else:
+            x = self._layers(x, k_cache, v_cache, pos, start, positions, key_positions)
         self.last_hidden = x  # [B, T, D] before the final norm: what a feature-level drafter reads (`features`)
         if n_logits == 0:  # prefill that only fills the cache
             return x.new_empty(B, 0, self.vocab_size)
         if n_logits is not None:
             x = x[:, -n_logits:]
         return self.logits(x)
+
+    def _layers(self, x, k_cache, v_cache, pos, start, positions, key_positions) -> torch.Tensor:
+        """The layers one by one (`Layer.forward`): where some layer or the pass takes a path other than `stack`'s."""
+        T = x.shape[1]
+        masks = {w: self._masks(T, pos, start, positions, key_positions, w) for w in {la.window for la in self.layers}}
+        if positions is not None:  # else `reset` (or the caller's cache, `serve.batch`) made the tables
+            self.rotations(int(positions.max()) + 1)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, self._rot[layer.rope_key], k_cache[i], v_cache[i], pos, masks[layer.window], start, positions)
+        return x
+
+    def stack(self, rows: int) -> kernels.Stack | None:
+        """Every layer as one C call (`kernels.layers`) for a pass of `rows` rows, or None where a layer takes another
+        path (`Layer.fused`, `Layer.rows_fused`); made once, again when a layer's fused form or a RoPE table was
+        remade."""
+        structs = [layer.fused() for layer in self.layers]
+        if not all(structs) or not all(layer.rows_fused(rows) for layer in self.layers):
+            return None
+        rots = [self._rot[layer.rope_key] for layer in self.layers]
+        if self._stack is None or self._stack.keys != (tuple(map(id, structs)), tuple(r.data_ptr() for r in rots)):
+            self._stack = kernels.Stack(structs, rots)
+        return self._stack
 
     @torch.inference_mode()
     def forward_segments(self, segments: list[tuple[list[int], int, int, int]], cache) -> list[torch.Tensor]:
@@ -319,16 +342,14 @@ class LeanLM(nn.Module):
         layer the weights are read once for all the segments (a continuous batch's decoding rows and a joining
         prompt's chunk, `serve.batch`); elsewhere each segment is its own `forward`."""
         k, v = cache
-        structs = [layer.fused() for layer in self.layers]
         rows = sum(len(ids) for ids, *_ in segments)
-        if not (kernels.fast_path(self.embed) and all(structs) and all(la.rows_fused(rows) for la in self.layers)):
+        self.rotations(max(pos + len(ids) for ids, _, pos, _ in segments))
+        stack = self.stack(rows) if kernels.fast_path(self.embed) else None
+        if stack is None:
             alone = [(torch.tensor([ids]), pos, n, (k[:, r : r + 1], v[:, r : r + 1])) for ids, r, pos, n in segments]
             return [self.forward(ids, pos, n, cache=c)[0] for ids, pos, n, c in alone]
         x = self.embed_tokens(torch.tensor([[t for ids, *_ in segments for t in ids]]))[0]  # [R, D]
-        self.rotations(max(pos + len(ids) for ids, _, pos, _ in segments))
-        shape = [(len(ids), r, pos) for ids, r, pos, _ in segments]
-        for i, (layer, struct) in enumerate(zip(self.layers, structs)):
-            x = kernels.layer_segments(struct, x, self._rot[layer.rope_key], k[i], v[i], shape)
+        x = kernels.layers(stack, x, k, v, segments=[(len(ids), r, pos) for ids, r, pos, _ in segments])
         ends = torch.tensor([len(ids) for ids, *_ in segments]).cumsum(0).tolist()
         picked = [x[end - n : end] for end, (*_, n) in zip(ends, segments)]  # each segment's last n rows
         self.last_hidden = torch.cat(picked)[None]

@@ -1,6 +1,6 @@
 """The lean forward's kernels with a CPU fast path for decoding: `linear`, `rms_norm`, `attention`, `silu_mul`,
-`gelu_tanh_mul`, `softcap`, `int8_gemm` (the int8 precision's linear layers, see `int8.py`), and `layer`: a whole
-decoder layer in one call (`cpu_layer.c`, the same kernels in the same order, without a Python call between them).
+`gelu_tanh_mul`, `softcap`, `int8_gemm` (the int8 precision's linear layers, see `int8.py`), and `layers`: whole
+decoder layers in one call (`cpu_layer.c`, the same kernels in the same order, without a Python call between them).
 
 On CPU in fp32 with a few rows (a decoding step, or a (γ+1)-token verify pass) they call `cpu_kernels.c`, compiled
 once with the system C compiler into the draftwise cache and loaded with ctypes: at batch 1 a torch op costs
@@ -249,58 +249,59 @@ def layer_struct(layer, gelu: bool) -> LayerStruct | None:
     )
 
 
-def layer(
-    struct: LayerStruct,
+class Stack:
+    """Layers to run in one C call (`layers`): their fused forms (`layer_struct`) and RoPE tables [*, hd/2] as the C
+    arrays the call reads. A model makes its whole stack once (`LeanLM.stack`): building the arrays costs about what
+    the call saves a step."""
+
+    def __init__(self, structs: list[LayerStruct], rots: list[torch.Tensor]):
+        self.n = len(structs)
+        self.structs = (ctypes.POINTER(LayerStruct) * self.n)(*map(ctypes.pointer, structs))
+        self.rots = (ctypes.c_void_p * self.n)(*(r.data_ptr() for r in rots))
+        self.keys = (tuple(map(id, structs)), tuple(r.data_ptr() for r in rots))  # what it was made of
+        self._keep = (structs, rots)  # what the arrays point into
+
+
+def layers(
+    stack: Stack,
     x: torch.Tensor,
-    rot: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    pos: int | list[int],
-    start: list[int] | None,
+    pos: int | list[int] = 0,
+    start: list[int] | None = None,
+    segments: list[tuple[int, int, int]] | None = None,
 ) -> torch.Tensor:
-    """A whole decoder layer (`lean.Layer.forward`'s fast path): x [B, T, D] -> [B, T, D]; k_cache, v_cache
-    [B, KV, S, hd] (this layer's), written at pos..pos+T-1 (pos[b] for row b when a list: rows at their own
-    positions); start[b]: row b's first real position."""
-    B, T, _ = x.shape
+    """Decoder layers one after another in one C call (`draftwise_layers`: `lean.Layer.forward`'s fast path without
+    Python between the layers or their kernels). x [B, T, D] at position pos (pos[b] for row b when a list: rows at
+    their own positions, written at that slot), start[b] row b's first real position; or, given `segments` [(rows,
+    cache row, position)] in x's order, x [R, D] rows of different lengths (a continuous batch's rows and a joining
+    prompt's chunk, the weights read once for all). k_cache, v_cache [L, rows of the cache, KV, S, hd], the stack's
+    layers' in order. Returns the new x (x itself is not changed)."""
     x = x.contiguous().clone()  # updated in place by the kernel
     starts = None if start is None else torch.tensor(start, dtype=torch.int64)
-    poss = torch.tensor(pos, dtype=torch.int64) if isinstance(pos, list) else None
-    _kernel().draftwise_layer(
-        ctypes.byref(struct),
+    if segments is not None:
+        lens, slots, poss = (torch.tensor(col, dtype=torch.int64) for col in zip(*segments))
+        nseg, T = len(segments), 0
+    else:
+        lens = slots = None
+        poss = torch.tensor(pos, dtype=torch.int64) if isinstance(pos, list) else None
+        nseg, T = x.shape[0], x.shape[1]
+    _kernel().draftwise_layers(
+        stack.structs,
+        stack.rots,
+        stack.n,
         x.data_ptr(),
-        rot.data_ptr(),
         k_cache.data_ptr(),
         v_cache.data_ptr(),
-        B,
+        k_cache.stride(0),
+        nseg,
         T,
-        0 if poss is not None else pos,
-        _ptr(starts),
+        _ptr(lens),
+        _ptr(slots),
+        0 if poss is not None or segments is not None else pos,
         _ptr(poss),
-        k_cache.shape[2],
-        torch.get_num_threads(),
-        int8_isa(),
-    )
-    return x
-
-
-def layer_segments(
-    struct: LayerStruct, x: torch.Tensor, rot: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, segments
-) -> torch.Tensor:
-    """`layer` over rows of different lengths in one pass (`draftwise_layer_segments`): x [R, D] -> [R, D], segments
-    [(rows, cache row, position)] in x's order; k_cache, v_cache [rows of the cache, KV, S, hd] (this layer's)."""
-    x = x.contiguous().clone()
-    lens, slots, poss = (torch.tensor(col, dtype=torch.int64) for col in zip(*segments))
-    _kernel().draftwise_layer_segments(
-        ctypes.byref(struct),
-        x.data_ptr(),
-        rot.data_ptr(),
-        k_cache.data_ptr(),
-        v_cache.data_ptr(),
-        len(segments),
-        lens.data_ptr(),
-        slots.data_ptr(),
-        poss.data_ptr(),
-        k_cache.shape[2],
+        _ptr(starts),
+        k_cache.shape[3],
         torch.get_num_threads(),
         int8_isa(),
     )

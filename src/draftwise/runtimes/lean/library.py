@@ -85,17 +85,13 @@ def load(defines: tuple[str, ...] = ()):
     dll.draftwise_int8_gemm.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 4 + [ctypes.c_int] * 5
     dll.draftwise_int8_isa.restype = ctypes.c_int
     dll.draftwise_amx_granted.restype = ctypes.c_int
-    dll.draftwise_layer.argtypes = (
-        [ctypes.POINTER(LayerStruct)]
-        + [ctypes.c_void_p] * 4
-        + [ctypes.c_int64] * 3
-        + [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int]
-    )
-    dll.draftwise_layer_segments.argtypes = (
-        [ctypes.POINTER(LayerStruct)]
-        + [ctypes.c_void_p] * 4
-        + [ctypes.c_int64]
+    dll.draftwise_layers.argtypes = (
+        [ctypes.POINTER(ctypes.POINTER(LayerStruct)), ctypes.c_void_p, ctypes.c_int64]
         + [ctypes.c_void_p] * 3
+        + [ctypes.c_int64] * 3
+        + [ctypes.c_void_p] * 2
+        + [ctypes.c_int64]
+        + [ctypes.c_void_p] * 2
         + [ctypes.c_int64, ctypes.c_int, ctypes.c_int]
     )
     return dll
