@@ -63,7 +63,7 @@ class Layer(nn.Module):
         self._fused: tuple | None = None  # (kernels.LayerStruct or None,) once made
 
     def __setattr__(self, name, value):
-        if name in self.__dict__.get("tensor_names", ()):  # a weight replaced (a bank's): its C form points into the old
+        if name in self.__dict__.get("tensor_names", ()):  # a weight replaced (a bank's): the C form points at the old
             self.__dict__["_fused"] = None
         super().__setattr__(name, value)
 
