@@ -15,6 +15,7 @@ import torch
 from draftwise import machine
 from draftwise.runtimes.base import ModelOptions
 from draftwise.runtimes.lean import q4
+from draftwise.runtimes.lean.activations import with_activations
 from draftwise.runtimes.registry import load
 
 CONTEXT, PASSES, ROUNDS = 128, (1, 2, 4, 8), 8
@@ -45,7 +46,7 @@ def models(target: str, dtypes: list[str], activations: list[int]) -> dict:
     for d in dtypes:
         for bits in activations if d == q4.NAME else [None]:
             lm = load(target, ModelOptions(dtype=d)).lm
-            out[f"{d}-a{bits}" if bits else d] = q4.with_activations(lm, bits) if bits else lm
+            out[f"{d}-a{bits}" if bits else d] = with_activations(lm, bits) if bits else lm
     return out
 
 

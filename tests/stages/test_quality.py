@@ -7,6 +7,7 @@ from draftwise.cli import main
 from draftwise.config import QualityConfig
 from draftwise.continuations import prompts_for
 from draftwise.errors import DraftwiseError
+from draftwise.runtimes.base import ModelOptions
 from draftwise.runtimes.registry import load
 from draftwise.stages import quality
 
@@ -51,7 +52,26 @@ def test_an_f32_gguf_on_llama_cpp_agrees_with_fp32(tiny_dir, tmp_path):
     assert s["agreement"] >= 0.95 and abs(s["nll_delta"]) < 0.05
 
 
-@pytest.mark.parametrize("runtimes", [("lean:int4",), ("llama.cpp:q4_0",), ("vllm",), ("lean:int8", "lean:int8"), ()])
+def test_lean_q4_at_8_bit_activations_keeps_its_verdict_for_the_file(tmp_path):
+    """`lean:q4-a8` runs the file's q4 model at 8-bit activations per block, and its measurement, kept for that file,
+    decides the bits of its later loads: per block where it kept the bar, 16 where it did not."""
+    from conftest import small_gguf
+    from draftwise.runtimes.lean.activations import bits_of, keeps_bar, kept
+
+    target = small_gguf(tmp_path, "q4_1")  # a file of its own: its verdict is no other test's
+    out = quality.run(QualityConfig(target=target, runtimes=("lean:q4", "lean:q4-a8"), **SMALL), tmp_path / "q")
+    summary = json.loads((out / "quality.json").read_text())
+    at16, at8 = summary["lean:q4"], summary["lean:q4-a8"]
+    assert at16["agreement"] != at8["agreement"] or at16["nll"] != at8["nll"]  # two precisions were run
+    passed = keeps_bar(at8["agreement"], at8["nll_delta"])
+    assert kept(target) == (8 if passed else 16) and list(summary["activations_kept"]) == ["lean:q4-a8"]
+    assert ("keep the bar" if passed else "miss the bar") in summary["activations_kept"]["lean:q4-a8"]
+    assert bits_of(load(target, ModelOptions(dtype="q4")).lm) == kept(target)
+
+
+@pytest.mark.parametrize(
+    "runtimes", [("lean:int4",), ("lean:q4-a4",), ("llama.cpp:q4_0",), ("vllm",), ("lean:int8", "lean:int8"), ()]
+)
 def test_bad_runtimes_are_refused_in_one_line(runtimes):
     with pytest.raises(DraftwiseError) as e:
         QualityConfig(runtimes=runtimes)
@@ -61,6 +81,8 @@ def test_bad_runtimes_are_refused_in_one_line(runtimes):
 
 
 def test_parse_runtime():
+    label, options, spec = quality.parse_runtime("lean:q4-a8", "x.gguf")  # q4; its bits are set after the load
+    assert (label, options.dtype, options.backend) == ("lean:q4-a8", "q4", "lean")
     label, options, spec = quality.parse_runtime("lean:int8", "/some/dir")
     assert (label, options.dtype, options.backend, spec) == ("lean:int8", "int8", "lean", "/some/dir")
     label, options, spec = quality.parse_runtime("llama.cpp:q8_0", "/some/dir")  # an HF dir: load writes it at q8_0

@@ -36,7 +36,7 @@ from .bench import (
 from .design import DesignConfig, ExportGgufConfig, ReportConfig
 from .feature import TrainFeatureConfig
 from .load_test import LoadConfig
-from .quality import RUNTIME_FORMS, QualityConfig, check_runtime
+from .quality import RUNTIME_FORMS, QualityConfig, asked_activations, check_runtime
 from .serve import ServeConfig
 from .teacher import TeacherConfig
 from .timing import PredictConfig, ProfileConfig, SweepConfig
@@ -72,6 +72,7 @@ __all__ = [
     "QualityConfig",
     "ServeConfig",
     "TeacherConfig",
+    "asked_activations",
     "check_runtime",
     "PredictConfig",
     "ProfileConfig",

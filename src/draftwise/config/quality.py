@@ -7,15 +7,23 @@ from dataclasses import dataclass
 from ..errors import DraftwiseError
 from .base import GGUF_QUANTS, PRECISIONS, opt, opt_target, opt_threads
 
+ACTIVATION_FORMS = ("q4-a8", "q4-a16")  # lean q4 at 8-bit activations per block, or 16 per row (`lean.activations`)
 RUNTIME_FORMS = (
-    f"lean:{{{','.join(PRECISIONS)}}}, llama.cpp (the target's own GGUF) or llama.cpp:{{{','.join(GGUF_QUANTS)}}}"
+    f"lean:{{{','.join(PRECISIONS + ACTIVATION_FORMS)}}}, llama.cpp (the target's own GGUF) or "
+    f"llama.cpp:{{{','.join(GGUF_QUANTS)}}}"
 )
+
+
+def asked_activations(name: str) -> int | None:
+    """The activation bits a runtime name asks lean q4 to run at (lean:q4-a8: 8), or None: the file's own choice."""
+    _, _, precision = name.partition(":")
+    return int(precision.partition("-a")[2]) if precision in ACTIVATION_FORMS else None
 
 
 def check_runtime(name: str) -> tuple[str, str | None]:
     """(engine, precision or None) of a runtime name (`stages.quality`); an unknown one is refused in one line."""
     engine, _, precision = name.partition(":")
-    if engine == "lean" and precision in PRECISIONS:
+    if engine == "lean" and (precision in PRECISIONS or precision in ACTIVATION_FORMS):
         return engine, precision
     if engine == "llama.cpp" and (precision in GGUF_QUANTS or name == "llama.cpp"):
         return engine, precision or None
@@ -31,7 +39,8 @@ class QualityConfig:
     runtimes: tuple[str, ...] = opt(
         ("lean:int8", "llama.cpp"),  # (or a comma string of them)
         "comma list, each compared with the fp32 lean reference: "
-        f"lean:{'|'.join(PRECISIONS)}, llama.cpp (the target's own GGUF: Q4_1 for "
+        f"lean:{'|'.join(PRECISIONS + ACTIVATION_FORMS)} (q4-a8: 8-bit activations per block; measured on a GGUF "
+        "file, its verdict is kept for that file's later loads here), llama.cpp (the target's own GGUF: Q4_1 for "
         "'default') or "
         f"llama.cpp:{'|'.join(GGUF_QUANTS)} (the target written as GGUF at that precision)",
     )

@@ -22,7 +22,7 @@ from ..targets.source import converted_from
 from ..targets.spec import parse
 from .base import Model, ModelOptions
 from .hf import model as hf
-from .lean import bank, int8, packed, q4, reduced
+from .lean import activations, bank, int8, packed, q4, reduced
 from .lean.forward import LeanLM
 
 
@@ -78,7 +78,7 @@ def load(spec: str, options: ModelOptions) -> Model:
         if pack:
             packed.write(lm, pack)
     if gguf is not None and isinstance(lm, LeanLM):
-        q4.with_activations(lm, q4.activation_bits(gguf))
+        activations.with_activations(lm, activations.chosen(gguf))
     return Model(spec, config, tokenizer, lm, backend, path, time.perf_counter() - start, factory)
 
 

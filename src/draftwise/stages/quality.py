@@ -20,10 +20,11 @@ import torch
 from tqdm import tqdm
 
 from .. import continuations, isolate
-from ..config import QualityConfig, check_runtime
+from ..config import QualityConfig, asked_activations, check_runtime
 from ..gguf.export import written
 from ..rundir import RunDir
 from ..runtimes.base import ModelOptions
+from ..runtimes.lean import activations
 from ..runtimes.llamacpp.load import LLAMA_CPP
 from ..runtimes.registry import load
 from ..targets.source import gguf_file
@@ -35,8 +36,8 @@ def parse_runtime(name: str, target: str) -> tuple[str, ModelOptions, str]:
     """(label, options, spec to load) of a runtime of `target`. `llama.cpp:QUANT` of a target that is a GGUF file
     ('default': the shipped Q4_1) runs the target written at QUANT (cached; written here on first use)."""
     engine, precision = check_runtime(name)
-    if engine == "lean":
-        return name, ModelOptions(dtype=precision, backend="lean"), target
+    if engine == "lean":  # lean:q4-a8: q4, its activation bits set after the load (`run`)
+        return name, ModelOptions(dtype=precision.partition("-a")[0], backend="lean"), target
     if precision is None or gguf_file(target) is None:  # an HF dir is written at gguf_quant by load itself
         return name, ModelOptions(backend=LLAMA_CPP, gguf_quant=precision or "f32"), target
     return name, ModelOptions(backend=LLAMA_CPP), str(written(target, target, precision))
@@ -101,6 +102,8 @@ def run(config: QualityConfig, out: str | Path) -> Path:
         isolate.crumb(runtime=rt)  # in an isolated child: the runtime a crash would cost
         label, options, spec = parse_runtime(rt, config.target)
         model = load(spec, options)
+        if asked_activations(rt):
+            activations.with_activations(model.lm, asked_activations(rt))
         for p, ids in pairs:
             run_dir.append({"runtime": label, "prompt_id": p.id, "suite": p.suite, **_score(model, ids, refs[p.id])})
             bar.update(1)
@@ -108,9 +111,30 @@ def run(config: QualityConfig, out: str | Path) -> Path:
         gc.collect()
     bar.close()
     summary = summarize(run_dir.records(), config)
+    summary["activations_kept"] = keep_activations(config, summary)
     run_dir.write_json("quality.json", summary)
     print(format_quality(summary))
     return run_dir.path
+
+
+def keep_activations(config: QualityConfig, summary: dict) -> dict[str, str]:
+    """A lean:q4-a8 measurement of a GGUF target, kept as that file's activation bits on this machine
+    (`activations.keep`): per block from its next load where it kept the bar, 16 bits where it did not. Each such
+    runtime's verdict in words."""
+    gguf = gguf_file(config.target)
+    out = {}
+    for rt in config.runtimes:
+        s = summary[rt]
+        if asked_activations(rt) != 8 or gguf is None or s["agreement"] is None:
+            continue
+        kept = activations.keep(gguf, 8, s["agreement"], s["nll_delta"])
+        bar = f"agreement >= {activations.AGREEMENT_MIN}, ΔNLL <= +{activations.NLL_DELTA_MAX}"
+        out[rt] = (
+            f"8-bit activations per block keep the bar on {gguf.name} ({bar}): lean q4 runs them on it from now on"
+            if kept
+            else f"8-bit activations per block miss the bar on {gguf.name} ({bar}): lean q4 keeps 16 bits on it"
+        )
+    return out
 
 
 def summarize(records: list[dict], config: QualityConfig) -> dict:
@@ -166,4 +190,5 @@ def format_quality(summary: dict) -> str:
         if isinstance(s, dict) and "agreement" in s and s["agreement"] is not None:
             lines.append(f"{rt:<16} {s['agreement']:>9.3f} {s['nll']:>7.3f} {_signed(s['nll_delta']):>7}")
     lines.append(f"({ref['positions']} positions of {ref['prompts']} eval prompts; nats/token)")
+    lines += list(summary.get("activations_kept", {}).values())
     return "\n".join(lines)

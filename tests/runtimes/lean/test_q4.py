@@ -18,19 +18,16 @@ from draftwise.runtimes.lean.q4 import (
     TYPES,
     TYPES8,
     Q4Weight,
-    activation_bits,
     blocks,
     blocks8,
     dequantize,
     k_factors,
-    with_activations,
 )
 from draftwise.runtimes.registry import load, load_drafter
 from draftwise.sd.drafters import ModelDrafter
 from draftwise.sd.lookup import NgramDrafter
 from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
-from draftwise.targets import named
 
 PATHS = [isa for isa in (1, 2) if isa <= kernels.int8_isa()]
 
@@ -138,45 +135,6 @@ def test_greedy_sd_on_q4_is_identical_to_q4_ar(small_q4_gguf, path, monkeypatch)
             assert sd.tokens == ar.tokens
         sd = generate(target, prompt, greedy, 30, torch.Generator(), drafter=ModelDrafter(drafter), gamma=3)
         assert sd.tokens == ar.tokens
-
-
-def test_activation_bits_set_after_a_pass_take_effect(small_q4_gguf):
-    """The fused C layer copies each matrix's activation bits: `with_activations` after a pass must still change them
-    (a model at 8 bits from its load gives the same logits as one switched to 8 after a pass at 16)."""
-    ids = torch.tensor([[1, 5, 9, 5, 9, 5, 7, 3]])
-
-    def logits(lm):
-        lm.reset(1, 16)
-        return lm.forward(ids, 0)
-
-    switched = load(small_q4_gguf, ModelOptions(dtype="q4")).lm
-    at16 = logits(switched)
-    at8 = logits(with_activations(switched, 8))
-    fresh = with_activations(load(small_q4_gguf, ModelOptions(dtype="q4")).lm, 8)
-    assert not torch.equal(at16, at8) and torch.equal(at8, logits(fresh))
-    assert torch.equal(at16, logits(with_activations(switched, 16)))
-
-
-def test_activation_bits_are_a_named_models_measured_choice_or_the_variables(tmp_path, monkeypatch):
-    """Per block (8) on the GGUF file of a named model that records it (its name and size: a sparse stand-in here),
-    16 on any other file; DRAFTWISE_ACTIVATION_BITS decides for every file, and a value other than 8 or 16 is one
-    line."""
-    monkeypatch.delenv("DRAFTWISE_ACTIVATION_BITS", raising=False)
-    model = named.NAMED["qwen2.5-coder-1.5b"]
-    stand_in = tmp_path / model.file
-    with open(stand_in, "wb") as f:
-        f.truncate(model.size)
-    other = tmp_path / "other.gguf"
-    other.write_bytes(b"GGUF")
-    assert model.activations == 8 and activation_bits(stand_in) == 8 and activation_bits(other) == 16
-    with open(stand_in, "r+b") as f:
-        f.truncate(model.size - 1)  # not that file
-    assert activation_bits(stand_in) == 16
-    monkeypatch.setenv("DRAFTWISE_ACTIVATION_BITS", "8")
-    assert activation_bits(other) == 8
-    monkeypatch.setenv("DRAFTWISE_ACTIVATION_BITS", "4")
-    with pytest.raises(DraftwiseError, match="must be 8"):
-        activation_bits(other)
 
 
 def test_q4_without_a_file_of_blocks_gets_one_line(tiny_dir, tmp_path):

@@ -141,4 +141,4 @@ def build(config, state: dict[str, torch.Tensor], path: Path, compile: bool = Fa
         raise DraftwiseError(f"--dtype q4: no layer matrix of the model matches {path}'s blocks")
     lm = LeanLM(config, state, layers=layers, compile=compile, precision=NAME)
     lm.head = bank.weight(lm.head) or Int8Weight(lm.head)
-    return lm  # at 16-bit activations: the loader sets them (`q4.activation_bits`)
+    return lm  # at 16-bit activations: the loader sets them (`activations.chosen`)

@@ -20,11 +20,12 @@ from torch import nn
 
 from ...targets.family import FAMILIES, Shape, layer_tensors, rope_keys, rope_table, unsupported_reason, windows
 from . import kernels
+from .attention import attend, rotate
 from .int8 import NAME as INT8
 from .int8 import Int8Weight
 from .kernels import gelu_tanh_mul, linear, rms_norm, silu_mul
 
-__all__ = ["LeanLM", "Layer", "Shape", "attend", "rope_table", "rotate", "unsupported_reason"]
+__all__ = ["LeanLM", "Layer", "Shape", "rope_table", "unsupported_reason"]
 
 
 LINEARS = ("wqkv", "wo", "wgu", "wd")  # a layer's matrices: int8 at the int8 precision (norms and biases stay fp32)
@@ -79,8 +80,8 @@ class Layer(nn.Module):
         return self._fused[0]
 
     def with_activations(self, bits: int) -> None:
-        """Its integer matrices multiplied with `bits`-bit activations (`q4.with_activations`); the fused C call, which
-        holds a copy of them, is remade at its next pass (here, not in `fused`, which every pass calls)."""
+        """Its integer matrices multiplied with `bits`-bit activations (`activations.with_activations`); the fused C
+        call, which holds a copy of them, is remade at its next pass."""
         for name in LINEARS:
             if isinstance(getattr(self, name), Int8Weight):
                 getattr(self, name).abits = bits
@@ -153,26 +154,6 @@ class Layer(nn.Module):
         v_cache[:, :, pos:end] = qkv[:, :, H + KV :].transpose(1, 2)
         att = attend(q.transpose(1, 2), k_cache[:, :, :end], v_cache[:, :, :end], mask, s)  # [B, H, T, hd]
         return att.transpose(1, 2).reshape(B, T, H * hd)
-
-
-def rotate(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
-    """RoPE in the pair-adjacent layout: x [B, T, n, hd] times rot [T or B×T, 1, hd/2] (complex) -> [B, T, n, hd]."""
-    xc = torch.view_as_complex(x.float().unflatten(-1, (x.shape[-1] // 2, 2)))  # [B, T, n, hd/2]
-    return torch.view_as_real(xc * rot).flatten(-2).to(x.dtype)
-
-
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, s: Shape) -> torch.Tensor:
-    """Grouped-query attention with the family's scale and optional score soft-cap: q [B, H, T, hd],
-    k, v [B, KV, S, hd], mask [B or 1, 1, T, S] bool, or None: every query sees every key (a one-token step)
-    -> [B, H, T, hd]."""
-    H, KV = q.shape[1], k.shape[1]
-    if s.attn_softcap is None:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=s.attn_scale, enable_gqa=KV != H)
-    k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)  # SDPA has no soft-cap hook
-    scores = torch.tanh(q @ k.transpose(-1, -2) * s.attn_scale / s.attn_softcap) * s.attn_softcap  # [B, H, T, S]
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.softmax(scores.float(), dim=-1).to(v.dtype) @ v
 
 
 class LeanLM(nn.Module):

@@ -22,14 +22,10 @@ a K-quant mix beside them: `q56.py`, `blocks8`) and holds it as the narrowest of
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import torch
 
 from ...errors import DraftwiseError
-from ...targets import named
 from .int8 import BLOCK, GROUP, Int8Weight, _up, fp16_exact, padded
 
 NAME = "q4"
@@ -157,40 +153,3 @@ class Q4Weight(Int8Weight):
 
     def extra_repr(self) -> str:
         return f"{self.out_features}x{self.in_features}, a GGUF file's 4-bit blocks of {BLOCK}"
-
-
-# Bits of the activations each matrix is multiplied with (`cpu_int8.c`): 16 (a scale per row, two vpdpbusd per 4
-# products) or 8, per block of 32 with a scale each (one vpdpbusd), a block holding an outlier channel at 16 bits
-# (`int8.WIDE_C2`). Quality against fp32 (teacher-forced agreement >= 0.99, ΔNLL <= +0.005 is the bar; docs/results.md,
-# "Activations per block"): Qwen2.5-Coder-1.5B 0.997 / -0.001 per block (16: 0.999 / +0.000), its 0.5B sibling 0.993 /
-# +0.002, but the default target 0.977 / -0.012 (16: 1.000). So per block where a named model records that it keeps
-# the bar (`targets.named`), 16 bits elsewhere; DRAFTWISE_ACTIVATION_BITS (8 or 16) decides for every model. The
-# engine's name says which (`-a8`, `runtime.py`).
-ACTIVATION_BITS = 16
-ACTIVATION_ENV = "DRAFTWISE_ACTIVATION_BITS"
-
-
-def activation_bits(gguf: Path) -> int:
-    """The activation bits of a q4 model on the GGUF file `gguf`: $DRAFTWISE_ACTIVATION_BITS where set, else what the
-    named model that file is records, else 16."""
-    chosen = os.environ.get(ACTIVATION_ENV)
-    if chosen:
-        if chosen not in ("8", "16"):
-            raise DraftwiseError(f"{ACTIVATION_ENV} must be 8 (per block) or 16 (per row), got {chosen!r}")
-        return int(chosen)
-    model = named.of_file(gguf)
-    return model.activations if model is not None else ACTIVATION_BITS
-
-
-def bits_of(lm) -> int:
-    """The activation bits a q4 model's matrices run at (its head's: `with_activations` sets them all alike)."""
-    return getattr(getattr(lm, "head", None), "abits", ACTIVATION_BITS)
-
-
-def with_activations(lm, bits: int):
-    """`lm` (a q4 model, built or read from its pack) with each matrix's activation bits set to `bits` (16 or 8)."""
-    for layer in lm.layers:
-        layer.with_activations(bits)
-    if isinstance(lm.head, Int8Weight):
-        lm.head.abits = bits
-    return lm

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...runtimes.lean.forward import attend, rotate
+from ...runtimes.lean.attention import attend, rotate
 from ...targets.family import FAMILIES, Shape, layer_tensors, rope_keys, rope_table, windows
 
 
