@@ -102,8 +102,9 @@ def run(config: QualityConfig, out: str | Path) -> Path:
         isolate.crumb(runtime=rt)  # in an isolated child: the runtime a crash would cost
         label, options, spec = parse_runtime(rt, config.target)
         model = load(spec, options)
-        if asked_activations(rt):
-            activations.with_activations(model.lm, asked_activations(rt))
+        bits = asked_activations(rt)
+        if bits:
+            activations.with_activations(model.lm, bits)
         for p, ids in pairs:
             run_dir.append({"runtime": label, "prompt_id": p.id, "suite": p.suite, **_score(model, ids, refs[p.id])})
             bar.update(1)

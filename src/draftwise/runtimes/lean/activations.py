@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ...errors import DraftwiseError
 from ...paths import cache_dir
+from ...rundir import write_atomic
 from ...targets import named
 from ...targets.source import key_of, stamp_of
 from .int8 import Int8Weight
@@ -57,10 +58,7 @@ def keep(gguf: Path, bits: int, agreement: float, nll_delta: float) -> bool:
         return False
     ok = keeps_bar(agreement, nll_delta)
     record = {"file": str(gguf), "bits": 8 if ok else ACTIVATION_BITS, "agreement": agreement, "nll_delta": nll_delta}
-    path = _record(gguf)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, path)  # atomic: a reader sees the old verdict or the new one
+    write_atomic(_record(gguf), json.dumps(record))  # a reader sees the old verdict or the new one
     return ok
 
 

@@ -3,9 +3,9 @@
  *
  * Why: at batch 1 a layer is ~10 kernel calls and ~10 torch ops, each a few microseconds of Python and dispatch;
  * with int8 weights the layer's own work is ~0.1 ms, so that overhead was a third of a step. One call a layer still
- * left ~25 us of Python a layer (a quarter of a 135M step, measured by perf); one call for the whole stack leaves one. Every value is computed
- * by the same functions in the same order as the unfused path (rms_norm, gemm + bias, attention, residual adds), so
- * the two give the same bits; what changes is only who calls them.
+ * left ~25 us of Python a layer (a quarter of a 135M step, measured by perf); one call for the whole stack leaves
+ * one. Every value is computed by the same functions in the same order as the unfused path (rms_norm, gemm + bias,
+ * attention, residual adds), so they give the same bits; what changes is only who calls them.
  */
 #include <stdint.h>
 #include <stdlib.h>

@@ -311,7 +311,7 @@ class LeanLM(nn.Module):
         if not all(structs) or not all(layer.rows_fused(rows) for layer in self.layers):
             return None
         rots = [self._rot[layer.rope_key] for layer in self.layers]
-        if self._stack is None or self._stack.keys != (tuple(map(id, structs)), tuple(r.data_ptr() for r in rots)):
+        if self._stack is None or self._stack.keys != kernels.Stack.key(structs, rots):
             self._stack = kernels.Stack(structs, rots)
         return self._stack
 

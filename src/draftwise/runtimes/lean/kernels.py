@@ -258,8 +258,13 @@ class Stack:
         self.n = len(structs)
         self.structs = (ctypes.POINTER(LayerStruct) * self.n)(*map(ctypes.pointer, structs))
         self.rots = (ctypes.c_void_p * self.n)(*(r.data_ptr() for r in rots))
-        self.keys = (tuple(map(id, structs)), tuple(r.data_ptr() for r in rots))  # what it was made of
+        self.keys = self.key(structs, rots)
         self._keep = (structs, rots)  # what the arrays point into
+
+    @staticmethod
+    def key(structs: list[LayerStruct], rots: list[torch.Tensor]) -> tuple:
+        """What a stack is made of: its structs (kept alive by it, so their ids stay theirs) and tables' memory."""
+        return tuple(map(id, structs)), tuple(r.data_ptr() for r in rots)
 
 
 def layers(
@@ -298,7 +303,7 @@ def layers(
         T,
         _ptr(lens),
         _ptr(slots),
-        0 if poss is not None or segments is not None else pos,
+        0 if poss is not None else pos,
         _ptr(poss),
         _ptr(starts),
         k_cache.shape[3],
