@@ -1,12 +1,15 @@
 """A decoding step, verify passes over 2, 4 and 8 tokens and a prompt's prefill of one target at several lean
-precisions (and, at q4, activation bits), in one process, interleaved (rounds of each in turn, medians): the figures
-of docs/results.md's q4 and activations tables.
+precisions (at q4: the activation bits its loader chooses, or those asked for), on the matrix route the ladder chose
+here or on each path forced (`--paths`, a test-only switch: DRAFTWISE_MATRIX_PATH), in one process, interleaved
+(rounds of each in turn, medians): the figures of docs/results.md's q4, activations and matrix-route tables.
 
     .venv/bin/python scripts/step_costs.py default --dtypes int8,q4 --threads 2
     .venv/bin/python scripts/step_costs.py qwen2.5-coder-1.5b --dtypes q4 --activations 16,8 --prefill 197
+    .venv/bin/python scripts/step_costs.py default --dtypes q4 --prefill 277 --paths 'ladder;avx512;avx512-seq'
 """
 
 import argparse
+import os
 import statistics
 import time
 
@@ -14,8 +17,8 @@ import torch
 
 from draftwise import machine
 from draftwise.runtimes.base import ModelOptions
-from draftwise.runtimes.lean import q4
-from draftwise.runtimes.lean.activations import with_activations
+from draftwise.runtimes.lean import kernels, q4
+from draftwise.runtimes.lean.activations import bits_of, with_activations
 from draftwise.runtimes.registry import load
 
 CONTEXT, PASSES, ROUNDS = 128, (1, 2, 4, 8), 8
@@ -42,12 +45,22 @@ def prefill(lm, ids, n: int) -> float:
 
 
 def models(target: str, dtypes: list[str], activations: list[int]) -> dict:
+    """Each precision's model (q4: at each asked activation bits, else at the loader's: `q4-a16`, `q4-a8`)."""
     out = {}
     for d in dtypes:
-        for bits in activations if d == q4.NAME else [None]:
+        for bits in (activations or [None]) if d == q4.NAME else [None]:
             lm = load(target, ModelOptions(dtype=d)).lm
-            out[f"{d}-a{bits}" if bits else d] = with_activations(lm, bits) if bits else lm
+            lm = with_activations(lm, bits) if bits else lm
+            out[f"{d}-a{bits_of(lm)}" if d == q4.NAME else d] = lm
     return out
+
+
+def on(path: str) -> None:
+    """The matrix route every later pass takes: the ladder's ('ladder') or one path forced ('avx512', 'avx2,bf16')."""
+    os.environ.pop(kernels.PATH_ENV, None)
+    if path != "ladder":
+        os.environ[kernels.PATH_ENV] = path
+    kernels.route.cache_clear()
 
 
 def main() -> None:
@@ -57,25 +70,34 @@ def main() -> None:
     parser.add_argument("--activations", default="", help="q4's activation bits to compare, e.g. 16,8")
     parser.add_argument("--prefill", type=int, default=0, help="also time a prompt of this many tokens")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--paths", default="ladder", help="matrix routes, ';'-separated: ladder (its choice), or a path forced: avx512"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     bits = [int(b) for b in args.activations.split(",") if b]
-    lms = models(args.target, args.dtypes.split(","), bits)
+    paths = args.paths.split(";")
+    loaded = models(args.target, args.dtypes.split(","), bits)
+    lms = {f"{d}@{p}" if len(paths) > 1 else d: (lm, p) for d, lm in loaded.items() for p in paths}
     length = max(CONTEXT + max(PASSES), args.prefill)
     ids = torch.randint(100, 10000, (1, length), generator=torch.Generator().manual_seed(0))
-    for lm in lms.values():
+    for lm, path in lms.values():
+        on(path)
         lm.reset(1, max(length, CONTEXT + 2 * max(PASSES)))
         lm.forward(ids[:, :CONTEXT], 0)
         timed(lm, ids, 1, reps=5)  # warm-up
     got = {d: {n: [] for n in (*PASSES, "prefill")} for d in lms}
     for _ in range(ROUNDS):
-        for d, lm in lms.items():
+        for d, (lm, path) in lms.items():
+            on(path)
             for n in PASSES:
                 got[d][n].append(timed(lm, ids, n))
             if args.prefill:
                 got[d]["prefill"].append(prefill(lm, ids, args.prefill))
     bandwidth = machine.bandwidth(args.threads)["read_gb_per_s"]  # after the passes: nothing else was running
-    for d, lm in lms.items():
+    on("ladder")
+    print(f"matrix route here: {kernels.route().label()}")
+    for d, (lm, _) in lms.items():
         step = statistics.median(got[d][1])
         passes = " / ".join(f"{statistics.median(got[d][n]) / step:.2f}" for n in PASSES[1:])
         share = machine.share(1 / step, lm.weight_bytes(), {"bandwidth": {"read_gb_per_s": bandwidth}})

@@ -18,6 +18,17 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 WORDS = [f"w{i}" for i in range(60)]
 
 
+def c_paths() -> list[int]:
+    """The int8 kernel's exact paths this CPU runs (codes, `ladder.NAMES`; AMX only where the OS grants it): tests hold
+    them to the same bits."""
+    from draftwise.runtimes.lean import kernels, ladder
+
+    if not kernels.kernel_available():
+        return []
+    best = kernels._kernel().draftwise_int8_isa()
+    return [code for code in ladder.NAMES if code and ladder.RUNS_ON[code] <= best]
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked `cuda` skip cleanly on machines without a CUDA GPU (CI has none)."""
     if torch.cuda.is_available():

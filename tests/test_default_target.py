@@ -85,3 +85,30 @@ def test_a_gguf_type_the_requantiser_cannot_read_gets_one_line(tmp_path):
     del reader
     with pytest.raises(DraftwiseError, match=r"cannot read GGUF file .*smol-patched.gguf: .*Q8_K"):
         load(str(f), ModelOptions(dtype="int8"))
+
+
+def test_the_next_tokens_after_a_bf16_prefill_keep_the_quality_bar(monkeypatch):
+    """A prompt prefilled through torch's bf16 product (`runtimes/lean/prompt.py`), then its next tokens on the exact
+    path: top-1 agreement with the exact path's own prefill >= 0.99 on packaged prompts (the quality bar)."""
+    from conftest import c_paths
+    from draftwise.runtimes.base import ModelOptions
+    from draftwise.runtimes.lean import kernels, ladder
+
+    paths = c_paths()
+    if not paths:
+        pytest.skip("no int8 C kernel on this machine")
+    routes = {"exact": ladder.Route.one(paths[0]), "bf16": kernels.forced(f"{ladder.NAMES[paths[0]]},bf16")}
+    model = load("default", ModelOptions(dtype="q4"))
+    agree = total = 0
+    for p in data.load_prompts("spec_bench", "eval", limit=8):
+        ids = model.encode(p.text)
+        h = len(ids) // 2
+        got = {}
+        for name, route in routes.items():
+            monkeypatch.setattr(kernels, "route", lambda route=route: route)
+            model.lm.reset(1, len(ids))
+            model.lm.forward(torch.tensor([ids[:h]]), 0, n_logits=0)
+            got[name] = model.lm.forward(torch.tensor([ids[h:]]), h)[0].argmax(-1)
+        agree += int((got["bf16"] == got["exact"]).sum())
+        total += len(ids) - h
+    assert total > 200 and agree / total >= 0.99, (agree, total)

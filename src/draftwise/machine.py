@@ -137,7 +137,7 @@ def llama_build() -> dict | None:
         return None
 
 
-MATRIX_PATH_RECORD = "matrix-path.json"  # the lean int8/q4 kernel's proven path here (`runtimes/lean/ladder.py`)
+MATRIX_PATH_RECORD = "matrix-path.json"  # the lean int8/q4 kernel's route here (`runtimes/lean/ladder.py`)
 
 
 def cpu_key() -> str:
@@ -149,15 +149,17 @@ def cpu_key() -> str:
     return hashlib.sha256("\n".join([model, *sorted(flags)]).encode()).hexdigest()[:12]
 
 
-def matrix_path() -> str | None:
-    """The path the lean int8/q4 kernel takes on this CPU as its smoke test proved it (None: not proven here yet)."""
+def matrix_route() -> dict | None:
+    """The route the lean int8/q4 kernel takes on this CPU as the ladder proved and timed it (None: not yet here):
+    its paths in words (`path`), which paths passed their smoke test (`tried`), and per band of rows the path of
+    each weight format and every proven path's measured rate (`bands`)."""
     from .paths import cache_dir
 
     try:
         kept = json.loads((cache_dir("kernels") / MATRIX_PATH_RECORD).read_text())
     except (OSError, ValueError):
         return None
-    return kept.get("path") if kept.get("cpu") == cpu_key() else None
+    return kept if kept.get("cpu") == cpu_key() else None
 
 
 def facts(threads: int | None = None) -> dict:
@@ -166,6 +168,7 @@ def facts(threads: int | None = None) -> dict:
     cores = os.cpu_count() or 1
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cores
     build = llama_build()
+    route = matrix_route() or {}
     return {
         "cpu": model,
         "arch": platform.machine(),
@@ -174,10 +177,11 @@ def facts(threads: int | None = None) -> dict:
         "threads": threads,
         "isa": [f for f in ISA if f in flags],
         "amx": amx(flags),
-        "matrix_path": matrix_path(),
+        "matrix_path": route.get("path"),
+        "matrix_route": route.get("bands"),
         "memory": memory(),
         "openmp": openmp(),
-        "llama_cpp": {k: build.get(k) for k in ("flavour", "flags", "reason")} if build else None,
+        "llama_cpp": {k: build.get(k) for k in ("flavour", "flags", "reason", "smoke")} if build else None,
         "kernel": platform.release(),
     }
 
@@ -260,6 +264,13 @@ def limit(bytes_per_step: int | None, machine: dict | None) -> float | None:
     return bw * 1e9 / bytes_per_step if bw and bytes_per_step else None
 
 
+def llama_rates(build: dict) -> str:
+    """The llama.cpp build's own rates as its smoke test measured them on the default target (llama-bench: a 40- and
+    a 4-token prompt, decoding), in words: ' (its smoke test: pp40 489, pp4 330, tg4 205 tokens/s)'."""
+    tools = (build.get("smoke") or {}).get("tools") or {}
+    return f" (its smoke test: {', '.join(f'{k} {v:g}' for k, v in tools.items())} tokens/s)" if tools else ""
+
+
 def line(m: dict) -> str:
     """The machine in one line, for a CLI or a report."""
     isa = ", ".join(m["isa"]) or "no AVX2"
@@ -270,9 +281,11 @@ def line(m: dict) -> str:
         f"{m['cpu']} ({m['arch']}), {m['cores_usable']} of {m['cores']} cores usable"
         + (f", {m['threads']} threads used" if m.get("threads") else ""),
         f"ISA: {isa}; AMX {m['amx']}"
-        + (f"; int8/q4 kernel: {m['matrix_path']} (smoke-tested)" if m.get("matrix_path") else ""),
+        + (f"; int8/q4 kernel: {m['matrix_path']} (smoke-tested, timed)" if m.get("matrix_path") else ""),
         f"{mem:g} GiB memory" if mem else "memory unknown",
         f"read bandwidth {bw:g} GB/s (measured)" if bw else "bandwidth not measured",
-        f"llama.cpp build: {build['flavour']}" if build.get("flavour") else "llama.cpp: not built by setup",
+        f"llama.cpp build: {build['flavour']}" + llama_rates(build)
+        if build.get("flavour")
+        else "llama.cpp: not built by setup",
     ]
     return "; ".join(parts) + "".join(f". Warning: {w}" for w in m.get("openmp", {}).get("warnings", []))

@@ -14,7 +14,7 @@ import time
 
 from ..errors import DraftwiseError
 from . import bench, design, load_test, serve, stages
-from .command import Command, close_executors
+from .command import Command, close_executors, prove_matrix_route
 
 
 def build() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
@@ -43,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     args.started = started
     command = commands[args.command]
     try:
-        command.run(command.make(args), args)
+        config = command.make(args)
+        prove_matrix_route()
+        command.run(config, args)
     except DraftwiseError as e:
         print(f"draftwise: error: {e}", file=sys.stderr)
         return 2

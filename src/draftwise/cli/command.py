@@ -45,6 +45,14 @@ def executor_args(p) -> None:
     p.add_argument("--ray-address", help="an existing Ray cluster (default with --executor ray: start a local one)")
 
 
+def prove_matrix_route() -> None:
+    """The lean int8/q4 kernel's route, proven and timed on this machine (once; `runtimes/lean/ladder.py`) before a
+    command describes the machine in its run folder: a machine's first run names its paths too."""
+    from ..runtimes.lean import kernels
+
+    kernels.route()
+
+
 _OPEN: list = []  # the executors this command made; `main` closes them however the command ends
 
 

@@ -40,7 +40,7 @@ def section(doc: Doc, m: dict | None, plain: dict[str, dict], describe=str, leve
         )
         + (
             f"llama.cpp build: {build['flavour']} ({' '.join(build.get('flags') or [])}); chosen by its smoke test: "
-            f"{build.get('reason')}. "
+            f"{build.get('reason')}{machine.llama_rates(build)}: every figure against llama.cpp moves with these. "
             if build.get("flavour")
             else "llama.cpp: not built by scripts/setup.sh (no build record). "
         )
@@ -49,6 +49,7 @@ def section(doc: Doc, m: dict | None, plain: dict[str, dict], describe=str, leve
         + "."
         + "".join(f" Warning: {w}." for w in m.get("openmp", {}).get("warnings", []))
     )
+    route(doc, m)
     if plain:
         doc.table(
             ["plain decoding", "decode tokens/s", "weights read a step", "bandwidth limit", "share of the limit"],
@@ -73,6 +74,43 @@ def section(doc: Doc, m: dict | None, plain: dict[str, dict], describe=str, leve
             "decoding this machine's memory allows. Share of the limit: decode tokens/s (prefill excluded) ÷ that "
             "limit; what is left is the headroom an engine still has."
         )
+
+
+def route(doc: Doc, m: dict) -> None:
+    """Which path of the lean int8/q4 kernel serves each band of rows here, with every proven path's measured rate
+    (`runtimes/lean/ladder.py`)."""
+    bands = m.get("matrix_route")
+    if not bands:
+        doc.p(
+            f"Lean int8/q4 kernel: {m['matrix_path']} (proven before its bands were timed)."
+            if m.get("matrix_path")
+            else "Lean int8/q4 kernel: not proven on this machine when the run began."
+        )
+        return
+    doc.p(
+        f"Lean int8/q4 kernel: {m['matrix_path']}. Every path the CPU reports was proven in a child process (the "
+        "torch reference's bits on every weight format) and timed there on a 1.5B model's matrices; each band of "
+        "rows takes the fastest (rates: G products a second over every format and both activation bits):"
+    )
+    doc.table(
+        ["band", "rows", "path", "measured rates"],
+        [
+            [
+                b["band"],
+                b["rows"],
+                _paths(b["paths"]),
+                ", ".join(f"{p} {r:g}" for p, r in sorted(b["rates"].items(), key=lambda kv: -kv[1])),
+            ]
+            for b in bands
+        ],
+    )
+
+
+def _paths(paths: dict[str, str]) -> str:
+    """A band's paths by format in few words: the most common one, then the formats that take another."""
+    common = max(set(paths.values()), key=list(paths.values()).count)
+    others = [f"{k}: {p}" for k, p in paths.items() if p != common]
+    return common + (f" ({'; '.join(others)})" if others else "")
 
 
 def _readers(bw: dict) -> str:

@@ -22,7 +22,7 @@ from ..targets.source import converted_from
 from ..targets.spec import parse
 from .base import Model, ModelOptions
 from .hf import model as hf
-from .lean import activations, bank, int8, packed, q4, reduced
+from .lean import activations, bank, int8, packed, prompt, q4, reduced
 from .lean.forward import LeanLM
 
 
@@ -79,6 +79,7 @@ def load(spec: str, options: ModelOptions) -> Model:
             packed.write(lm, pack)
     if gguf is not None and isinstance(lm, LeanLM):
         activations.with_activations(lm, activations.chosen(gguf))
+        lm.prompt_bf16 = prompt.allowed(gguf)
     return Model(spec, config, tokenizer, lm, backend, path, time.perf_counter() - start, factory)
 
 

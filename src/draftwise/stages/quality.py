@@ -24,7 +24,8 @@ from ..config import QualityConfig, asked_activations, check_runtime
 from ..gguf.export import written
 from ..rundir import RunDir
 from ..runtimes.base import ModelOptions
-from ..runtimes.lean import activations
+from ..runtimes.lean import activations, prompt
+from ..runtimes.lean.forward import LeanLM
 from ..runtimes.llamacpp.load import LLAMA_CPP
 from ..runtimes.registry import load
 from ..targets.source import gguf_file
@@ -59,13 +60,36 @@ def _next_logp(logits: torch.Tensor, ids: list[int]) -> torch.Tensor:
 
 
 def _score(model, ids: list[int], ref: dict) -> dict:
-    """One prompt's record figures under `model`, against the reference's argmax and log-probs (`ref`)."""
-    logits = _logits(model, ids, min(ref["vocab"], model.vocab_size))
-    return {
+    """One prompt's record figures under `model`, against the reference's argmax and log-probs (`ref`); on a lean
+    model whose prompt passes take torch's bf16 product here, also its figures after such a prefill (`_prefilled`)."""
+    vocab = min(ref["vocab"], model.vocab_size)
+    logits = _logits(model, ids, vocab)
+    out = {
         "positions": len(ids) - 1,
         "agree": int((logits.argmax(-1) == ref["argmax"]).sum()),
         "nll_sum": float(-_next_logp(logits, ids).sum()),
         "ref_nll_sum": float(-ref["logp"].sum()),
+    }
+    h = len(ids) // 2
+    if h and h + 1 < len(ids) and isinstance(model.lm, LeanLM) and prompt.takes_bf16(model.lm, h):
+        out |= _prefilled(model, ids, ref, h, vocab)
+    return out
+
+
+@torch.inference_mode()
+def _prefilled(model, ids: list[int], ref: dict, h: int, vocab: int) -> dict:
+    """The next tokens after a prefill: the prompt's first h tokens through a prompt pass (no logits: the path a
+    request's prefill takes), then positions h.. in one pass on the exact path, scored at h..T-2 as `_score` does."""
+    lm = model.lm
+    lm.reset(1, len(ids))
+    lm.forward(torch.tensor([ids[:h]]), 0, n_logits=0)
+    logits = lm.forward(torch.tensor([ids[h:]]), h)[0, :-1, :vocab].float()  # positions h..T-2
+    logp = torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[h + 1 :]).unsqueeze(1)).squeeze(1)
+    return {
+        "prefilled_positions": len(ids) - 1 - h,
+        "prefilled_agree": int((logits.argmax(-1) == ref["argmax"][h:]).sum()),
+        "prefilled_nll_sum": float(-logp.sum()),
+        "prefilled_ref_nll_sum": float(-ref["logp"][h:].sum()),
     }
 
 
@@ -112,7 +136,7 @@ def run(config: QualityConfig, out: str | Path) -> Path:
         gc.collect()
     bar.close()
     summary = summarize(run_dir.records(), config)
-    summary["activations_kept"] = keep_activations(config, summary)
+    summary["activations_kept"] = keep_activations(config, summary) | keep_prompt_path(config, summary)
     run_dir.write_json("quality.json", summary)
     print(format_quality(summary))
     return run_dir.path
@@ -138,6 +162,24 @@ def keep_activations(config: QualityConfig, summary: dict) -> dict[str, str]:
     return out
 
 
+def keep_prompt_path(config: QualityConfig, summary: dict) -> dict[str, str]:
+    """A measurement of the next tokens after a bf16 prefill of a GGUF target, kept as that file's verdict on this
+    machine (`prompt.keep`): where it missed the bar its prompt passes keep the exact path. Each verdict in words."""
+    gguf = gguf_file(config.target)
+    out = {}
+    for rt in config.runtimes:
+        s = summary.get(f"{rt} after a bf16 prefill")
+        if gguf is None or not s or s["agreement"] is None:
+            continue
+        kept = prompt.keep(gguf, s["agreement"], s["nll_delta"])
+        out[f"{rt} prompts"] = (
+            f"a bf16 prefill keeps the bar on {gguf.name}: prompt passes take it where the ladder timed it faster"
+            if kept
+            else f"a bf16 prefill misses the bar on {gguf.name}: prompt passes on it keep the exact path from now on"
+        )
+    return out
+
+
 def summarize(records: list[dict], config: QualityConfig) -> dict:
     out = {
         "definitions": "agreement: fraction of scored positions (each prompt position t, predicting token t+1, "
@@ -148,19 +190,28 @@ def summarize(records: list[dict], config: QualityConfig) -> dict:
     }
     for rt in config.runtimes:
         rs = [r for r in records if r["runtime"] == rt]
-        n = sum(r["positions"] for r in rs)
-        out[rt] = {
-            "agreement": sum(r["agree"] for r in rs) / n if n else None,
-            "nll": sum(r["nll_sum"] for r in rs) / n if n else None,
-            "nll_delta": sum(r["nll_sum"] - r["ref_nll_sum"] for r in rs) / n if n else None,
-            "positions": n,
-            "prompts": len(rs),
-        }
+        out[rt] = _pooled(rs, "")
+        prefilled = [r for r in rs if "prefilled_positions" in r]
+        if prefilled:  # the next tokens after a prefill through torch's bf16 product (`_prefilled`)
+            out[f"{rt} after a bf16 prefill"] = _pooled(prefilled, "prefilled_")
     ref = {r["prompt_id"]: r for r in records}  # one record per prompt: the reference's sums are every runtime's
     n = sum(r["positions"] for r in ref.values())
     nll = sum(r["ref_nll_sum"] for r in ref.values()) / n if n else None
     out["reference"] = {"runtime": REFERENCE, "nll": nll, "positions": n, "prompts": len(ref)}
     return out
+
+
+def _pooled(rs: list[dict], prefix: str) -> dict:
+    """Pooled figures of records (`prefix`: the prefilled ones' fields)."""
+    n = sum(r[f"{prefix}positions"] for r in rs)
+    agree, nll, ref = (sum(r[f"{prefix}{k}"] for r in rs) for k in ("agree", "nll_sum", "ref_nll_sum"))
+    return {
+        "agreement": agree / n if n else None,
+        "nll": nll / n if n else None,
+        "nll_delta": (nll - ref) / n if n else None,
+        "positions": n,
+        "prompts": len(rs),
+    }
 
 
 def sentence(summary: dict, runtime: str) -> str:
@@ -181,15 +232,17 @@ def _signed(x: float) -> str:
 
 def format_quality(summary: dict) -> str:
     ref = summary["reference"]
+    rows = {rt: s for rt, s in summary.items() if isinstance(s, dict) and s.get("agreement") is not None}
+    w = max([16, *map(len, rows)])
     lines = [
-        f"{'runtime':<16} {'agreement':>9} {'NLL':>7} {'ΔNLL':>7}",
-        f"{'fp32 (reference)':<16} {'1.000':>9} {ref['nll']:>7.3f} {'':>7}"
+        f"{'runtime':<{w}} {'agreement':>9} {'NLL':>7} {'ΔNLL':>7}",
+        f"{'fp32 (reference)':<{w}} {'1.000':>9} {ref['nll']:>7.3f} {'':>7}"
         if ref["nll"] is not None
-        else f"{'fp32 (reference)':<16} (no positions scored)",
+        else f"{'fp32 (reference)':<{w}} (no positions scored)",
     ]
-    for rt, s in summary.items():
-        if isinstance(s, dict) and "agreement" in s and s["agreement"] is not None:
-            lines.append(f"{rt:<16} {s['agreement']:>9.3f} {s['nll']:>7.3f} {_signed(s['nll_delta']):>7}")
+    for rt, s in rows.items():
+        if rt != "reference":
+            lines.append(f"{rt:<{w}} {s['agreement']:>9.3f} {s['nll']:>7.3f} {_signed(s['nll_delta']):>7}")
     lines.append(f"({ref['positions']} positions of {ref['prompts']} eval prompts; nats/token)")
     lines += list(summary.get("activations_kept", {}).values())
     return "\n".join(lines)

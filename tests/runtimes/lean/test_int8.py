@@ -5,7 +5,7 @@ tests/sd/test_int8_sd.py."""
 import pytest
 import torch
 
-from conftest import tiny_config, tiny_model
+from conftest import c_paths, tiny_config, tiny_model
 from draftwise import specs
 from draftwise.errors import DraftwiseError
 from draftwise.runtimes.base import ModelOptions
@@ -14,7 +14,7 @@ from draftwise.runtimes.lean.forward import LeanLM
 from draftwise.runtimes.lean.int8 import Int8Weight, quantize_blocks, quantize_rows, reference_linear
 from draftwise.runtimes.registry import load, load_drafter
 
-PATHS = [isa for isa in (1, 2) if isa <= kernels.int8_isa()]  # the C paths this CPU runs (2 VNNI, 1 AVX2)
+PATHS = c_paths()  # the C paths this CPU runs
 
 
 def lean8(config, seed, std=0.3):

@@ -9,10 +9,11 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-from conftest import raw_rows, small_gguf
+from conftest import c_paths, raw_rows, small_gguf
 from draftwise.errors import DraftwiseError
 from draftwise.runtimes.base import ModelOptions
-from draftwise.runtimes.lean import kernels, smoke
+from draftwise.runtimes.lean import kernels, ladder, smoke
+from draftwise.runtimes.lean import prompt as prompt_path
 from draftwise.runtimes.lean.int8 import Int8Weight, reference_linear
 from draftwise.runtimes.lean.q4 import (
     TYPES,
@@ -29,7 +30,7 @@ from draftwise.sd.lookup import NgramDrafter
 from draftwise.sd.loop import generate
 from draftwise.sd.sampling import SamplingParams
 
-PATHS = [isa for isa in (1, 2) if isa <= kernels.int8_isa()]
+PATHS = c_paths()
 
 
 @pytest.mark.parametrize("qtype", TYPES)
@@ -110,16 +111,21 @@ def test_loading_a_gguf_at_q4_runs_its_blocks(small_q4_gguf):
     assert size(q4.lm) < 0.55 * size(int8)  # 20 bytes a block of 32 against 38
 
 
-@pytest.mark.parametrize("path", ["best", *[f"isa{i}" for i in PATHS[:-1]], "torch", "a8"])
+@pytest.mark.parametrize("path", ["best", *[f"isa{i}" for i in PATHS], "torch", "a8", "bf16-prompts"])
 def test_greedy_sd_on_q4_is_identical_to_q4_ar(small_q4_gguf, path, monkeypatch):
-    """On every matrix path this machine runs (the best one proven here, each slower one, torch's reference) and at
-    8-bit activations."""
+    """On every matrix path this machine runs (the ladder's route, each path alone, torch's reference), at 8-bit
+    activations, and with prompt passes through torch's bf16 product (a long prompt reaches its bands)."""
     if path.startswith("isa"):
-        monkeypatch.setattr(kernels, "int8_isa", lambda: int(path[3:]))
+        monkeypatch.setattr(kernels, "route", lambda: ladder.Route.one(int(path[3:])))
     elif path == "torch":
-        monkeypatch.setattr(kernels, "int8_isa", lambda: 0)
+        monkeypatch.setattr(kernels, "route", lambda: ladder.Route.one(0))
     elif path == "a8":
         monkeypatch.setenv("DRAFTWISE_ACTIVATION_BITS", "8")
+    elif path == "bf16-prompts":
+        if not PATHS:
+            pytest.skip("no int8 C kernel on this machine")
+        bf16 = kernels.forced(f"{ladder.NAMES[PATHS[0]]},bf16")
+        monkeypatch.setattr(kernels, "route", lambda: bf16)
     q4_gguf = small_q4_gguf
     model = load(q4_gguf, ModelOptions(dtype="q4"))
     target, drafter = model.lm, load_drafter("layers:0", model, ModelOptions(dtype="q4")).lm
@@ -128,13 +134,16 @@ def test_greedy_sd_on_q4_is_identical_to_q4_ar(small_q4_gguf, path, monkeypatch)
     assert shaped.precision == "int8" and type(shaped.layers[0].wqkv) is Int8Weight
     assert target.layers[0].wqkv.abits == (8 if path == "a8" else 16)
     greedy = SamplingParams()
-    for prompt in ([1, 5, 9, 5, 9, 5], [1, 20, 21, 22, 20, 21]):
+    long = [1] + [20 + i % 7 for i in range(40)]  # a prefill of 40 rows: the chunk band
+    for prompt in ([1, 5, 9, 5, 9, 5], [1, 20, 21, 22, 20, 21], long):
         ar = generate(target, prompt, greedy, 30, torch.Generator())
         for gamma in (1, 4):
             sd = generate(target, prompt, greedy, 30, torch.Generator(), drafter=NgramDrafter(1, 3), gamma=gamma)
             assert sd.tokens == ar.tokens
         sd = generate(target, prompt, greedy, 30, torch.Generator(), drafter=ModelDrafter(drafter), gamma=3)
         assert sd.tokens == ar.tokens
+    if path == "bf16-prompts":
+        assert prompt_path.copies_bytes(target) > 0  # the long prompt did take it
 
 
 def test_q4_without_a_file_of_blocks_gets_one_line(tiny_dir, tmp_path):

@@ -7,13 +7,13 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-from conftest import raw_rows
+from conftest import c_paths, raw_rows
 from draftwise.runtimes.lean import kernels, smoke
 from draftwise.runtimes.lean.int8 import reference_linear
 from draftwise.runtimes.lean.q4 import blocks5
 from draftwise.runtimes.lean.q56 import Q5Weight, Q6Weight, blocks6
 
-PATHS = [isa for isa in (1, 2) if isa <= kernels.int8_isa()]
+PATHS = c_paths()
 
 
 def held(qtype: str, n: int, k: int, seed: int):

@@ -1,6 +1,7 @@
 """The lean forward's attention in torch (where the C kernel does not take a pass: a GPU, autograd, per-row RoPE
-positions): RoPE in the pair-adjacent layout (`forward.py` says why that layout) and grouped-query attention with
-the family's scale and optional score soft-cap. `stages.prune` scores layers with them too."""
+positions): RoPE in the pair-adjacent layout (`forward.py` says why that layout), grouped-query attention with the
+family's scale and optional score soft-cap, and which keys each query sees (`key_mask`). `stages.prune` scores layers
+with them too."""
 
 from __future__ import annotations
 
@@ -28,3 +29,26 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return torch.softmax(scores.float(), dim=-1).to(v.dtype) @ v
+
+
+def key_mask(T: int, pos: int, start, positions, key_positions, window: int | None, dev) -> torch.Tensor | None:
+    """Which keys each query sees, [B or 1, 1, T, pos+T] bool, for layers with this window (None: when causal
+    attention over the whole cache needs no mask). Query i (slot pos+i) of row b sees the row's keys up to its
+    own slot — those from start[b] on, or those key_positions marks real — within the window, and always itself
+    (so a padding query stays finite)."""
+    if T == 1 and start is None and key_positions is None and (window is None or pos < window):
+        return None
+    keys = torch.arange(pos + T, device=dev)
+    queries = torch.arange(pos, pos + T, device=dev)[:, None]
+    seen = (keys <= queries)[None]  # [1, T, pos+T]
+    if key_positions is not None:
+        key_pos = key_positions[:, None, : pos + T]  # [B, 1, pos+T]
+        seen = seen & (key_pos >= 0)
+        if window is not None:
+            seen = seen & (key_pos > positions[:, :, None] - window)
+    else:
+        if start is not None:
+            seen = seen & (keys >= torch.tensor(start, device=dev)[:, None, None])  # [B, T, pos+T]
+        if window is not None:
+            seen = seen & (keys > queries - window)
+    return (seen | (keys == queries))[:, None]

@@ -53,8 +53,9 @@ void draftwise_int8_activations(const float* x, int64_t M, int64_t K, int64_t Kp
 
 int draftwise_amx_granted(void);
 
-/* 3: AMX (tiles the OS grants, for passes of two rows or more; AVX-512 for one), 2: AVX-512 (F, BW, VNNI for
- * vpdpbusd), 1: AVX2 (both with F16C for the fp16 scales). The AMX emulation (tests) is never the best path. */
+/* 3: AMX (tiles the OS grants), 2: AVX-512 (F, BW, VNNI for vpdpbusd), 1: AVX2 (both with F16C for the fp16 scales):
+ * the best path the CPU reports (4, AVX-512 tiled one group at a time, runs wherever 2 does). Which path serves which pass is the ladder's (`ladder.py`: each proven in a child and
+ * timed there), given to every call as a route. The AMX emulation (tests) is never the best path. */
 int draftwise_int8_isa(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c")) {
@@ -66,16 +67,23 @@ int draftwise_int8_isa(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") ? 1 : 0;
 }
 
+/* The band of a pass of M rows (`ladder.BANDS`): 0 a step, 1 a verify pass (2-15 rows), 2 a short prefill chunk
+ * (16-63), 3 a long one. The route gives each band, activation bits and weight format its own path. */
+int draftwise_int8_band(int64_t M) { return M == 1 ? 0 : M < 16 ? 1 : M < 64 ? 2 : 3; }
+
 /* x [M, K] fp32 (contiguous), w packed as above, s and z [N / 16, Kp / SUBBLOCK(fmt), 16] as `fmt` says (F32, F16,
- * KQ or KQ6 with sd and zd [N / 16, Kp / 256, 16]), qsum as s in int16 (read at 8 bits only), y [M, N] fp32. isa:
- * as draftwise_int8_isa() (a smaller one may be asked for: tests hold the paths to the same bits). bits: 8 (int8,
- * F16 scales), 4 (F32, F16 or KQ), 5 (F16) or 6 (KQ6). */
+ * KQ or KQ6 with sd and zd [N / 16, Kp / 256, 16]), qsum as s in int16 (read at 8 bits only), y [M, N] fp32. bits: 8
+ * (int8, F16 scales), 4 (F32, F16 or KQ), 5 (F16) or 6 (KQ6). route [band][abits 8?][format]: the path (isa code) of each
+ * band of rows (`draftwise_int8_band`), activation bits and weight format (`bodies` below), the ladder's verdict or one
+ * path in every entry (tests hold the paths to the same bits). */
 void draftwise_int8_gemm(const float* x, const int8_t* w, const void* s, const void* z, const float* sd,
                          const float* zd, const int16_t* qsum, float* y, int64_t M, int64_t N, int64_t K, int64_t Kp,
-                         int nthreads, int isa, int bits, int fmt, int abits) {
+                         int nthreads, const uint8_t* route, int bits, int fmt, int abits) {
     const int64_t B = Kp / BLOCK, NB = Kp / SUBBLOCK(fmt);
-    int16_t* q = (int16_t*)aligned_alloc(64, (size_t)(M * Kp * 2 + 63) / 64 * 64);
+    const int format = bits == 8 ? 0 : bits == 5 ? 4 : bits == 6 ? 5 : fmt == KQ ? 3 : fmt == F16 ? 2 : 1;
+    int isa = route[(draftwise_int8_band(M) * 2 + (abits == 8)) * 6 + format];
     if (isa == 3 && (M == 1 || !draftwise_amx_granted())) isa = 2; /* a step streams: AVX-512 keeps up with memory */
+    int16_t* q = (int16_t*)aligned_alloc(64, (size_t)(M * Kp * 2 + 63) / 64 * 64);
     uint8_t* bytes = isa >= 2 ? (uint8_t*)aligned_alloc(64, (size_t)(2 * M * Kp + 63) / 64 * 64) : NULL;
     float* sx = (float*)malloc(M * sizeof(float));
     float* sa = abits == 8 ? (float*)malloc(M * B * sizeof(float)) : NULL;
@@ -85,15 +93,18 @@ void draftwise_int8_gemm(const float* x, const int8_t* w, const void* s, const v
                                bytes ? bytes + M * Kp : NULL, t, nthreads);
     const operands o = {q, bytes, bytes ? bytes + M * Kp : NULL, t, sx, sa, wide, s, z, sd, zd, qsum, y, N, Kp};
     const int64_t G = (N + 63) / 64 * 4;  /* groups, as packed: N padded to a multiple of 64 rows */
-    /* [path: AVX2, AVX-512, AMX][abits 8?][format: q8, q4 fp32, q4 fp16, Q4_K, 5-bit fp16, Q6_K] */
-    static const body_fn bodies[3][2][6] = {
+    /* [path: AVX2, AVX-512, AMX, AVX-512 one group a tile][abits 8?][format: q8, q4 fp32, q4 fp16, Q4_K, 5-bit
+     * fp16, Q6_K] */
+    static const body_fn bodies[4][2][6] = {
         {{groups256_q8, groups256_q4, groups256_q4h, groups256_q4k, groups256_q5h, groups256_q6k},
          {groups256_q8_a8, groups256_q4_a8, groups256_q4h_a8, groups256_q4k_a8, groups256_q5h_a8, groups256_q6k_a8}},
         {{groups512_q8, groups512_q4, groups512_q4h, groups512_q4k, groups512_q5h, groups512_q6k},
          {groups512_q8_a8, groups512_q4_a8, groups512_q4h_a8, groups512_q4k_a8, groups512_q5h_a8, groups512_q6k_a8}},
         {{groupsamx_q8, groupsamx_q4, groupsamx_q4h, groupsamx_q4k, groupsamx_q5h, groupsamx_q6k},
-         {groupsamx_q8_a8, groupsamx_q4_a8, groupsamx_q4h_a8, groupsamx_q4k_a8, groupsamx_q5h_a8, groupsamx_q6k_a8}}};
-    const int format = bits == 8 ? 0 : bits == 5 ? 4 : bits == 6 ? 5 : fmt == KQ ? 3 : fmt == F16 ? 2 : 1;
+         {groupsamx_q8_a8, groupsamx_q4_a8, groupsamx_q4h_a8, groupsamx_q4k_a8, groupsamx_q5h_a8, groupsamx_q6k_a8}},
+        {{groups512seq_q8, groups512seq_q4, groups512seq_q4h, groups512seq_q4k, groups512seq_q5h, groups512seq_q6k},
+         {groups512seq_q8_a8, groups512seq_q4_a8, groups512seq_q4h_a8, groups512seq_q4k_a8, groups512seq_q5h_a8,
+          groups512seq_q6k_a8}}};
     const body_fn body = bodies[isa - 1][abits == 8][format];
 #pragma omp parallel for schedule(static) num_threads(nthreads)
     for (int64_t g = 0; g < G; g += 4) body(w, o, M, g);

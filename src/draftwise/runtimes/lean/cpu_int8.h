@@ -66,6 +66,7 @@ typedef void (*body_fn)(const int8_t*, operands, int64_t, int64_t);
 
 #define DECLARE(name, bits, fmt, ab) void name(const int8_t* w, operands o, int64_t M, int64_t g);
 FORMATS(DECLARE, groups512)
+FORMATS(DECLARE, groups512seq)
 FORMATS(DECLARE, groups256)
 FORMATS(DECLARE, groupsamx)
 #undef DECLARE

@@ -13,7 +13,7 @@
 void draftwise_small_gemm(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K, int nthreads);
 void draftwise_int8_gemm(const float* x, const int8_t* w, const void* s, const void* z, const float* sd,
                          const float* zd, const int16_t* qsum, float* y, int64_t M, int64_t N, int64_t K, int64_t Kp,
-                         int nthreads, int isa, int bits, int fmt, int abits);
+                         int nthreads, const uint8_t* route, int bits, int fmt, int abits);
 void draftwise_rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t D, float eps);
 void draftwise_attention(float* qkv, const float* rot, float* k_cache, float* v_cache, float* out, int64_t T,
                          int64_t pos, int64_t start, int64_t H, int64_t KV, int64_t hd, int64_t S, float scale,
@@ -45,11 +45,11 @@ typedef struct {
     int gelu;
 } dw_layer;
 
-static void matmul(const dw_matrix* m, const float* x, float* y, int64_t rows, int nthreads, int isa) {
+static void matmul(const dw_matrix* m, const float* x, float* y, int64_t rows, int nthreads, const uint8_t* route) {
     if (m->w)
         draftwise_small_gemm(x, m->w, y, rows, m->N, m->K, nthreads);
     else
-        draftwise_int8_gemm(x, m->q, m->s, m->z, m->sd, m->zd, m->qsum, y, rows, m->N, m->K, m->Kp, nthreads, isa,
+        draftwise_int8_gemm(x, m->q, m->s, m->z, m->sd, m->zd, m->qsum, y, rows, m->N, m->K, m->Kp, nthreads, route,
                             (int)m->bits, (int)m->fmt, (int)m->abits);
     if (m->bias)
         for (int64_t r = 0; r < rows; r++)
@@ -64,7 +64,7 @@ static void add(float* x, const float* y, int64_t n) {
  * slots[b] (NULL: b) from position poss[b] (NULL: pos), its first real position start[b] (NULL: 0) */
 static void layer_rows(const dw_layer* L, float* x, const float* rot, float* k_cache, float* v_cache, int64_t nseg,
                        int64_t T, const int64_t* lens, const int64_t* slots, int64_t pos, const int64_t* poss,
-                       const int64_t* start, int64_t S, int nthreads, int isa) {
+                       const int64_t* start, int64_t S, int nthreads, const uint8_t* route) {
     int64_t rows = 0;
     for (int64_t b = 0; b < nseg; b++) rows += lens ? lens[b] : T;
     const int64_t D = L->o.N, F = L->down.K, nqkv = L->qkv.N, natt = L->H * L->hd, cache_row = L->KV * S * L->hd;
@@ -76,24 +76,24 @@ static void layer_rows(const dw_layer* L, float* x, const float* rot, float* k_c
     float* act = (float*)malloc(rows * F * sizeof(float));
 
     draftwise_rms_norm(x, L->ln_attn, h, rows, D, L->eps);
-    matmul(&L->qkv, h, qkv, rows, nthreads, isa);
+    matmul(&L->qkv, h, qkv, rows, nthreads, route);
     for (int64_t b = 0, r = 0; b < nseg; r += lens ? lens[b] : T, b++) {
         const int64_t slot = slots ? slots[b] : b;
         draftwise_attention(qkv + r * nqkv, rot, k_cache + slot * cache_row, v_cache + slot * cache_row,
                             att + r * natt, lens ? lens[b] : T, poss ? poss[b] : pos, start ? start[b] : 0, L->H,
                             L->KV, L->hd, S, L->scale, nthreads, L->q_norm, L->k_norm, L->eps, L->window, L->softcap);
     }
-    matmul(&L->o, att, out, rows, nthreads, isa);
+    matmul(&L->o, att, out, rows, nthreads, route);
     if (L->ln_attn_out) draftwise_rms_norm(out, L->ln_attn_out, out, rows, D, L->eps);
     add(x, out, rows * D);
 
     draftwise_rms_norm(x, L->ln_mlp, h, rows, D, L->eps);
-    matmul(&L->gu, h, gu, rows, nthreads, isa);
+    matmul(&L->gu, h, gu, rows, nthreads, route);
     if (L->gelu)
         draftwise_gelu_tanh_mul(gu, act, rows, F);
     else
         draftwise_silu_mul(gu, act, rows, F);
-    matmul(&L->down, act, out, rows, nthreads, isa);
+    matmul(&L->down, act, out, rows, nthreads, route);
     if (L->ln_mlp_out) draftwise_rms_norm(out, L->ln_mlp_out, out, rows, D, L->eps);
     add(x, out, rows * D);
 
@@ -110,8 +110,8 @@ static void layer_rows(const dw_layer* L, float* x, const float* rot, float* k_c
 void draftwise_layers(const dw_layer* const* layers, const float* const* rots, int64_t n, float* x, float* k_cache,
                       float* v_cache, int64_t stride, int64_t nseg, int64_t T, const int64_t* lens,
                       const int64_t* slots, int64_t pos, const int64_t* poss, const int64_t* start, int64_t S,
-                      int nthreads, int isa) {
+                      int nthreads, const uint8_t* route) {
     for (int64_t i = 0; i < n; i++)
         layer_rows(layers[i], x, rots[i], k_cache + i * stride, v_cache + i * stride, nseg, T, lens, slots, pos, poss,
-                   start, S, nthreads, isa);
+                   start, S, nthreads, route);
 }

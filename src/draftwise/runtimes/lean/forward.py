@@ -19,16 +19,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...targets.family import FAMILIES, Shape, layer_tensors, rope_keys, rope_table, unsupported_reason, windows
-from . import kernels
-from .attention import attend, rotate
+from . import kernels, prompt
+from .attention import attend, key_mask, rotate
+from .int8 import LINEARS, Int8Weight
 from .int8 import NAME as INT8
-from .int8 import Int8Weight
 from .kernels import gelu_tanh_mul, linear, rms_norm, silu_mul
 
 __all__ = ["LeanLM", "Layer", "Shape", "rope_table", "unsupported_reason"]
-
-
-LINEARS = ("wqkv", "wo", "wgu", "wd")  # a layer's matrices: int8 at the int8 precision (norms and biases stay fp32)
 
 
 def hold(module: nn.Module, name: str, t: torch.Tensor | Int8Weight | None, precision: str = "fp32") -> None:
@@ -93,17 +90,22 @@ class Layer(nn.Module):
         cut into chunks (`serve.batch`), as its attention is computed query by query either way."""
         return T <= kernels.MAX_ROWS or all(isinstance(getattr(self, name), Int8Weight) for name in LINEARS)
 
-    def forward(self, x, rot, k_cache, v_cache, pos: int | list[int], mask, start: list[int] | None, positions=None):
+    def forward(
+        self, x, rot, k_cache, v_cache, pos: int | list[int], mask, start: list[int] | None, positions=None, bf16=False
+    ):
         # x [B, T, D]; rot [S, hd/2] complex; k_cache, v_cache [B, KV, S, hd]; mask [B or 1, 1, T, pos+T] bool or None
         # (this layer's: a sliding window already applied); positions [B, T]: each row's own RoPE positions when cache
         # slots and positions differ (batched SD); pos a list: row b at its own position pos[b], slot = position (a
-        # continuous batch), mask then a list of each row's
+        # continuous batch), mask then a list of each row's; bf16: a prompt pass whose matrices may take torch's bf16
+        # product (`prompt.py`)
         s = self.shape
         T = x.shape[1]
-        fused = self.fused() if positions is None and self.rows_fused(T) and kernels.fast_path(x) else None
+        fast = positions is None and not bf16 and self.rows_fused(T) and kernels.fast_path(x)
+        fused = self.fused() if fast else None
         if fused is not None:  # the same kernels, one call
             return kernels.layers(kernels.Stack([fused], [rot]), x, k_cache[None], v_cache[None], pos, start)
-        qkv = linear(rms_norm(x, self.ln_attn, s.rms_eps), self.wqkv, self.bqkv)  # [B, T, (H+2KV)*hd]
+        lin = prompt.linear if bf16 else linear
+        qkv = lin(rms_norm(x, self.ln_attn, s.rms_eps), self.wqkv, self.bqkv)  # [B, T, (H+2KV)*hd]
         if positions is not None:
             att = self.attention(qkv, rot[positions][:, :, None, :], k_cache, v_cache, pos, mask)
         elif kernels.fast_path(qkv) and T <= kernels.MAX_ROWS and s.head_dim % 8 == 0:
@@ -128,12 +130,12 @@ class Layer(nn.Module):
             att = torch.cat([self.attention(q, rot[p : p + T, None, :], k, v, p, m) for p, m, q, k, v in rows])
         else:
             att = self.attention(qkv, rot[pos : pos + T, None, :], k_cache, v_cache, pos, mask)
-        out = linear(att, self.wo, self.bo)  # att [B, T, H*hd]
+        out = lin(att, self.wo, self.bo)  # att [B, T, H*hd]
         if self.ln_attn_out is not None:
             out = rms_norm(out, self.ln_attn_out, s.rms_eps)
         x = x + out
-        gu = linear(rms_norm(x, self.ln_mlp, s.rms_eps), self.wgu, self.bgu)  # [B, T, 2F]
-        out = linear(self.act_mul(gu), self.wd, self.bd)
+        gu = lin(rms_norm(x, self.ln_mlp, s.rms_eps), self.wgu, self.bgu)  # [B, T, 2F]
+        out = lin(self.act_mul(gu), self.wd, self.bd)
         if self.ln_mlp_out is not None:
             out = rms_norm(out, self.ln_mlp_out, s.rms_eps)
         return x + out
@@ -165,6 +167,7 @@ class LeanLM(nn.Module):
     """
 
     preallocated_cache = True  # its cache costs the same whatever it holds (`runtimes.registry.fill_cache`)
+    prompt_bf16 = True  # whether prompt passes may take torch's bf16 product (`prompt.py`; off where measured to miss)
 
     def __init__(
         self,
@@ -281,11 +284,12 @@ class LeanLM(nn.Module):
                 f"{k_cache.shape[1] if k_cache is not None else 0}; need {end} for batch {B}: call reset() first"
             )
         x = self.embed_tokens(ids)  # [B, T, D]
-        stack = self.stack(T) if positions is None and kernels.fast_path(x) else None
+        bf16 = n_logits == 0 and positions is None and prompt.takes_bf16(self, B * T)  # a prompt pass (`prompt.py`)
+        stack = self.stack(T) if positions is None and not bf16 and kernels.fast_path(x) else None
         if stack is not None:  # every layer in one C call: no Python between them
             x = kernels.layers(stack, x, k_cache, v_cache, pos, start)
         else:
-            x = self._layers(x, k_cache, v_cache, pos, start, positions, key_positions)
+            x = self._layers(x, k_cache, v_cache, pos, start, positions, key_positions, bf16)
         self.last_hidden = x  # [B, T, D] before the final norm: what a feature-level drafter reads (`features`)
         if n_logits == 0:  # prefill that only fills the cache
             return x.new_empty(B, 0, self.vocab_size)
@@ -293,14 +297,15 @@ class LeanLM(nn.Module):
             x = x[:, -n_logits:]
         return self.logits(x)
 
-    def _layers(self, x, k_cache, v_cache, pos, start, positions, key_positions) -> torch.Tensor:
+    def _layers(self, x, k_cache, v_cache, pos, start, positions, key_positions, bf16=False) -> torch.Tensor:
         """The layers one by one (`Layer.forward`): where some layer or the pass takes a path other than `stack`'s."""
         T = x.shape[1]
         masks = {w: self._masks(T, pos, start, positions, key_positions, w) for w in {la.window for la in self.layers}}
         if positions is not None:  # else `reset` (or the caller's cache, `serve.batch`) made the tables
             self.rotations(int(positions.max()) + 1)
         for i, layer in enumerate(self.layers):
-            x = layer(x, self._rot[layer.rope_key], k_cache[i], v_cache[i], pos, masks[layer.window], start, positions)
+            rot = self._rot[layer.rope_key]
+            x = layer(x, rot, k_cache[i], v_cache[i], pos, masks[layer.window], start, positions, bf16)
         return x
 
     def stack(self, rows: int) -> kernels.Stack | None:
@@ -321,8 +326,18 @@ class LeanLM(nn.Module):
         cache row, position, n_logits) writes its keys and values in that row of `cache` (k and v [L, rows, KV, S,
         hd]) from `position` on and returns the logits of its last n_logits tokens [n_logits, V]. On the fused C
         layer the weights are read once for all the segments (a continuous batch's decoding rows and a joining
-        prompt's chunk, `serve.batch`); elsewhere each segment is its own `forward`."""
+        prompt's chunk, `serve.batch`); elsewhere each segment is its own `forward`, and so is a prompt's chunk that
+        takes torch's bf16 product (`prompt.py`: its own pass, as when it is prefilled alone)."""
         k, v = cache
+        apart = [i for i, (ids, _, _, n) in enumerate(segments) if n == 0 and prompt.takes_bf16(self, len(ids))]
+        if apart:
+            for ids, r, pos, _ in (segments[i] for i in apart):
+                self.forward(torch.tensor([ids]), pos, 0, cache=(k[:, r : r + 1], v[:, r : r + 1]))
+            others = [s for i, s in enumerate(segments) if i not in apart]
+            rest = iter(self.forward_segments(others, cache) if others else ())
+            return [
+                self.embed.new_empty(0, self.vocab_size) if i in apart else next(rest) for i in range(len(segments))
+            ]
         rows = sum(len(ids) for ids, *_ in segments)
         self.rotations(max(pos + len(ids) for ids, _, pos, _ in segments))
         stack = self.stack(rows) if kernels.fast_path(self.embed) else None
@@ -342,33 +357,10 @@ class LeanLM(nn.Module):
         return x if self.embed_scale is None else x * self.embed_scale
 
     def _masks(self, T: int, pos: int | list[int], start, positions, key_positions, window: int | None):
-        """`_mask`, or each row's when rows are at their own positions (`pos` a list)."""
+        """`attention.key_mask`, or each row's when rows are at their own positions (`pos` a list)."""
         if isinstance(pos, list):
-            return [self._mask(T, p, None, None, None, window) for p in pos]
-        return self._mask(T, pos, start, positions, key_positions, window)
-
-    def _mask(self, T: int, pos: int, start, positions, key_positions, window: int | None) -> torch.Tensor | None:
-        """Which keys each query sees, [B or 1, 1, T, pos+T] bool, for layers with this window (None: when causal
-        attention over the whole cache needs no mask). Query i (slot pos+i) of row b sees the row's keys up to its
-        own slot — those from start[b] on, or those key_positions marks real — within the window, and always itself
-        (so a padding query stays finite)."""
-        dev = self.device
-        if T == 1 and start is None and key_positions is None and (window is None or pos < window):
-            return None
-        keys = torch.arange(pos + T, device=dev)
-        queries = torch.arange(pos, pos + T, device=dev)[:, None]
-        mask = (keys <= queries)[None]  # [1, T, pos+T]
-        if key_positions is not None:
-            key_pos = key_positions[:, None, : pos + T]  # [B, 1, pos+T]
-            mask = mask & (key_pos >= 0)
-            if window is not None:
-                mask = mask & (key_pos > positions[:, :, None] - window)
-        else:
-            if start is not None:
-                mask = mask & (keys >= torch.tensor(start, device=dev)[:, None, None])  # [B, T, pos+T]
-            if window is not None:
-                mask = mask & (keys > queries - window)
-        return (mask | (keys == queries))[:, None]
+            return [key_mask(T, p, None, None, None, window, self.device) for p in pos]
+        return key_mask(T, pos, start, positions, key_positions, window, self.device)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """The target's feature at each position: the final-normed hidden state the LM head reads, [..., D] (from

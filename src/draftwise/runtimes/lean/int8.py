@@ -28,6 +28,7 @@ from torch import nn
 from ...errors import DraftwiseError
 
 NAME = "int8"
+LINEARS = ("wqkv", "wo", "wgu", "wd")  # a lean layer's matrices: int8 at this precision (norms and biases stay fp32)
 BLOCK = 32  # weights: one scale and offset per block of 32 inputs of a row
 ALIGN = 64  # K and N are padded with zeros to multiples of this (N: the kernel's tiles of 4 groups of 16 rows)
 GROUP = 16  # rows packed together (`cpu_int8.c`): 64 bytes hold 4 consecutive k of 16 rows
@@ -126,6 +127,13 @@ class Int8Weight(nn.Module):
         if self.sd.numel():
             return 3 if self.s.dtype == torch.int8 else 2
         return int(self.s.dtype == torch.float16)
+
+    @property
+    def route_format(self) -> int:
+        """Its format as the kernel's route indexes it (`ladder.FORMATS`: q8, q4, q4h, q4k, q5h, q6k)."""
+        if self.BITS != 4:
+            return {8: 0, 5: 4, 6: 5}[self.BITS]
+        return {2: 3, 1: 2}.get(self.scale_format, 1)
 
     @staticmethod
     def _packed(q: torch.Tensor) -> torch.Tensor:

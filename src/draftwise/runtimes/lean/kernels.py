@@ -13,12 +13,14 @@ pool (`library.py` builds and loads it).
 from __future__ import annotations
 
 import ctypes
+import os
 from functools import lru_cache
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from ...errors import DraftwiseError
 from ...paths import cache_dir
 from . import ladder, library
 from .int8 import Int8Weight, reference_linear
@@ -35,13 +37,45 @@ def kernel_available() -> bool:
     return _kernel() is not None
 
 
+PATH_ENV = "DRAFTWISE_MATRIX_PATH"  # a test-only switch: one path in every band (`forced`)
+
+
 @lru_cache(maxsize=1)
-def int8_isa() -> int:
-    """The int8 kernel's path here: 2 AVX-512 (VNNI), 1 AVX2, 0 none (torch computes the same function) — the best
-    the CPU reports, proven by a smoke test in a child process before it is trusted (`ladder.py`)."""
+def route() -> ladder.Route:
+    """Which path the int8 kernel takes for each size of pass here (`ladder.py`: every path the CPU reports proven
+    and timed in a child, once a machine), or the one DRAFTWISE_MATRIX_PATH names (`forced`); torch's reference where
+    there is no kernel."""
     if _kernel() is None:
-        return 0
+        return ladder.Route.one(0)
+    if os.environ.get(PATH_ENV):
+        return forced(os.environ[PATH_ENV])
     return ladder.proven(_kernel().draftwise_int8_isa(), Path(_kernel()._name).stem, cache_dir("kernels"))
+
+
+def forced(spec: str) -> ladder.Route:
+    """One exact path in every band, and with ',bf16' torch's bf16 product for every prompt pass it may take (the
+    chunk and prefill bands): 'avx2', 'avx512,bf16'. A path the CPU does not report is one line."""
+    name, _, extra = spec.partition(",")
+    runs = ladder.candidates(_kernel().draftwise_int8_isa())
+    if name not in runs or name == ladder.BF16 or extra not in ("", ladder.BF16):
+        paths = ", ".join(p for p in runs if p != ladder.BF16)
+        raise DraftwiseError(f"{PATH_ENV}={spec!r}: this CPU runs {paths} (optionally followed by ',bf16')")
+    one = ladder.Route.one(ladder.CODES[name])
+    if not extra:
+        return one
+    every = ((b, a, f) for b in ladder.PROMPT_BANDS for a in ladder.ABITS for f in range(len(ladder.FORMATS)))
+    return ladder.Route(one.table, frozenset(every))
+
+
+def band(rows: int) -> int:
+    """The ladder's band of a pass of `rows` rows (`draftwise_int8_band`: 0 a step ... 3 a long prefill)."""
+    return _kernel().draftwise_int8_band(rows) if _kernel() is not None else 0
+
+
+def int8_isa() -> int:
+    """The best exact path the route takes anywhere, as the CPU ranks them (`draftwise_int8_isa`: 3 AMX, 2 AVX-512,
+    1 AVX2; 0: none, torch computes the same function)."""
+    return max(ladder.RUNS_ON.get(c, 0) for c in route().table)
 
 
 def int8_available() -> bool:
@@ -50,8 +84,9 @@ def int8_available() -> bool:
 
 def int8_gemm(x: torch.Tensor, w, isa: int | None = None, lib=None) -> torch.Tensor:
     """x [M, K] fp32 contiguous (CPU) times the int8 weight `w` (`int8.Int8Weight`) -> [M, N] fp32, each row of x
-    quantized with its own scale, or each of its blocks of 32 at `w.abits` 8 (`cpu_int8.c`). `isa`: a path other
-    than the best (tests compare them); `lib`: another build of the library (`library.load`: the AMX emulation)."""
+    quantized with its own scale, or each of its blocks of 32 at `w.abits` 8 (`cpu_int8.c`), on the route's path
+    for M rows. `isa`: that path at every size instead (tests compare them; the ladder's child times one); `lib`:
+    another build of the library (`library.load`: the AMX emulation)."""
     m, n = x.shape[0], w.out_features
     y = torch.empty(m, n, dtype=torch.float32)
     (lib or _kernel()).draftwise_int8_gemm(
@@ -68,7 +103,7 @@ def int8_gemm(x: torch.Tensor, w, isa: int | None = None, lib=None) -> torch.Ten
         w.in_features,
         w.padded_in,
         torch.get_num_threads(),
-        isa or int8_isa(),
+        (route() if isa is None else ladder.Route.one(isa)).table,
         w.BITS,
         w.scale_format,
         w.abits,
@@ -308,7 +343,7 @@ def layers(
         _ptr(starts),
         k_cache.shape[3],
         torch.get_num_threads(),
-        int8_isa(),
+        route().table,
     )
     return x
 

@@ -1,16 +1,26 @@
-"""Which path the integer kernel (`cpu_int8.c`) takes on this machine, proven before it is trusted.
+"""Which path the integer kernel (`cpu_int8.c`) takes on this machine for each size of pass: every path proven, then
+timed, before it is trusted.
 
-The CPU's feature bits say what it has, not what runs: a hypervisor may hide state the instructions need, an OS may
-refuse it (AMX tiles must be asked for), a compiler may emit what this CPU lacks. So the best path the CPU reports is
-run first in a child process (`smoke.py`: a small product on every weight format at both activation precisions,
-compared bit for bit with the torch reference), and a path whose child dies (SIGILL, SIGSEGV, a refused request) or
-disagrees falls to the next rung — AMX (where the OS grants the tiles), AVX-512 VNNI, then AVX2, then torch, which
-computes the same function slower.
-Never a crash: the parent only reads the child's exit status. llama.cpp's build ladder (`runtimes/llamacpp`) proves
-its rungs the same way.
+The CPU's feature bits say what it has, not what runs, nor what is fast: a hypervisor may hide state the
+instructions need, an OS may refuse it (AMX tiles must be asked for), a compiler may emit what this CPU lacks — and a
+path that runs and gives the right bits may still be the slower one (on an Intel Xeon the AMX path, written without an
+AMX machine, passed its smoke test and made every verify pass ~3× slower than AVX-512). So each path the CPU reports
+— AMX (where the OS grants the tiles), AVX-512 VNNI, AVX2 — runs in a child process of its own (`smoke.py`): a small
+product on every weight format at both activation precisions, compared bit for bit with the torch reference. A path
+whose child dies (SIGILL, SIGSEGV, a refused request) or disagrees is out; never a crash, the parent only reads the
+child's exit status. The same child then times its path (`rates.py`) on matrices of a 1.5B model's shapes, every
+weight format, at the pass sizes of each band of rows (`BANDS`): a decoding step, a verify pass, a prompt's chunk.
+Each (band, activation bits, weight format) takes the path measured fastest there (`choose`); the exact paths give
+the same bits, so the choice changes speed only. torch computes the same function where no path passes, slower.
 
-The verdict is kept per kernel build and CPU (`cache_dir("kernels")`), so the child runs once a machine, not once a
-process: about two seconds (its torch import).
+Prompt passes (rows whose logits nobody reads: a prefill) may also take torch's bf16 product (`BF16`: oneDNN, which
+drives AMX-BF16 or AVX512-BF16 where the CPU has them) in the chunk and prefill bands. It is not the one-token step's
+bits: a lossy choice of its own, timed by a child like the others, taken only where it was measured faster, and its
+quality measured by `draftwise quality` (the next tokens after a prefilled cache, `forward.py`).
+
+The verdict is kept per kernel build and CPU (`cache_dir("kernels")`), so the children run once a machine, not once
+a process (about 15 seconds, said on one line); the machine's description reads its summary (`machine.matrix_route`).
+llama.cpp's build ladder (`runtimes/llamacpp`) proves its rungs the same way.
 """
 
 from __future__ import annotations
@@ -20,55 +30,173 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ... import machine
 
-NAMES = {3: "amx", 2: "avx512", 1: "avx2", 0: "torch"}  # the kernel's isa codes (`draftwise_int8_isa`), best first
-SMOKE_TIMEOUT_S = 120
+# the kernel's paths by code (`cpu_int8.c`), in the order they are tried: avx512-seq is the AVX-512 path tiled one
+# group of 16 rows at a time (one weight stream a thread; `cpu_int8_avx512.c`), where avx512 runs
+NAMES = {3: "amx", 2: "avx512", 4: "avx512-seq", 1: "avx2", 0: "torch"}
+CODES = {name: isa for isa, name in NAMES.items()}
+RUNS_ON = {3: 3, 2: 2, 4: 2, 1: 1}  # the best path the CPU must report (`draftwise_int8_isa`) for each to run
+ONE_ROW = {3: 2}  # paths that hand a one-row pass to another (AMX: AVX-512's), so never chosen for a step
+BF16 = "bf16"  # prompt passes through torch's bf16 product: lossy, in the chunk and prefill bands only
+BANDS = ("step", "verify", "chunk", "prefill")  # `draftwise_int8_band`: 1 row, 2-15, 16-63, 64 and more
+SPANS = ("1 row", "2-15 rows", "16-63 rows", "64+ rows")
+ROWS = ((1,), (2, 4, 8), (16, 32), (64, 128))  # the pass sizes timed in each band
+PROMPT_BANDS = (2, 3)  # where a prompt pass may take BF16
+# BF16 must be this much faster than the exact path to be taken: it costs quality, 2 bytes a weight of memory, and a
+# pass outside the one C call (on an AMD EPYC Zen 5 a 1.5B model's 277-token prefill took 1.04 s through it against
+# 0.97 on AVX-512, where the products alone timed ~8 % faster)
+BF16_GAIN = 0.85
+FORMATS = ("q8", "q4", "q4h", "q4k", "q5h", "q6k")  # the kernel's weight formats, in its order (`cpu_int8.c`)
+ABITS = (16, 8)  # activation bits, in the route's order
+VERSION = 2  # the verdict's form; a record of another (version 1 was proven, not timed) or other ROWS is made again
+CHILD_TIMEOUT_S = 300
 
 
-def smoke(isa: int) -> bool:
-    """Whether path `isa` runs and gives the reference's bits here, judged in a child process."""
+def key(fmt: str, abits: int) -> str:
+    """A (weight format, activation bits) as the timings name it: 'q4k-a8'."""
+    return f"{fmt}-a{abits}"
+
+
+def run_child(path: str) -> dict | None:
+    """Path `path` proven and timed in a child process (`smoke.py`): its timings ({"seconds": {key: {rows: s}},
+    "products": {rows: n}}), or None where the child died, disagreed with the reference or ran out of time."""
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "draftwise.runtimes.lean.smoke", str(isa)],
+            [sys.executable, "-m", "draftwise.runtimes.lean.smoke", path],
             capture_output=True,
-            timeout=SMOKE_TIMEOUT_S,
+            text=True,
+            timeout=CHILD_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:
-        return False
-    return done.returncode == 0
+        return None
+    if done.returncode != 0:
+        return None
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
 
 
-def choose(best: int, test: Callable[[int], bool] = smoke) -> tuple[int, dict[str, bool]]:
-    """The first rung from `best` down whose smoke test passes (0: torch, no test needed), and each tried rung's
-    verdict by name."""
-    tried = {}
-    for isa in range(best, 0, -1):
-        tried[NAMES[isa]] = test(isa)
-        if tried[NAMES[isa]]:
-            return isa, tried
-    return 0, tried
+def candidates(best: int) -> list[str]:
+    """The paths tried on a CPU whose best reported path is `best`, best first, and torch's bf16 for prompts."""
+    return [name for code, name in NAMES.items() if code and RUNS_ON[code] <= best] + ([BF16] if best else [])
 
 
-def proven(best: int, build: str, folder: Path, test: Callable[[int], bool] = smoke) -> int:
-    """`choose`'s rung for kernel build `build` on this CPU, read from `folder` when this machine proved it before;
-    the path is also left where the machine's description reads it (`machine.matrix_path`)."""
+def _score(timings: dict, pool: list[str], name: str, rows: tuple[int, ...]) -> dict[str, float]:
+    """Each path's time over a band's pass sizes, relative to the fastest at each size (1.0: fastest at every
+    size), averaged."""
+    secs = {p: [timings[p]["seconds"][name][str(r)] for r in rows] for p in pool}
+    fastest = [min(secs[p][i] for p in pool) for i in range(len(rows))]
+    return {p: sum(s / f for s, f in zip(secs[p], fastest)) / len(rows) for p in pool}
+
+
+@dataclass(frozen=True)
+class Route:
+    """The ladder's verdict: the exact path of each (band, activation bits, format) as `cpu_int8.c` takes it
+    (`table`, isa codes [band][abits 8?][format]), where prompt passes take torch's bf16 product instead (`bf16`:
+    (band, abits, format) triples), and each band's figures for reports (`bands`)."""
+
+    table: bytes
+    bf16: frozenset = frozenset()
+    bands: tuple = ()
+
+    @classmethod
+    def one(cls, isa: int) -> Route:
+        """One exact path in every entry (tests; a forced path)."""
+        return cls(bytes([isa]) * (len(BANDS) * len(ABITS) * len(FORMATS)))
+
+    def path(self, band: int, abits: int, fmt: int) -> int:
+        return self.table[(band * len(ABITS) + (abits == 8)) * len(FORMATS) + fmt]
+
+    def short(self) -> str:
+        """Its paths in an engine's name, in the order they are tried: 'avx512', 'amx/avx512-seq', '+bf16' where
+        prompts take it."""
+        return "/".join(NAMES[c] for c in NAMES if c in self.table) + ("+bf16" if self.bf16 else "")
+
+    def label(self) -> str:
+        """The paths it takes, by band where they differ: 'avx512', 'avx512; prefill amx', '+ bf16 prompts'."""
+        n = len(ABITS) * len(FORMATS)
+        by_band = [sorted({NAMES[c] for c in self.table[b * n : (b + 1) * n]}) for b in range(len(BANDS))]
+        text = "/".join(by_band[0])
+        for b in range(1, len(BANDS)):
+            if by_band[b] != by_band[b - 1]:
+                text += f"; {BANDS[b]} {'/'.join(by_band[b])}"
+        return text + (" + bf16 prompts" if self.bf16 else "")
+
+
+def choose(timings: dict[str, dict | None]) -> Route:
+    """The route from each tried path's timings (None: it died or disagreed): in each band, for each activation bits
+    and weight format, the exact path with the least time over the band's pass sizes (ties: the better path, tried
+    first); a prompt pass in the chunk and prefill bands takes BF16 where it was faster still, by `BF16_GAIN`."""
+    proven = {p: t for p, t in timings.items() if t}
+    table, bf16, bands = bytearray(), set(), []
+    for band, rows in enumerate(ROWS):
+        exact = [p for p in proven if p != BF16 and not (band == 0 and CODES[p] in ONE_ROW)]
+        picked = {}
+        for abits in ABITS:
+            for f, fmt in enumerate(FORMATS):
+                name = key(fmt, abits)
+                scores = _score(proven, exact, name, rows) if exact else {}
+                best = min(exact, key=scores.get) if exact else NAMES[0]
+                table.append(CODES[best])
+                picked[name] = best
+                if band in PROMPT_BANDS and BF16 in proven and exact:
+                    pair = _score(proven, [best, BF16], name, rows)
+                    if pair[BF16] < BF16_GAIN * pair[best]:
+                        bf16.add((band, abits, f))
+                        picked[name] += f" ({BF16} prompts)"
+        bands.append({"band": BANDS[band], "rows": SPANS[band], "paths": picked, "rates": _rates(proven, rows)})
+    return Route(bytes(table), frozenset(bf16), tuple(bands))
+
+
+def _rates(proven: dict, rows: tuple[int, ...]) -> dict[str, float]:
+    """Each path's rate over a band's passes, every format and both activation bits: G products a second."""
+    out = {}
+    for p, t in proven.items():
+        names = [n for n in t["seconds"] if all(str(r) in t["seconds"][n] for r in rows)]
+        seconds = sum(t["seconds"][n][str(r)] for n in names for r in rows)
+        products = len(names) * sum(t["products"][str(r)] for r in rows)
+        if seconds:
+            out[p] = round(products / seconds / 1e9, 1)
+    return out
+
+
+def proven(best: int, build: str, folder: Path, run: Callable[[str], dict | None] = run_child, say=print) -> Route:
+    """`choose`'s route for kernel build `build` on this CPU, from the timings this machine kept (`folder`) or, the
+    first time, from a child per path (`run`); the summary is also left where the machine's description reads it
+    (`machine.matrix_route`)."""
     cpu = machine.cpu_key()
     record = folder / f"ladder-{build}-{cpu}.json"
     try:
         kept = json.loads(record.read_text())
-        isa = int(kept["isa"]) if kept.get("best") == best else None
-    except (OSError, ValueError, KeyError):
-        isa = None
-    if isa is None:
-        isa, tried = choose(best, test)
-        _write(record, {"best": best, "isa": isa, "path": NAMES[isa], "tried": tried})
-    published, now = folder / machine.MATRIX_PATH_RECORD, {"cpu": cpu, "path": NAMES[isa]}
-    if not published.is_file() or json.loads(published.read_text()) != now:
+        if (kept.get("best"), kept.get("version"), kept.get("rows")) != (best, VERSION, list(map(list, ROWS))):
+            kept = None
+    except (OSError, ValueError):
+        kept = None
+    if kept is None:
+        tried = candidates(best)
+        say(
+            f"draftwise: proving and timing the int8/q4 kernel's paths on this CPU ({', '.join(tried)}), once",
+            file=sys.stderr,
+            flush=True,
+        )
+        kept = {"best": best, "version": VERSION, "rows": ROWS, "timings": {p: run(p) for p in tried}}
+        _write(record, kept)
+    route = choose(kept["timings"])
+    tried = {p: t is not None for p, t in kept["timings"].items()}
+    now = {"cpu": cpu, "path": route.label(), "tried": tried, "bands": list(route.bands)}
+    published = folder / machine.MATRIX_PATH_RECORD
+    try:
+        same = json.loads(published.read_text()) == now
+    except (OSError, ValueError):
+        same = False
+    if not same:
         _write(published, now)
-    return isa
+    return route
 
 
 def _write(path: Path, obj: dict) -> None:

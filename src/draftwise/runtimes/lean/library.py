@@ -82,8 +82,12 @@ def load(defines: tuple[str, ...] = ()):
     dll.draftwise_silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
     dll.draftwise_gelu_tanh_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
     dll.draftwise_softcap.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 2 + [ctypes.c_float]
-    dll.draftwise_int8_gemm.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 4 + [ctypes.c_int] * 5
+    dll.draftwise_int8_gemm.argtypes = (
+        [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 4 + [ctypes.c_int, ctypes.c_char_p] + [ctypes.c_int] * 3
+    )
     dll.draftwise_int8_isa.restype = ctypes.c_int
+    dll.draftwise_int8_band.argtypes = [ctypes.c_int64]
+    dll.draftwise_int8_band.restype = ctypes.c_int
     dll.draftwise_amx_granted.restype = ctypes.c_int
     dll.draftwise_layers.argtypes = (
         [ctypes.POINTER(ctypes.POINTER(LayerStruct)), ctypes.c_void_p, ctypes.c_int64]
@@ -92,7 +96,7 @@ def load(defines: tuple[str, ...] = ()):
         + [ctypes.c_void_p] * 2
         + [ctypes.c_int64]
         + [ctypes.c_void_p] * 2
-        + [ctypes.c_int64, ctypes.c_int, ctypes.c_int]
+        + [ctypes.c_int64, ctypes.c_int, ctypes.c_char_p]
     )
     return dll
 

@@ -7,7 +7,7 @@ from ...timing import machine
 from .. import checkpoint
 from ..base import Model, ModelOptions
 from ..hf.model import bytes_per_value
-from . import activations, int8, kernels, ladder, q4
+from . import activations, int8, kernels, q4
 
 
 class Lean:
@@ -28,7 +28,7 @@ class Lean:
         name = model.backend
         if options.dtype in (int8.NAME, q4.NAME):  # which path the integer matrices take (torch's: the same, slower)
             a8 = "-a8" if options.dtype == q4.NAME and activations.bits_of(model.lm) == 8 else ""
-            return f"{name}+{options.dtype}-{ladder.NAMES[kernels.int8_isa()]}{a8}"
+            return f"{name}+{options.dtype}-{kernels.route().short()}{a8}"
         if options.device == "cpu" and options.dtype == "fp32" and not options.compile and kernels.kernel_available():
             name += "+c-kernels"  # the transformers fallback's linear layers run on them too (`hf.route_linears`)
         return name + ("+compile" if options.compile else "")

@@ -1,6 +1,8 @@
-"""The integer kernel's smoke test, run in a child process by `ladder.smoke` (`python -m draftwise.runtimes.lean.smoke
-ISA`): exit 0 when path ISA gives the torch reference's bits on every weight format at both activation precisions,
-1 when it differs; a path that cannot run here kills only this process.
+"""The integer kernel's smoke test and timing, run in a child process by `ladder.run_child` (`python -m
+draftwise.runtimes.lean.smoke PATH`, a path's name): exit 0 when the path gives the torch reference's bits on every
+weight format at both activation precisions, its timings (`rates.py`) as the last line of stdout (JSON); 1 when it
+differs; a path that cannot run here kills only this process. The bf16 prompt path is not the reference's bits by
+design: it must run and stay near fp32 (a sanity check; `draftwise quality` measures what it costs).
 
 `DRAFTWISE_SMOKE_DIE` (a path's name, e.g. avx512): that path's child aborts before computing — how the tests show
 a dying path falling to the next rung on a machine where every path runs.
@@ -8,12 +10,13 @@ a dying path falling to the next rung on a machine where every path runs.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
 import torch
 
-from . import kernels, ladder
+from . import kernels, ladder, rates
 from .int8 import Int8Weight, reference_linear
 from .q4 import Q4Weight
 from .q56 import Q5Weight, Q6Weight
@@ -56,11 +59,28 @@ def passes(isa: int) -> bool:
     return True
 
 
+def bf16_runs() -> bool:
+    """torch's bf16 product runs and lands near the fp32 one (bf16 keeps 8 bits of each value)."""
+    gen = torch.Generator().manual_seed(2)
+    w, x = torch.randn(64, 256, generator=gen), torch.randn(9, 256, generator=gen)
+    got = torch.nn.functional.linear(x.bfloat16(), w.bfloat16()).float()
+    return bool(torch.allclose(got, x @ w.T, rtol=0.05, atol=0.5))
+
+
 def main(argv: list[str]) -> int:
-    isa = int(argv[0])
-    if os.environ.get("DRAFTWISE_SMOKE_DIE") == ladder.NAMES[isa]:
+    name = argv[0]
+    if os.environ.get("DRAFTWISE_SMOKE_DIE") == name:
         os.abort()
-    return 0 if passes(isa) else 1
+    if name == ladder.BF16:
+        if not bf16_runs():
+            return 1
+        print(json.dumps(rates.bf16()))
+        return 0
+    isa = ladder.CODES[name]
+    if not passes(isa):
+        return 1
+    print(json.dumps(rates.exact(isa)))
+    return 0
 
 
 if __name__ == "__main__":
