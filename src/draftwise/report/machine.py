@@ -93,13 +93,14 @@ def route(doc: Doc, m: dict) -> None:
         "rows takes the fastest (rates: G products a second over every format and both activation bits):"
     )
     doc.table(
-        ["band", "rows", "path", "measured rates"],
+        ["band", "rows", "path", "measured rates", "worst pass size"],
         [
             [
                 b["band"],
                 b["rows"],
                 _paths(b["paths"]),
                 ", ".join(f"{p} {r:g}" for p, r in sorted(b["rates"].items(), key=lambda kv: -kv[1])),
+                f"{100 * b['gap']:.0f} % behind the fastest" if b.get("gap") else "the fastest",
             ]
             for b in bands
         ],

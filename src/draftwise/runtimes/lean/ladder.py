@@ -98,7 +98,9 @@ def _score(timings: dict, pool: list[str], name: str, rows: tuple[int, ...]) -> 
 class Route:
     """The ladder's verdict: the exact path of each (band, activation bits, format) as `cpu_int8.c` takes it
     (`table`, isa codes [band][abits 8?][format]), where prompt passes take torch's bf16 product instead (`bf16`:
-    (band, abits, format) triples), and each band's figures for reports (`bands`)."""
+    (band, abits, format) triples), and each band's figures for reports (`bands`: the path of each format, every
+    proven path's rate, and `gap`: at the worst pass size and format, how much slower the chosen exact path was than
+    the fastest there)."""
 
     table: bytes
     bf16: frozenset = frozenset()
@@ -136,7 +138,7 @@ def choose(timings: dict[str, dict | None]) -> Route:
     table, bf16, bands = bytearray(), set(), []
     for band, rows in enumerate(ROWS):
         exact = [p for p in proven if p != BF16 and not (band == 0 and CODES[p] in ONE_ROW)]
-        picked = {}
+        picked, gap = {}, 0.0
         for abits in ABITS:
             for f, fmt in enumerate(FORMATS):
                 name = key(fmt, abits)
@@ -144,13 +146,21 @@ def choose(timings: dict[str, dict | None]) -> Route:
                 best = min(exact, key=scores.get) if exact else NAMES[0]
                 table.append(CODES[best])
                 picked[name] = best
+                gap = max([gap] + [_gap(proven, exact, best, name, r) for r in rows] if exact else [gap])
                 if band in PROMPT_BANDS and BF16 in proven and exact:
                     pair = _score(proven, [best, BF16], name, rows)
                     if pair[BF16] < BF16_GAIN * pair[best]:
                         bf16.add((band, abits, f))
                         picked[name] += f" ({BF16} prompts)"
-        bands.append({"band": BANDS[band], "rows": SPANS[band], "paths": picked, "rates": _rates(proven, rows)})
+        rates = _rates(proven, rows)
+        bands.append({"band": BANDS[band], "rows": SPANS[band], "paths": picked, "rates": rates, "gap": round(gap, 3)})
     return Route(bytes(table), frozenset(bf16), tuple(bands))
+
+
+def _gap(proven: dict, exact: list[str], chosen: str, name: str, rows: int) -> float:
+    """How much slower the chosen exact path was than the fastest at one pass size (0: it was the fastest)."""
+    secs = [proven[p]["seconds"][name][str(rows)] for p in exact]
+    return proven[chosen]["seconds"][name][str(rows)] / min(secs) - 1
 
 
 def _rates(proven: dict, rows: tuple[int, ...]) -> dict[str, float]:
