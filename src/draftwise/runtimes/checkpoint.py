@@ -79,7 +79,7 @@ def load(spec: str, options: ModelOptions) -> Model:
             packed.write(lm, pack)
     if gguf is not None and isinstance(lm, LeanLM):
         activations.with_activations(lm, activations.chosen(gguf))
-        lm.prompt_bf16 = prompt.allowed(gguf)
+        lm.prompt_lossy = prompt.allowed(gguf)
     return Model(spec, config, tokenizer, lm, backend, path, time.perf_counter() - start, factory)
 
 

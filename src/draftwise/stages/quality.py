@@ -61,7 +61,7 @@ def _next_logp(logits: torch.Tensor, ids: list[int]) -> torch.Tensor:
 
 def _score(model, ids: list[int], ref: dict) -> dict:
     """One prompt's record figures under `model`, against the reference's argmax and log-probs (`ref`); on a lean
-    model whose prompt passes take torch's bf16 product here, also its figures after such a prefill (`_prefilled`)."""
+    model whose prompt passes take a lossy path here, also its figures after such a prefill (`_prefilled`)."""
     vocab = min(ref["vocab"], model.vocab_size)
     logits = _logits(model, ids, vocab)
     out = {
@@ -71,8 +71,9 @@ def _score(model, ids: list[int], ref: dict) -> dict:
         "ref_nll_sum": float(-ref["logp"].sum()),
     }
     h = len(ids) // 2
-    if h and h + 1 < len(ids) and isinstance(model.lm, LeanLM) and prompt.takes_bf16(model.lm, h):
-        out |= _prefilled(model, ids, ref, h, vocab)
+    lossy = prompt.lossy(model.lm, h) if h and h + 1 < len(ids) and isinstance(model.lm, LeanLM) else []
+    if lossy:
+        out |= _prefilled(model, ids, ref, h, vocab) | {"prefilled_path": "/".join(lossy)}
     return out
 
 
@@ -163,19 +164,19 @@ def keep_activations(config: QualityConfig, summary: dict) -> dict[str, str]:
 
 
 def keep_prompt_path(config: QualityConfig, summary: dict) -> dict[str, str]:
-    """A measurement of the next tokens after a bf16 prefill of a GGUF target, kept as that file's verdict on this
+    """A measurement of the next tokens after a lossy prefill of a GGUF target, kept as that file's verdict on this
     machine (`prompt.keep`): where it missed the bar its prompt passes keep the exact path. Each verdict in words."""
     gguf = gguf_file(config.target)
     out = {}
-    for rt in config.runtimes:
-        s = summary.get(f"{rt} after a bf16 prefill")
-        if gguf is None or not s or s["agreement"] is None:
+    for name, s in summary.items():
+        rt, _, path = name.partition(" after a ")
+        if gguf is None or rt not in config.runtimes or not path or s["agreement"] is None:
             continue
         kept = prompt.keep(gguf, s["agreement"], s["nll_delta"])
-        out[f"{rt} prompts"] = (
-            f"a bf16 prefill keeps the bar on {gguf.name}: prompt passes take it where the ladder timed it faster"
+        out[name] = (
+            f"a {path} keeps the bar on {gguf.name}: prompt passes take it where the ladder timed it faster"
             if kept
-            else f"a bf16 prefill misses the bar on {gguf.name}: prompt passes on it keep the exact path from now on"
+            else f"a {path} misses the bar on {gguf.name}: prompt passes on it keep the exact path from now on"
         )
     return out
 
@@ -191,9 +192,9 @@ def summarize(records: list[dict], config: QualityConfig) -> dict:
     for rt in config.runtimes:
         rs = [r for r in records if r["runtime"] == rt]
         out[rt] = _pooled(rs, "")
-        prefilled = [r for r in rs if "prefilled_positions" in r]
-        if prefilled:  # the next tokens after a prefill through torch's bf16 product (`_prefilled`)
-            out[f"{rt} after a bf16 prefill"] = _pooled(prefilled, "prefilled_")
+        for path in sorted({r["prefilled_path"] for r in rs if "prefilled_path" in r}):
+            prefilled = [r for r in rs if r.get("prefilled_path") == path]  # the next tokens after a lossy prefill
+            out[f"{rt} after a {path} prefill"] = _pooled(prefilled, "prefilled_")
     ref = {r["prompt_id"]: r for r in records}  # one record per prompt: the reference's sums are every runtime's
     n = sum(r["positions"] for r in ref.values())
     nll = sum(r["ref_nll_sum"] for r in ref.values()) / n if n else None

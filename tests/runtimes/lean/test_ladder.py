@@ -52,7 +52,7 @@ def test_a_tie_keeps_the_path_tried_first_and_amx_never_serves_a_step():
     assert {route.path(b, 8, 3) for b in (1, 2, 3)} == {ladder.CODES["amx"]}
 
 
-def test_prompts_take_bf16_only_where_it_was_faster_by_the_margin():
+def test_prompts_take_a_lossy_path_only_where_it_was_faster_by_its_margin():
     exact = timings({r: float(r) for r in SIZES})
     prompt_sizes = [r for b in ladder.PROMPT_BANDS for r in ladder.ROWS[b]]
     near = timings({r: 0.95 * r for r in SIZES}, prompt_sizes)  # faster, but not by the margin
@@ -61,8 +61,15 @@ def test_prompts_take_bf16_only_where_it_was_faster_by_the_margin():
     route = ladder.choose({"avx512": exact, ladder.BF16: far})
     assert {band for band, _, _ in route.bf16} == set(ladder.PROMPT_BANDS)
     assert len(route.bf16) == len(ladder.PROMPT_BANDS) * len(NAMES)
-    assert set(route.table) == {ladder.CODES["avx512"]}  # exact passes keep the exact path
+    assert set(route.table) == set(route.prompt) == {ladder.CODES["avx512"]}  # C's passes keep the exact path
     assert route.short() == "avx512+bf16" and "bf16 prompts" in route.bands[3]["paths"]["q4-a16"]
+    q8k = {"seconds": {n: far["seconds"][n] for n in ("q4k-a16", "q4k-a8")}, "products": far["products"]}
+    route = ladder.choose({"avx512": exact, ladder.Q8K: q8k, ladder.BF16: timings({r: 0.7 * r for r in SIZES})})
+    q4k, q4 = ladder.FORMATS.index("q4k"), ladder.FORMATS.index("q4")
+    assert route.lossy(3, 8, q4k) == ladder.Q8K and route.prompt[route.index(3, 8, q4k)] == ladder.CODES[ladder.Q8K]
+    assert route.lossy(3, 8, q4) == ladder.BF16  # a format q8k does not take: the other lossy path
+    assert route.lossy(1, 8, q4k) is None and route.path(3, 8, q4k) == ladder.CODES["avx512"]  # exact passes: exact
+    assert route.short() == "avx512+q8k+bf16" and route.label().endswith("+ q8k/bf16 prompts")
 
 
 def test_the_verdict_is_kept_per_machine_and_reread(tmp_path):
@@ -74,21 +81,21 @@ def test_the_verdict_is_kept_per_machine_and_reread(tmp_path):
 
     said = []
     first = ladder.proven(2, "build", tmp_path, run, say=lambda *a, **k: said.append(a[0]))
-    assert calls == ["avx512", "avx512-seq", "avx2", "bf16"] and len(said) == 1  # one line, the first time
+    assert calls == ["avx512", "avx512-seq", "avx2", "q8k", "bf16"] and len(said) == 1  # one line, the first time
     again = ladder.proven(2, "build", tmp_path, run, say=lambda *a, **k: said.append(a[0]))
-    assert again == first and len(calls) == 4 and len(said) == 1  # reread, not timed again
+    assert again == first and len(calls) == 5 and len(said) == 1  # reread, not timed again
     published = json.loads((tmp_path / machine.MATRIX_PATH_RECORD).read_text())
     assert published["cpu"] == machine.cpu_key() and published["path"] == first.label()
-    assert published["tried"] == {"avx512": True, "avx512-seq": True, "avx2": False, "bf16": True}
+    assert published["tried"] == {"avx512": True, "avx512-seq": True, "avx2": False, "q8k": True, "bf16": True}
     assert [b["band"] for b in published["bands"]] == list(ladder.BANDS)
     ladder.proven(1, "build", tmp_path, run)  # another best (another CPU report): proven again
-    assert calls[4:] == ["avx2", "bf16"]
+    assert calls[5:] == ["avx2", "bf16"]
     record = next(tmp_path.glob("ladder-*.json"))
     kept = json.loads(record.read_text())
     kept["rows"] = [[1]]  # timed at other pass sizes (an older draftwise): timed again
     record.write_text(json.dumps(kept))
     ladder.proven(1, "build", tmp_path, run)
-    assert calls[6:] == ["avx2", "bf16"]
+    assert calls[7:] == ["avx2", "bf16"]
 
 
 @pytest.mark.skipif(not BEST, reason="no int8 C kernel on this machine")

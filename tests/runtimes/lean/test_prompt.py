@@ -7,10 +7,15 @@ measured to miss the bar."""
 import pytest
 import torch
 
-from conftest import c_paths
+from conftest import c_paths, tiny_config, tiny_model
 from draftwise.runtimes.base import ModelOptions
-from draftwise.runtimes.lean import kernels, ladder, prompt
+from draftwise.runtimes.lean import kernels, ladder, prompt, rates, smoke
+from draftwise.runtimes.lean.forward import LeanLM
+from draftwise.runtimes.lean.int8 import LINEARS
 from draftwise.runtimes.registry import load
+from draftwise.sd.lookup import NgramDrafter
+from draftwise.sd.loop import generate
+from draftwise.sd.sampling import SamplingParams
 
 PATHS = c_paths()
 pytestmark = pytest.mark.skipif(not PATHS, reason="no int8 C kernel on this machine")
@@ -20,12 +25,29 @@ pytestmark = pytest.mark.skipif(not PATHS, reason="no int8 C kernel on this mach
 def routes(monkeypatch):
     """Set the route every later pass takes: 'exact' (one exact path) or 'bf16' (prompt passes through bf16)."""
     exact = ladder.Route.one(PATHS[0])
-    bf16 = kernels.forced(f"{ladder.NAMES[PATHS[0]]},bf16")
+    lossy = {
+        p: kernels.forced(f"{ladder.NAMES[PATHS[0]]},{p}") for p in ladder.candidates(max(PATHS)) if p in ladder.LOSSY
+    }
 
     def use(name: str) -> None:
-        monkeypatch.setattr(kernels, "route", lambda: bf16 if name == "bf16" else exact)
+        if name != "exact" and name not in lossy:
+            pytest.skip(f"this CPU does not run the {name} prompt path")
+        monkeypatch.setattr(kernels, "route", lambda: lossy.get(name, exact))
 
     return use
+
+
+@pytest.fixture
+def tiny_q4k_lm():
+    """A tiny lean model whose matrices are random Q4_K blocks (inputs whole super-blocks of 256)."""
+    config = tiny_config(vocab=64, layers=2, hidden_size=256, intermediate_size=512)
+    lm = LeanLM(config, tiny_model(config, seed=3, std=0.05).state_dict(), precision="int8")
+    gen = torch.Generator().manual_seed(4)
+    for layer in lm.layers:
+        for name in LINEARS:
+            w = getattr(layer, name)
+            setattr(layer, name, rates.weights(w.out_features, w.in_features, gen)["q4k"])
+    return lm
 
 
 def prompts(n: int = 12, length: int = 48) -> list[list[int]]:
@@ -99,8 +121,56 @@ def test_copies_that_would_not_fit_keep_the_exact_path(small_q4_gguf, routes, mo
 def test_a_file_measured_to_miss_the_bar_keeps_the_exact_path(small_q4_gguf, routes, tmp_path, monkeypatch):
     monkeypatch.setenv("DRAFTWISE_CACHE", str(tmp_path))
     routes("bf16")
-    assert load(small_q4_gguf, ModelOptions(dtype="q4")).lm.prompt_bf16
+    lm = load(small_q4_gguf, ModelOptions(dtype="q4")).lm
+    assert lm.prompt_lossy and prompt.lossy(lm, 40) == ["bf16"]
     assert prompt.keep(small_q4_gguf, 0.999, 0.0) and prompt.allowed(small_q4_gguf)
     assert not prompt.keep(small_q4_gguf, 0.95, 0.02)
     lm = load(small_q4_gguf, ModelOptions(dtype="q4")).lm
-    assert not lm.prompt_bf16 and not prompt.takes_bf16(lm, 40)
+    assert not lm.prompt_lossy and not prompt.lossy(lm, 40) and not prompt.takes_bf16(lm, 40)
+    ids = torch.tensor([prompts(1)[0]])
+    lm.reset(1, 64)
+    lm.forward(ids, 0, n_logits=0)
+    assert prompt.copies_bytes(lm) == 0
+
+
+@pytest.mark.parametrize("fmt", ["q4k", "q6k"])
+def test_q8k_gives_its_references_bits_the_same_in_any_chunks(fmt):
+    w = rates.weights(128, 512, torch.Generator().manual_seed(0))[fmt]
+    gen = torch.Generator().manual_seed(1)
+    x = smoke.activations(40, 512, gen)  # outlier channels in some rows
+    if ladder.CODES["avx512"] not in PATHS:
+        pytest.skip("the Q8_K path is AVX-512's")
+    whole = kernels.q8k_gemm(x, w)
+    assert torch.equal(whole, prompt.reference_q8k(x, w))
+    parts = torch.cat([kernels.q8k_gemm(x[a:b].contiguous(), w) for a, b in ((0, 3), (3, 19), (19, 40))])
+    assert torch.equal(parts, whole)  # each row its own: a prompt's cache is the same whole or in chunks
+    ref = x @ w.dequantize().T
+    assert (whole - ref).norm() < 0.05 * ref.norm()  # 8 bits a value, a scale per 256
+
+
+def test_q8k_reaches_only_k_quant_matrices_of_prompt_passes(tiny_q4k_lm, routes):
+    lm = tiny_q4k_lm
+    ids = torch.randint(3, 64, (1, 40), generator=torch.Generator().manual_seed(5))
+    routes("exact")
+    lm.reset(1, 64)
+    want = lm.forward(ids, 0)
+    lm.forward(ids, 0, n_logits=0)
+    exact_keys = lm.k_cache.clone()
+    routes("q8k")
+    assert prompt.lossy(lm, 40) == ["q8k"] and prompt.lossy(lm, 8) == []
+    assert torch.equal(lm.forward(ids, 0), want)  # logits read: the exact path
+    lm.forward(ids, 0, n_logits=0)
+    assert not torch.equal(lm.k_cache, exact_keys)  # a prompt pass: Q8_K's own rounding
+
+
+@pytest.mark.parametrize("path", ["q8k", "bf16"])
+def test_greedy_sd_is_ar_after_a_lossy_prefill(tiny_q4k_lm, routes, path):
+    """SD and AR prefill a prompt alike: greedy SD stays token-identical to greedy AR on every lossy prompt path."""
+    routes(path)
+    lm = tiny_q4k_lm
+    prompt_ids = torch.randint(3, 64, (40,), generator=torch.Generator().manual_seed(6)).tolist()
+    assert prompt.lossy(lm, 39) == [path]
+    ar = generate(lm, prompt_ids, SamplingParams(), 24, torch.Generator())
+    for gamma in (1, 3):
+        sd = generate(lm, prompt_ids, SamplingParams(), 24, torch.Generator(), drafter=NgramDrafter(1, 3), gamma=gamma)
+        assert sd.tokens == ar.tokens

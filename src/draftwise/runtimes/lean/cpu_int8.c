@@ -48,6 +48,9 @@
 void draftwise_int8_activations(const float* x, int64_t M, int64_t K, int64_t Kp, int abits, int signed_hi, int sb,
                                 int16_t* q, float* sx, float* sa, uint8_t* wide, uint8_t* lo, uint8_t* hi, int32_t* t,
                                 int nthreads); /* cpu_int8_quant.c */
+void draftwise_q8k_gemm(const float* x, const int8_t* w, const void* s, const void* z, const float* sd,
+                        const float* zd, float* y, int64_t M, int64_t N, int64_t K, int64_t Kp, int nthreads,
+                        int bits); /* cpu_int8_q8k.c */
 
 /* ---- entry points ---- */
 
@@ -75,13 +78,19 @@ int draftwise_int8_band(int64_t M) { return M == 1 ? 0 : M < 16 ? 1 : M < 64 ? 2
  * KQ or KQ6 with sd and zd [N / 16, Kp / 256, 16]), qsum as s in int16 (read at 8 bits only), y [M, N] fp32. bits: 8
  * (int8, F16 scales), 4 (F32, F16 or KQ), 5 (F16) or 6 (KQ6). route [band][abits 8?][format]: the path (isa code) of each
  * band of rows (`draftwise_int8_band`), activation bits and weight format (`bodies` below), the ladder's verdict or one
- * path in every entry (tests hold the paths to the same bits). */
+ * path in every entry (tests hold the paths to the same bits); a prompt pass's route may name 5, Q8_K activations on
+ * K-quant weights (`cpu_int8_q8k.c`: lossy, prompts only). */
 void draftwise_int8_gemm(const float* x, const int8_t* w, const void* s, const void* z, const float* sd,
                          const float* zd, const int16_t* qsum, float* y, int64_t M, int64_t N, int64_t K, int64_t Kp,
                          int nthreads, const uint8_t* route, int bits, int fmt, int abits) {
     const int64_t B = Kp / BLOCK, NB = Kp / SUBBLOCK(fmt);
     const int format = bits == 8 ? 0 : bits == 5 ? 4 : bits == 6 ? 5 : fmt == KQ ? 3 : fmt == F16 ? 2 : 1;
     int isa = route[(draftwise_int8_band(M) * 2 + (abits == 8)) * 6 + format];
+    if (isa == 5 && (fmt == KQ || fmt == KQ6)) {
+        draftwise_q8k_gemm(x, w, s, z, sd, zd, y, M, N, K, Kp, nthreads, bits);
+        return;
+    }
+    if (isa == 5) isa = 2; /* no other format has integer block scales: the exact path */
     if (isa == 3 && (M == 1 || !draftwise_amx_granted())) isa = 2; /* a step streams: AVX-512 keeps up with memory */
     int16_t* q = (int16_t*)aligned_alloc(64, (size_t)(M * Kp * 2 + 63) / 64 * 64);
     uint8_t* bytes = isa >= 2 ? (uint8_t*)aligned_alloc(64, (size_t)(2 * M * Kp + 63) / 64 * 64) : NULL;

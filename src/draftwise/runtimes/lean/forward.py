@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...targets.family import FAMILIES, Shape, layer_tensors, rope_keys, rope_table, unsupported_reason, windows
-from . import kernels, prompt
+from . import kernels
+from . import prompt as prompt_path
 from .attention import attend, key_mask, rotate
 from .int8 import LINEARS, Int8Weight
 from .int8 import NAME as INT8
@@ -91,20 +92,21 @@ class Layer(nn.Module):
         return T <= kernels.MAX_ROWS or all(isinstance(getattr(self, name), Int8Weight) for name in LINEARS)
 
     def forward(
-        self, x, rot, k_cache, v_cache, pos: int | list[int], mask, start: list[int] | None, positions=None, bf16=False
+        self, x, rot, k_cache, v_cache, pos, mask, start: list[int] | None, positions=None, prompt=False, bf16=False
     ):
         # x [B, T, D]; rot [S, hd/2] complex; k_cache, v_cache [B, KV, S, hd]; mask [B or 1, 1, T, pos+T] bool or None
         # (this layer's: a sliding window already applied); positions [B, T]: each row's own RoPE positions when cache
         # slots and positions differ (batched SD); pos a list: row b at its own position pos[b], slot = position (a
-        # continuous batch), mask then a list of each row's; bf16: a prompt pass whose matrices may take torch's bf16
-        # product (`prompt.py`)
+        # continuous batch), mask then a list of each row's; prompt: a prompt pass, on the route's prompt table, and
+        # bf16: one whose matrices may take torch's bf16 product (`prompt.py`)
         s = self.shape
         T = x.shape[1]
         fast = positions is None and not bf16 and self.rows_fused(T) and kernels.fast_path(x)
         fused = self.fused() if fast else None
         if fused is not None:  # the same kernels, one call
-            return kernels.layers(kernels.Stack([fused], [rot]), x, k_cache[None], v_cache[None], pos, start)
-        lin = prompt.linear if bf16 else linear
+            stack = kernels.Stack([fused], [rot])
+            return kernels.layers(stack, x, k_cache[None], v_cache[None], pos, start, prompt=prompt)
+        lin = prompt_path.linear if bf16 else (lambda x, w, b: linear(x, w, b, prompt))
         qkv = lin(rms_norm(x, self.ln_attn, s.rms_eps), self.wqkv, self.bqkv)  # [B, T, (H+2KV)*hd]
         if positions is not None:
             att = self.attention(qkv, rot[positions][:, :, None, :], k_cache, v_cache, pos, mask)
@@ -167,7 +169,7 @@ class LeanLM(nn.Module):
     """
 
     preallocated_cache = True  # its cache costs the same whatever it holds (`runtimes.registry.fill_cache`)
-    prompt_bf16 = True  # whether prompt passes may take torch's bf16 product (`prompt.py`; off where measured to miss)
+    prompt_lossy = True  # whether prompt passes may take a lossy path (`prompt.py`; off where measured to miss the bar)
 
     def __init__(
         self,
@@ -284,12 +286,13 @@ class LeanLM(nn.Module):
                 f"{k_cache.shape[1] if k_cache is not None else 0}; need {end} for batch {B}: call reset() first"
             )
         x = self.embed_tokens(ids)  # [B, T, D]
-        bf16 = n_logits == 0 and positions is None and prompt.takes_bf16(self, B * T)  # a prompt pass (`prompt.py`)
+        prompt = n_logits == 0 and positions is None and self.prompt_lossy  # a prompt pass (`prompt.py`)
+        bf16 = prompt and prompt_path.takes_bf16(self, B * T)
         stack = self.stack(T) if positions is None and not bf16 and kernels.fast_path(x) else None
         if stack is not None:  # every layer in one C call: no Python between them
-            x = kernels.layers(stack, x, k_cache, v_cache, pos, start)
+            x = kernels.layers(stack, x, k_cache, v_cache, pos, start, prompt=prompt)
         else:
-            x = self._layers(x, k_cache, v_cache, pos, start, positions, key_positions, bf16)
+            x = self._layers(x, k_cache, v_cache, pos, start, positions, key_positions, prompt, bf16)
         self.last_hidden = x  # [B, T, D] before the final norm: what a feature-level drafter reads (`features`)
         if n_logits == 0:  # prefill that only fills the cache
             return x.new_empty(B, 0, self.vocab_size)
@@ -297,7 +300,7 @@ class LeanLM(nn.Module):
             x = x[:, -n_logits:]
         return self.logits(x)
 
-    def _layers(self, x, k_cache, v_cache, pos, start, positions, key_positions, bf16=False) -> torch.Tensor:
+    def _layers(self, x, k_cache, v_cache, pos, start, positions, key_positions, prompt=False, bf16=False):
         """The layers one by one (`Layer.forward`): where some layer or the pass takes a path other than `stack`'s."""
         T = x.shape[1]
         masks = {w: self._masks(T, pos, start, positions, key_positions, w) for w in {la.window for la in self.layers}}
@@ -305,7 +308,7 @@ class LeanLM(nn.Module):
             self.rotations(int(positions.max()) + 1)
         for i, layer in enumerate(self.layers):
             rot = self._rot[layer.rope_key]
-            x = layer(x, rot, k_cache[i], v_cache[i], pos, masks[layer.window], start, positions, bf16)
+            x = layer(x, rot, k_cache[i], v_cache[i], pos, masks[layer.window], start, positions, prompt, bf16)
         return x
 
     def stack(self, rows: int) -> kernels.Stack | None:
@@ -327,9 +330,9 @@ class LeanLM(nn.Module):
         hd]) from `position` on and returns the logits of its last n_logits tokens [n_logits, V]. On the fused C
         layer the weights are read once for all the segments (a continuous batch's decoding rows and a joining
         prompt's chunk, `serve.batch`); elsewhere each segment is its own `forward`, and so is a prompt's chunk that
-        takes torch's bf16 product (`prompt.py`: its own pass, as when it is prefilled alone)."""
+        takes a lossy path (`prompt.py`: its own prompt pass, as when it is prefilled alone)."""
         k, v = cache
-        apart = [i for i, (ids, _, _, n) in enumerate(segments) if n == 0 and prompt.takes_bf16(self, len(ids))]
+        apart = [i for i, (ids, _, _, n) in enumerate(segments) if n == 0 and prompt_path.lossy(self, len(ids))]
         if apart:
             for ids, r, pos, _ in (segments[i] for i in apart):
                 self.forward(torch.tensor([ids]), pos, 0, cache=(k[:, r : r + 1], v[:, r : r + 1]))

@@ -53,23 +53,36 @@ def route() -> ladder.Route:
 
 
 def forced(spec: str) -> ladder.Route:
-    """One exact path in every band, and with ',bf16' torch's bf16 product for every prompt pass it may take (the
-    chunk and prefill bands): 'avx2', 'avx512,bf16'. A path the CPU does not report is one line."""
+    """One exact path in every band, and with ',bf16' or ',q8k' that lossy path for every prompt pass it may take
+    (the chunk and prefill bands; q8k on K-quant weights): 'avx2', 'avx512,q8k'. A path the CPU does not run is one
+    line."""
     name, _, extra = spec.partition(",")
     runs = ladder.candidates(_kernel().draftwise_int8_isa())
-    if name not in runs or name == ladder.BF16 or extra not in ("", ladder.BF16):
-        paths = ", ".join(p for p in runs if p != ladder.BF16)
-        raise DraftwiseError(f"{PATH_ENV}={spec!r}: this CPU runs {paths} (optionally followed by ',bf16')")
+    if name not in runs or name in ladder.LOSSY or (extra and extra not in runs) or extra not in ("", *ladder.LOSSY):
+        paths = ", ".join(p for p in runs if p not in ladder.LOSSY)
+        lossy = " or ".join(p for p in runs if p in ladder.LOSSY)
+        raise DraftwiseError(f"{PATH_ENV}={spec!r}: this CPU runs {paths} (optionally followed by ',{lossy}')")
     one = ladder.Route.one(ladder.CODES[name])
-    if not extra:
-        return one
-    every = ((b, a, f) for b in ladder.PROMPT_BANDS for a in ladder.ABITS for f in range(len(ladder.FORMATS)))
-    return ladder.Route(one.table, frozenset(every))
+    every = [(b, a, f) for b in ladder.PROMPT_BANDS for a in ladder.ABITS for f in range(len(ladder.FORMATS))]
+    if extra == ladder.BF16:
+        return ladder.Route(one.table, bf16=frozenset(every))
+    if extra == ladder.Q8K:
+        prompt = bytearray(one.table)
+        for b, a, f in every:
+            if ladder.FORMATS[f] in ("q4k", "q6k"):
+                prompt[one.index(b, a, f)] = ladder.CODES[ladder.Q8K]
+        return ladder.Route(one.table, bytes(prompt))
+    return one
 
 
 def band(rows: int) -> int:
     """The ladder's band of a pass of `rows` rows (`draftwise_int8_band`: 0 a step ... 3 a long prefill)."""
     return _kernel().draftwise_int8_band(rows) if _kernel() is not None else 0
+
+
+def table(prompt: bool = False) -> bytes:
+    """The route's table the C kernel reads: every pass's, or a prompt pass's (`prompt.py`)."""
+    return route().prompt if prompt else route().table
 
 
 def int8_isa() -> int:
@@ -82,11 +95,12 @@ def int8_available() -> bool:
     return int8_isa() > 0 and not torch.compiler.is_compiling()
 
 
-def int8_gemm(x: torch.Tensor, w, isa: int | None = None, lib=None) -> torch.Tensor:
+def int8_gemm(x: torch.Tensor, w, isa: int | None = None, lib=None, prompt: bool = False) -> torch.Tensor:
     """x [M, K] fp32 contiguous (CPU) times the int8 weight `w` (`int8.Int8Weight`) -> [M, N] fp32, each row of x
     quantized with its own scale, or each of its blocks of 32 at `w.abits` 8 (`cpu_int8.c`), on the route's path
-    for M rows. `isa`: that path at every size instead (tests compare them; the ladder's child times one); `lib`:
-    another build of the library (`library.load`: the AMX emulation)."""
+    for M rows (`prompt`: a prompt pass's, which may be lossy: `prompt.py`). `isa`: that path at every size instead
+    (tests compare them; the ladder's child times one); `lib`: another build of the library (`library.load`: the AMX
+    emulation)."""
     m, n = x.shape[0], w.out_features
     y = torch.empty(m, n, dtype=torch.float32)
     (lib or _kernel()).draftwise_int8_gemm(
@@ -103,10 +117,33 @@ def int8_gemm(x: torch.Tensor, w, isa: int | None = None, lib=None) -> torch.Ten
         w.in_features,
         w.padded_in,
         torch.get_num_threads(),
-        (route() if isa is None else ladder.Route.one(isa)).table,
+        table(prompt) if isa is None else ladder.Route.one(isa).table,
         w.BITS,
         w.scale_format,
         w.abits,
+    )
+    return y
+
+
+def q8k_gemm(x: torch.Tensor, w) -> torch.Tensor:
+    """x [M, K] fp32 contiguous times a Q4_K or Q6_K weight at Q8_K activations (`cpu_int8_q8k.c`: the lossy prompt
+    path, `prompt.py`) -> [M, N] fp32."""
+    m, n = x.shape[0], w.out_features
+    y = torch.empty(m, n, dtype=torch.float32)
+    _kernel().draftwise_q8k_gemm(
+        x.data_ptr(),
+        w.q.data_ptr(),
+        w.s.data_ptr(),
+        w.z.data_ptr(),
+        w.sd.data_ptr(),
+        w.zd.data_ptr(),
+        y.data_ptr(),
+        m,
+        n,
+        w.in_features,
+        w.padded_in,
+        torch.get_num_threads(),
+        w.BITS,
     )
     return y
 
@@ -120,10 +157,11 @@ def _on_fast_path(x: torch.Tensor, w: torch.Tensor) -> bool:
     )
 
 
-def linear(x: torch.Tensor, w, b: torch.Tensor | None = None) -> torch.Tensor:
-    """x [..., K] @ w[N, K]^T (+ b) -> [..., N]; `w` an fp32 tensor or an `int8.Int8Weight`."""
+def linear(x: torch.Tensor, w, b: torch.Tensor | None = None, prompt: bool = False) -> torch.Tensor:
+    """x [..., K] @ w[N, K]^T (+ b) -> [..., N]; `w` an fp32 tensor or an `int8.Int8Weight` (`prompt`: a prompt
+    pass, on the route's prompt table)."""
     if isinstance(w, Int8Weight):
-        return _int8_linear(x, w, b)
+        return _int8_linear(x, w, b, prompt)
     n_out, k = w.shape
     rows = x.numel() // k
     if rows > MAX_ROWS or k % 8 or n_out % 4 or not _on_fast_path(x, w):
@@ -136,12 +174,12 @@ def linear(x: torch.Tensor, w, b: torch.Tensor | None = None) -> torch.Tensor:
     return y.view(*x.shape[:-1], n_out)
 
 
-def _int8_linear(x: torch.Tensor, w: Int8Weight, b: torch.Tensor | None) -> torch.Tensor:
+def _int8_linear(x: torch.Tensor, w: Int8Weight, b: torch.Tensor | None, prompt: bool) -> torch.Tensor:
     """x [..., K] @ w^T (+ b) -> [..., N] fp32, each row quantized on its own (`int8.py`)."""
     k = w.in_features
     rows = x.numel() // k
     x2 = x.reshape(rows, k).float().contiguous()
-    y = int8_gemm(x2, w) if int8_available() and x2.device.type == "cpu" else reference_linear(x2, w)
+    y = int8_gemm(x2, w, prompt=prompt) if int8_available() and x2.device.type == "cpu" else reference_linear(x2, w)
     if b is not None:
         y += b
     return y.view(*x.shape[:-1], w.out_features)
@@ -310,12 +348,14 @@ def layers(
     pos: int | list[int] = 0,
     start: list[int] | None = None,
     segments: list[tuple[int, int, int]] | None = None,
+    prompt: bool = False,
 ) -> torch.Tensor:
     """Decoder layers one after another in one C call (`draftwise_layers`: `lean.Layer.forward`'s fast path without
     Python between the layers or their kernels). x [B, T, D] at position pos (pos[b] for row b when a list: rows at
     their own positions, written at that slot), start[b] row b's first real position; or, given `segments` [(rows,
     cache row, position)] in x's order, x [R, D] rows of different lengths (a continuous batch's rows and a joining
-    prompt's chunk, the weights read once for all). k_cache, v_cache [L, rows of the cache, KV, S, hd], the stack's
+    prompt's chunk, the weights read once for all); `prompt`: every row a prompt's, on the route's prompt table (it
+    may be lossy: `prompt.py`). k_cache, v_cache [L, rows of the cache, KV, S, hd], the stack's
     layers' in order. Returns the new x (x itself is not changed)."""
     x = x.contiguous().clone()  # updated in place by the kernel
     starts = None if start is None else torch.tensor(start, dtype=torch.int64)
@@ -343,7 +383,7 @@ def layers(
         _ptr(starts),
         k_cache.shape[3],
         torch.get_num_threads(),
-        route().table,
+        table(prompt),
     )
     return x
 

@@ -38,21 +38,23 @@ from ... import machine
 # the kernel's paths by code (`cpu_int8.c`), in the order they are tried: avx512-seq is the AVX-512 path tiled one
 # group of 16 rows at a time (one weight stream a thread; `cpu_int8_avx512.c`), where avx512 runs
 NAMES = {3: "amx", 2: "avx512", 4: "avx512-seq", 1: "avx2", 0: "torch"}
-CODES = {name: isa for isa, name in NAMES.items()}
+Q8K = "q8k"  # prompt passes at llama.cpp's Q8_K activations on K-quant weights (`cpu_int8_q8k.c`): lossy, AVX-512
+CODES = {name: isa for isa, name in NAMES.items()} | {Q8K: 5}
 RUNS_ON = {3: 3, 2: 2, 4: 2, 1: 1}  # the best path the CPU must report (`draftwise_int8_isa`) for each to run
 ONE_ROW = {3: 2}  # paths that hand a one-row pass to another (AMX: AVX-512's), so never chosen for a step
 BF16 = "bf16"  # prompt passes through torch's bf16 product: lossy, in the chunk and prefill bands only
+LOSSY = (Q8K, BF16)  # the paths that serve prompt passes only (`prompt.py`), in the order they are tried
 BANDS = ("step", "verify", "chunk", "prefill")  # `draftwise_int8_band`: 1 row, 2-15, 16-63, 64 and more
 SPANS = ("1 row", "2-15 rows", "16-63 rows", "64+ rows")
 ROWS = ((1,), (2, 4, 8), (16, 32), (64, 128))  # the pass sizes timed in each band
-PROMPT_BANDS = (2, 3)  # where a prompt pass may take BF16
-# BF16 must be this much faster than the exact path to be taken: it costs quality, 2 bytes a weight of memory, and a
-# pass outside the one C call (on an AMD EPYC Zen 5 a 1.5B model's 277-token prefill took 1.04 s through it against
-# 0.97 on AVX-512, where the products alone timed ~8 % faster)
-BF16_GAIN = 0.85
+PROMPT_BANDS = (2, 3)  # where a prompt pass may take a LOSSY path
+# a lossy path must be this much faster than the exact path to be taken: it costs quality, and bf16 2 bytes a weight
+# of memory and a pass outside the one C call too (on an AMD EPYC Zen 5 a 1.5B model's 277-token prefill took 1.04 s
+# through it against 0.97 on AVX-512, where the products alone timed ~8 % faster)
+LOSSY_GAIN = {Q8K: 0.9, BF16: 0.85}
 FORMATS = ("q8", "q4", "q4h", "q4k", "q5h", "q6k")  # the kernel's weight formats, in its order (`cpu_int8.c`)
 ABITS = (16, 8)  # activation bits, in the route's order
-VERSION = 2  # the verdict's form; a record of another (version 1 was proven, not timed) or other ROWS is made again
+VERSION = 3  # the verdict's form; a record of another (version 1 was proven, not timed) or other ROWS is made again
 CHILD_TIMEOUT_S = 300
 
 
@@ -82,8 +84,10 @@ def run_child(path: str) -> dict | None:
 
 
 def candidates(best: int) -> list[str]:
-    """The paths tried on a CPU whose best reported path is `best`, best first, and torch's bf16 for prompts."""
-    return [name for code, name in NAMES.items() if code and RUNS_ON[code] <= best] + ([BF16] if best else [])
+    """The paths tried on a CPU whose best reported path is `best`, best first, then the prompt passes' lossy ones
+    (Q8K where AVX-512 runs, torch's bf16 product)."""
+    exact = [name for code, name in NAMES.items() if code and RUNS_ON[code] <= best]
+    return exact + ([Q8K] if best >= RUNS_ON[CODES["avx512"]] else []) + ([BF16] if best else [])
 
 
 def _score(timings: dict, pool: list[str], name: str, rows: tuple[int, ...]) -> dict[str, float]:
@@ -97,47 +101,64 @@ def _score(timings: dict, pool: list[str], name: str, rows: tuple[int, ...]) -> 
 @dataclass(frozen=True)
 class Route:
     """The ladder's verdict: the exact path of each (band, activation bits, format) as `cpu_int8.c` takes it
-    (`table`, isa codes [band][abits 8?][format]), where prompt passes take torch's bf16 product instead (`bf16`:
-    (band, abits, format) triples), and each band's figures for reports (`bands`: the path of each format, every
-    proven path's rate, and `gap`: at the worst pass size and format, how much slower the chosen exact path was than
-    the fastest there)."""
+    (`table`, codes [band][abits 8?][format]); the same for prompt passes (`prompt`: the exact path or Q8K's code),
+    where prompt passes take torch's bf16 product instead (`bf16`: (band, abits, format) triples), and each band's
+    figures for reports (`bands`: the path of each format, every proven path's rate, and `gap`: at the worst pass
+    size and format, how much slower the chosen exact path was than the fastest there)."""
 
     table: bytes
+    prompt: bytes = b""
     bf16: frozenset = frozenset()
     bands: tuple = ()
+
+    def __post_init__(self):
+        if not self.prompt:  # prompt passes as every pass
+            object.__setattr__(self, "prompt", self.table)
 
     @classmethod
     def one(cls, isa: int) -> Route:
         """One exact path in every entry (tests; a forced path)."""
         return cls(bytes([isa]) * (len(BANDS) * len(ABITS) * len(FORMATS)))
 
+    def index(self, band: int, abits: int, fmt: int) -> int:
+        return (band * len(ABITS) + (abits == 8)) * len(FORMATS) + fmt
+
     def path(self, band: int, abits: int, fmt: int) -> int:
-        return self.table[(band * len(ABITS) + (abits == 8)) * len(FORMATS) + fmt]
+        return self.table[self.index(band, abits, fmt)]
+
+    def lossy(self, band: int, abits: int, fmt: int) -> str | None:
+        """The lossy path a prompt pass of this band, activation bits and format takes, or None (the exact one)."""
+        if (band, abits, fmt) in self.bf16:
+            return BF16
+        return Q8K if self.prompt[self.index(band, abits, fmt)] == CODES[Q8K] else None
 
     def short(self) -> str:
-        """Its paths in an engine's name, in the order they are tried: 'avx512', 'amx/avx512-seq', '+bf16' where
-        prompts take it."""
-        return "/".join(NAMES[c] for c in NAMES if c in self.table) + ("+bf16" if self.bf16 else "")
+        """Its paths in an engine's name, in the order they are tried: 'avx512', 'amx/avx512-seq', '+q8k' or
+        '+bf16' where prompts take them."""
+        extra = [p for p in LOSSY if (p == BF16 and self.bf16) or (p == Q8K and CODES[Q8K] in self.prompt)]
+        return "/".join(NAMES[c] for c in NAMES if c in self.table) + "".join(f"+{p}" for p in extra)
 
     def label(self) -> str:
-        """The paths it takes, by band where they differ: 'avx512', 'avx512; prefill amx', '+ bf16 prompts'."""
+        """The paths it takes, by band where they differ: 'avx512', 'avx512; prefill amx', '+ q8k prompts'."""
         n = len(ABITS) * len(FORMATS)
         by_band = [sorted({NAMES[c] for c in self.table[b * n : (b + 1) * n]}) for b in range(len(BANDS))]
         text = "/".join(by_band[0])
         for b in range(1, len(BANDS)):
             if by_band[b] != by_band[b - 1]:
                 text += f"; {BANDS[b]} {'/'.join(by_band[b])}"
-        return text + (" + bf16 prompts" if self.bf16 else "")
+        extra = self.short().split("+")[1:]
+        return text + (f" + {'/'.join(extra)} prompts" if extra else "")
 
 
 def choose(timings: dict[str, dict | None]) -> Route:
     """The route from each tried path's timings (None: it died or disagreed): in each band, for each activation bits
     and weight format, the exact path with the least time over the band's pass sizes (ties: the better path, tried
-    first); a prompt pass in the chunk and prefill bands takes BF16 where it was faster still, by `BF16_GAIN`."""
+    first); a prompt pass in the chunk and prefill bands takes the fastest LOSSY path timed for its format where it was
+    faster still, by its `LOSSY_GAIN`."""
     proven = {p: t for p, t in timings.items() if t}
-    table, bf16, bands = bytearray(), set(), []
+    table, prompt, bf16, bands = bytearray(), bytearray(), set(), []
     for band, rows in enumerate(ROWS):
-        exact = [p for p in proven if p != BF16 and not (band == 0 and CODES[p] in ONE_ROW)]
+        exact = [p for p in proven if p not in LOSSY and not (band == 0 and CODES[p] in ONE_ROW)]
         picked, gap = {}, 0.0
         for abits in ABITS:
             for f, fmt in enumerate(FORMATS):
@@ -145,16 +166,23 @@ def choose(timings: dict[str, dict | None]) -> Route:
                 scores = _score(proven, exact, name, rows) if exact else {}
                 best = min(exact, key=scores.get) if exact else NAMES[0]
                 table.append(CODES[best])
+                prompt.append(CODES[best])
                 picked[name] = best
                 gap = max([gap] + [_gap(proven, exact, best, name, r) for r in rows] if exact else [gap])
-                if band in PROMPT_BANDS and BF16 in proven and exact:
-                    pair = _score(proven, [best, BF16], name, rows)
-                    if pair[BF16] < BF16_GAIN * pair[best]:
+                lossy = [p for p in LOSSY if p in proven and name in proven[p]["seconds"]]
+                if band not in PROMPT_BANDS or not exact or not lossy:
+                    continue
+                scores = _score(proven, [best, *lossy], name, rows)
+                fast = min(lossy, key=scores.get)
+                if scores[fast] < LOSSY_GAIN[fast] * scores[best]:
+                    picked[name] += f" ({fast} prompts)"
+                    if fast == BF16:
                         bf16.add((band, abits, f))
-                        picked[name] += f" ({BF16} prompts)"
+                    else:
+                        prompt[-1] = CODES[fast]
         rates = _rates(proven, rows)
         bands.append({"band": BANDS[band], "rows": SPANS[band], "paths": picked, "rates": rates, "gap": round(gap, 3)})
-    return Route(bytes(table), frozenset(bf16), tuple(bands))
+    return Route(bytes(table), bytes(prompt), frozenset(bf16), tuple(bands))
 
 
 def _gap(proven: dict, exact: list[str], chosen: str, name: str, rows: int) -> float:

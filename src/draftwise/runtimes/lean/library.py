@@ -34,6 +34,7 @@ SOURCES = (
     "cpu_int8_avx512.c",
     "cpu_int8_avx2.c",
     "cpu_int8_amx.c",
+    "cpu_int8_q8k.c",
     "cpu_layer.c",
 )
 
@@ -86,6 +87,7 @@ def load(defines: tuple[str, ...] = ()):
         [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 4 + [ctypes.c_int, ctypes.c_char_p] + [ctypes.c_int] * 3
     )
     dll.draftwise_int8_isa.restype = ctypes.c_int
+    dll.draftwise_q8k_gemm.argtypes = [ctypes.c_void_p] * 7 + [ctypes.c_int64] * 4 + [ctypes.c_int] * 2
     dll.draftwise_int8_band.argtypes = [ctypes.c_int64]
     dll.draftwise_int8_band.restype = ctypes.c_int
     dll.draftwise_amx_granted.restype = ctypes.c_int

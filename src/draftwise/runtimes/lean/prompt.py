@@ -1,18 +1,21 @@
 """Prompt passes at the matrix units' rate: rows whose logits nobody reads (a prefill, `LeanLM.forward` with n_logits
-0) take torch's bf16 product where the ladder timed it faster than every exact path for that size of pass, weight
-format and activation bits (`ladder.py`). torch's product is oneDNN's, which drives AMX-BF16 or AVX512-BF16 where the
-CPU has them; the int8 kernel's own AMX tiles lost to AVX-512 on an Intel Xeon, and where oneDNN loses too (an AMD
-EPYC whose int8 kernel outruns it) the ladder keeps the exact path.
+0) may take a lossy path where the ladder timed it at least 15 % faster than every exact path for that size of pass,
+weight format and activation bits (`ladder.py`):
+  q8k   llama.cpp's numerics on K-quant weights (Q4_K, Q6_K): 8-bit activations per 256 inputs, so a super-block's
+        integer block scales fold in integers and the floating-point work is once a super-block (`cpu_int8_q8k.c`,
+        inside the one C call of the stack: `reference_q8k` is its torch twin);
+  bf16  torch's bf16 product (oneDNN: AMX-BF16 or AVX512-BF16 where the CPU has them), on each matrix dequantized to
+        bf16 once, at the first prompt pass that takes it, and held beside its packed form: 2 bytes a weight (about
+        2.6 GB for a 1.5B model, said once); where all of them would take more than half the memory available, the
+        model keeps the exact path (said once too). The int8 kernel's own AMX tiles lost to AVX-512 on an Intel Xeon;
+        where oneDNN loses too (an AMD EPYC whose int8 kernel outruns it) the ladder does not take it.
 
-Not the one-token step's bits: the prompt's keys and values differ from the exact path's by bf16's rounding (8 bits
-of each activation and weight, the products summed in fp32). SD and AR prefill a prompt alike, so greedy SD still
-reproduces greedy AR; verify passes and steps keep the exact path; `draftwise quality` measures what it costs (the
-next tokens after a prefilled cache, agreement with fp32 >= 0.99 and ΔNLL <= +0.005).
-
-Each matrix is dequantized to bf16 once, at the first prompt pass that takes it, and held beside its packed form: 2
-bytes a weight (about 2.6 GB for a 1.5B model, said once). Where all of them would take more than half the memory
-available, the model keeps the exact path (said once too); so does a GGUF file that `draftwise quality` measured to
-miss the bar after such a prefill on this machine (`keep`: the verdict is kept per file, as activation bits are).
+Not the one-token step's bits: the prompt's keys and values round as the path does. SD and AR prefill a prompt alike,
+so greedy SD still reproduces greedy AR; verify passes and steps keep the exact path; each row's result is its own,
+so a prompt's cache is the same whole or in chunks on q8k. `draftwise quality` measures what it costs (the next
+tokens after a prefilled cache, agreement with fp32 >= 0.99 and ΔNLL <= +0.005); a GGUF file measured to miss the
+bar keeps the exact path for its prompts on this machine (`keep`: the verdict is kept per file, as activation bits
+are).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from ... import machine
 from ...paths import cache_dir
 from ...rundir import write_atomic
 from ...targets.source import key_of, stamp_of
-from . import kernels
+from . import kernels, ladder
 from .activations import keeps_bar
 from .int8 import LINEARS, Int8Weight
 
@@ -39,6 +42,17 @@ def _routed(w, rows: int) -> bool:
     return isinstance(w, Int8Weight) and (kernels.band(rows), w.abits, w.route_format) in kernels.route().bf16
 
 
+def lossy(lm, rows: int) -> list[str]:
+    """The lossy paths a prompt pass of `rows` rows through `lm` takes (`ladder.LOSSY`, empty: the exact ones)."""
+    if not getattr(lm, "prompt_lossy", True) or not kernels.fast_path(lm.embed):
+        return []
+    route, band = kernels.route(), kernels.band(rows)
+    taken = {route.lossy(band, w.abits, w.route_format) for w in matrices(lm)} - {None}
+    if ladder.BF16 in taken and not takes_bf16(lm, rows):
+        taken.remove(ladder.BF16)
+    return [p for p in ladder.LOSSY if p in taken]
+
+
 def matrices(lm) -> list[Int8Weight]:
     """The integer matrices of `lm`'s layers (the head never serves a prompt pass: it has no logits)."""
     mats = [getattr(layer, name) for layer in lm.layers for name in LINEARS]
@@ -47,7 +61,7 @@ def matrices(lm) -> list[Int8Weight]:
 
 def takes_bf16(lm, rows: int) -> bool:
     """Whether a prompt pass of `rows` rows through `lm` takes the bf16 product for any of its matrices."""
-    if not kernels.route().bf16 or not getattr(lm, "prompt_bf16", True) or not kernels.fast_path(lm.embed):
+    if not kernels.route().bf16 or not getattr(lm, "prompt_lossy", True) or not kernels.fast_path(lm.embed):
         return False
     mats = matrices(lm)
     return any(_routed(w, rows) for w in mats) and _copies_fit(lm, mats)
@@ -80,10 +94,10 @@ def copies_bytes(lm) -> int:
 
 def linear(x: torch.Tensor, w, b: torch.Tensor | None = None) -> torch.Tensor:
     """A prompt pass's x [..., K] @ w^T (+ b) -> [..., N] fp32: torch's bf16 product where the route takes it for
-    this many rows, else `kernels.linear`."""
+    this many rows, else `kernels.linear` (on the prompt passes' table)."""
     rows = x.numel() // x.shape[-1]
     if not _routed(w, rows):
-        return kernels.linear(x, w, b)
+        return kernels.linear(x, w, b, prompt=True)
     copy = w.__dict__.get("_bf16")
     if copy is None:  # not a buffer: it is not the weight, and `weight_bytes` must not count it
         copy = w.__dict__["_bf16"] = w.dequantize().to(torch.bfloat16).contiguous()
@@ -112,3 +126,38 @@ def allowed(gguf: Path) -> bool:
 
 def _record(gguf: Path) -> Path:
     return cache_dir("prompt-path") / f"{key_of(stamp_of(Path(gguf).resolve()))}.json"
+
+
+def q8k_format(w) -> bool:
+    """Whether `w` is a K-quant weight the Q8_K prompt path takes (Q4_K's bytes with their mins, or Q6_K's)."""
+    return isinstance(w, Int8Weight) and w.scale_format in (2, 3)
+
+
+def reference_q8k(x2: torch.Tensor, w: Int8Weight) -> torch.Tensor:
+    """`cpu_int8_q8k.c` in torch, the same bits: x2 [M, K] fp32 quantized to 8 bits per super-block of 256 (sA =
+    amax / 127), integer sums per block folded with the block's integer scale over the super-block, then
+    acc = acc + ((I1·d + I2·m)·sA) in fp32, super-block after super-block (Q6_K: I1·d alone, its offsets folded)."""
+    m, k, cols, sub = x2.shape[0], w.in_features, w.padded_in, w.SUB
+    xb = torch.nn.functional.pad(x2.float(), (0, cols - k)).view(m, -1, 256)
+    amax = xb.abs().amax(-1)  # [M, NS]
+    inv = torch.where(amax > 0, torch.full_like(amax, 127.0) / amax, torch.zeros_like(amax))
+    v = torch.round(xb * inv[..., None]).view(m, -1, sub).double()  # [M, NB, sub]
+    t = v.sum(-1)  # [M, NB]
+    q, _, _ = w.unpacked()
+    sc, mn, d, dm = w.raw_rows()  # the blocks' integer scales (and mins) as held, the super-blocks' d and m
+    ds = torch.einsum("mbk,nbk->mnb", v, q.double().view(q.shape[0], -1, sub))  # [M, Np, NB], exact
+    per = 256 // sub
+    if w.scale_format == 3:  # Q6_K: z = -32 s
+        i1 = ((ds - 32 * t[:, None, :]) * sc.double()).view(m, -1, cols // 256, per).sum(-1)
+        i2 = None
+    else:
+        i1 = (ds * sc.double()).view(m, -1, cols // 256, per).sum(-1)
+        i2 = (t[:, None, :] * mn.double()).view(m, -1, cols // 256, per).sum(-1)
+    acc = torch.zeros(m, q.shape[0])
+    sa = amax / 127.0
+    for s in range(cols // 256):
+        term = i1[:, :, s].float() * d[:, s]
+        if i2 is not None:
+            term = term + i2[:, :, s].float() * dm[:, s]
+        acc = acc + term * sa[:, s, None]
+    return acc[:, : w.out_features]

@@ -24,7 +24,7 @@ from .q56 import Q5Weight, Q6Weight
 
 SHAPES = {"ffn up": (8960, 1536), "ffn down": (1536, 8960), "qkv": (2048, 1536)}  # [N, K] of a 1.5B model
 SMALL = {"ffn up": (1120, 256), "ffn down": (192, 1280), "qkv": (256, 256)}  # the tests' (K whole super-blocks)
-REPEATS = 3  # timed calls a pass size (after one to warm up): the median is kept
+REPEATS = 3  # timed calls a pass size at least (after one to warm up): the median is kept
 SHAPES_ENV = "DRAFTWISE_LADDER_SHAPES"  # "small": SMALL's matrices (tests of the child itself)
 
 
@@ -70,9 +70,13 @@ def weights(n: int, k: int, gen: torch.Generator) -> dict[str, Int8Weight]:
 
 
 def seconds(fn) -> float:
+    """The median of timed calls of `fn`, each finding its weights in memory (`evict`): REPEATS, or more where a call
+    is short (a step's: at least ~10 ms of calls, at most 25), so that a path's choice is not the noise's."""
+    start = time.perf_counter()
     fn()
+    repeats = min(25, max(REPEATS, int(0.01 / max(time.perf_counter() - start, 1e-6))))
     times = []
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         evict()
         start = time.perf_counter()
         fn()
@@ -114,3 +118,20 @@ def bf16() -> dict:
             got[str(r)] = got.get(str(r), 0.0) + seconds(lambda: torch.nn.functional.linear(x.bfloat16(), w).float())
     names = [ladder.key(f, a) for f in ladder.FORMATS for a in ladder.ABITS]
     return {"seconds": {name: dict(got) for name in names}, "products": products()}
+
+
+def q8k() -> dict:
+    """The Q8_K prompt path's seconds for a pass of each prompt-band size over every shape, on its formats (Q4_K and
+    Q6_K: the same time at either activation bits, which it does not read)."""
+    gen = torch.Generator().manual_seed(0)
+    sizes = [r for b in ladder.PROMPT_BANDS for r in ladder.ROWS[b]]
+    out: dict[str, dict[str, float]] = {}
+    for n, k in shapes():
+        held = weights(n, k, gen)
+        for fmt in ("q4k", "q6k"):
+            got = out.setdefault(fmt, {})
+            for r in sizes:
+                x = torch.randn(r, k, generator=gen)
+                got[str(r)] = got.get(str(r), 0.0) + seconds(lambda: kernels.q8k_gemm(x, held[fmt]))
+    named = {ladder.key(fmt, a): dict(got) for fmt, got in out.items() for a in ladder.ABITS}
+    return {"seconds": named, "products": products()}

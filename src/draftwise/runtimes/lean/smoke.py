@@ -2,7 +2,8 @@
 draftwise.runtimes.lean.smoke PATH`, a path's name): exit 0 when the path gives the torch reference's bits on every
 weight format at both activation precisions, its timings (`rates.py`) as the last line of stdout (JSON); 1 when it
 differs; a path that cannot run here kills only this process. The bf16 prompt path is not the reference's bits by
-design: it must run and stay near fp32 (a sanity check; `draftwise quality` measures what it costs).
+design: it must run and stay near fp32 (a sanity check; `draftwise quality` measures what it costs); the Q8_K prompt
+path must give its own torch reference's bits (`prompt.reference_q8k`).
 
 `DRAFTWISE_SMOKE_DIE` (a path's name, e.g. avx512): that path's child aborts before computing — how the tests show
 a dying path falling to the next rung on a machine where every path runs.
@@ -16,7 +17,7 @@ import sys
 
 import torch
 
-from . import kernels, ladder, rates
+from . import kernels, ladder, prompt, rates
 from .int8 import Int8Weight, reference_linear
 from .q4 import Q4Weight
 from .q56 import Q5Weight, Q6Weight
@@ -67,14 +68,26 @@ def bf16_runs() -> bool:
     return bool(torch.allclose(got, x @ w.T, rtol=0.05, atol=0.5))
 
 
+def q8k_passes() -> bool:
+    """The Q8_K prompt path gives its torch reference's bits (`prompt.reference_q8k`) on Q4_K and Q6_K weights."""
+    gen = torch.Generator().manual_seed(3)
+    held = rates.weights(64, 512, gen)
+    for fmt in ("q4k", "q6k"):
+        for m in (1, 5, 9):
+            x = activations(m, 512, gen)
+            if not torch.equal(kernels.q8k_gemm(x, held[fmt]), prompt.reference_q8k(x, held[fmt])):
+                return False
+    return True
+
+
 def main(argv: list[str]) -> int:
     name = argv[0]
     if os.environ.get("DRAFTWISE_SMOKE_DIE") == name:
         os.abort()
-    if name == ladder.BF16:
-        if not bf16_runs():
+    if name in ladder.LOSSY:
+        if not (bf16_runs() if name == ladder.BF16 else q8k_passes()):
             return 1
-        print(json.dumps(rates.bf16()))
+        print(json.dumps(rates.bf16() if name == ladder.BF16 else rates.q8k()))
         return 0
     isa = ladder.CODES[name]
     if not passes(isa):
