@@ -32,10 +32,10 @@ def test_each_band_takes_the_faster_of_two_proven_paths():
     for fmt in range(len(ladder.FORMATS)):
         for abits in ladder.ABITS:
             assert route.path(0, abits, fmt) == ladder.CODES["avx512"]
-            assert [route.path(b, abits, fmt) for b in (1, 2, 3)] == [ladder.CODES["avx2"]] * 3
-    assert route.bands[0]["paths"]["q4k-a8"] == "avx512" and route.bands[3]["paths"]["q4k-a8"] == "avx2"
+            assert [route.path(b, abits, fmt) for b in (1, 2, 3, 4)] == [ladder.CODES["avx2"]] * 4
+    assert route.bands[0]["paths"]["q4k-a8"] == "avx512" and route.bands[4]["paths"]["q4k-a8"] == "avx2"
     assert route.bands[0]["rates"]["avx512"] > route.bands[0]["rates"]["avx2"]  # G products a second, measured
-    assert route.label() == "avx512; verify avx2" and route.short() == "avx512/avx2"
+    assert route.label() == "avx512; short verify avx2" and route.short() == "avx512/avx2"
     assert not route.bf16
 
 
@@ -49,7 +49,7 @@ def test_a_tie_keeps_the_path_tried_first_and_amx_never_serves_a_step():
     even = timings({r: float(r) for r in SIZES})
     route = ladder.choose({"amx": even, "avx512": even})
     assert route.path(0, 8, 3) == ladder.CODES["avx512"]  # AMX hands a one-row pass to AVX-512: never chosen there
-    assert {route.path(b, 8, 3) for b in (1, 2, 3)} == {ladder.CODES["amx"]}
+    assert {route.path(b, 8, 3) for b in (1, 2, 3, 4)} == {ladder.CODES["amx"]}
 
 
 def test_prompts_take_a_lossy_path_only_where_it_was_faster_by_its_margin():
@@ -62,13 +62,13 @@ def test_prompts_take_a_lossy_path_only_where_it_was_faster_by_its_margin():
     assert {band for band, _, _ in route.bf16} == set(ladder.PROMPT_BANDS)
     assert len(route.bf16) == len(ladder.PROMPT_BANDS) * len(NAMES)
     assert set(route.table) == set(route.prompt) == {ladder.CODES["avx512"]}  # C's passes keep the exact path
-    assert route.short() == "avx512+bf16" and "bf16 prompts" in route.bands[3]["paths"]["q4-a16"]
+    assert route.short() == "avx512+bf16" and "bf16 prompts" in route.bands[4]["paths"]["q4-a16"]
     q8k = {"seconds": {n: far["seconds"][n] for n in ("q4k-a16", "q4k-a8")}, "products": far["products"]}
     route = ladder.choose({"avx512": exact, ladder.Q8K: q8k, ladder.BF16: timings({r: 0.7 * r for r in SIZES})})
     q4k, q4 = ladder.FORMATS.index("q4k"), ladder.FORMATS.index("q4")
-    assert route.lossy(3, 8, q4k) == ladder.Q8K and route.prompt[route.index(3, 8, q4k)] == ladder.CODES[ladder.Q8K]
-    assert route.lossy(3, 8, q4) == ladder.BF16  # a format q8k does not take: the other lossy path
-    assert route.lossy(1, 8, q4k) is None and route.path(3, 8, q4k) == ladder.CODES["avx512"]  # exact passes: exact
+    assert route.lossy(4, 8, q4k) == ladder.Q8K and route.prompt[route.index(4, 8, q4k)] == ladder.CODES[ladder.Q8K]
+    assert route.lossy(4, 8, q4) == ladder.BF16  # a format q8k does not take: the other lossy path
+    assert route.lossy(2, 8, q4k) is None and route.path(4, 8, q4k) == ladder.CODES["avx512"]  # exact passes: exact
     assert route.short() == "avx512+q8k+bf16" and route.label().endswith("+ q8k/bf16 prompts")
 
 

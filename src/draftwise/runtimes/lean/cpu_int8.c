@@ -70,9 +70,11 @@ int draftwise_int8_isa(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") ? 1 : 0;
 }
 
-/* The band of a pass of M rows (`ladder.BANDS`): 0 a step, 1 a verify pass (2-15 rows), 2 a short prefill chunk
- * (16-63), 3 a long one. The route gives each band, activation bits and weight format its own path. */
-int draftwise_int8_band(int64_t M) { return M == 1 ? 0 : M < 16 ? 1 : M < 64 ? 2 : 3; }
+/* The band of a pass of M rows (`ladder.BANDS`): 0 a step, 1 a short verify pass (2-3 rows), 2 a longer one (4-15),
+ * 3 a prompt's chunk (16-63), 4 a long prefill. The route gives each band, activation bits and weight format its own
+ * path: where two paths cross (one group a tile is the faster at 2-3 rows, two at 4 and more, on an AMD EPYC Zen 5)
+ * a band each. */
+int draftwise_int8_band(int64_t M) { return M == 1 ? 0 : M < 4 ? 1 : M < 16 ? 2 : M < 64 ? 3 : 4; }
 
 /* x [M, K] fp32 (contiguous), w packed as above, s and z [N / 16, Kp / SUBBLOCK(fmt), 16] as `fmt` says (F32, F16,
  * KQ or KQ6 with sd and zd [N / 16, Kp / 256, 16]), qsum as s in int16 (read at 8 bits only), y [M, N] fp32. bits: 8

@@ -19,7 +19,7 @@ bits: a lossy choice of its own, timed by a child like the others, taken only wh
 quality measured by `draftwise quality` (the next tokens after a prefilled cache, `forward.py`).
 
 The verdict is kept per kernel build and CPU (`cache_dir("kernels")`), so the children run once a machine, not once
-a process (about 15 seconds, said on one line); the machine's description reads its summary (`machine.matrix_route`).
+a process (about 20 seconds, said on one line); the machine's description reads its summary (`machine.matrix_route`).
 llama.cpp's build ladder (`runtimes/llamacpp`) proves its rungs the same way.
 """
 
@@ -44,17 +44,17 @@ RUNS_ON = {3: 3, 2: 2, 4: 2, 1: 1}  # the best path the CPU must report (`draftw
 ONE_ROW = {3: 2}  # paths that hand a one-row pass to another (AMX: AVX-512's), so never chosen for a step
 BF16 = "bf16"  # prompt passes through torch's bf16 product: lossy, in the chunk and prefill bands only
 LOSSY = (Q8K, BF16)  # the paths that serve prompt passes only (`prompt.py`), in the order they are tried
-BANDS = ("step", "verify", "chunk", "prefill")  # `draftwise_int8_band`: 1 row, 2-15, 16-63, 64 and more
-SPANS = ("1 row", "2-15 rows", "16-63 rows", "64+ rows")
-ROWS = ((1,), (2, 4, 8), (16, 32), (64, 128))  # the pass sizes timed in each band
-PROMPT_BANDS = (2, 3)  # where a prompt pass may take a LOSSY path
+BANDS = ("step", "short verify", "verify", "chunk", "prefill")  # `draftwise_int8_band`: 1 row, 2-3, 4-15, 16-63, 64+
+SPANS = ("1 row", "2-3 rows", "4-15 rows", "16-63 rows", "64+ rows")
+ROWS = ((1,), (2, 3), (4, 8), (16, 32), (64, 128))  # the pass sizes timed in each band
+PROMPT_BANDS = (3, 4)  # where a prompt pass may take a LOSSY path
 # a lossy path must be this much faster than the exact path to be taken: it costs quality, and bf16 2 bytes a weight
 # of memory and a pass outside the one C call too (on an AMD EPYC Zen 5 a 1.5B model's 277-token prefill took 1.04 s
 # through it against 0.97 on AVX-512, where the products alone timed ~8 % faster)
 LOSSY_GAIN = {Q8K: 0.9, BF16: 0.85}
 FORMATS = ("q8", "q4", "q4h", "q4k", "q5h", "q6k")  # the kernel's weight formats, in its order (`cpu_int8.c`)
 ABITS = (16, 8)  # activation bits, in the route's order
-VERSION = 3  # the verdict's form; a record of another (version 1 was proven, not timed) or other ROWS is made again
+VERSION = 5  # the verdict's form; a record of another (version 1 was proven, not timed) or other ROWS is made again
 CHILD_TIMEOUT_S = 300
 
 

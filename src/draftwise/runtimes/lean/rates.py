@@ -1,7 +1,7 @@
 """How fast one matrix path runs here: the timing half of the ladder's child (`smoke.py`, `ladder.py`).
 
-A path is timed on matrices of the shapes a 1.5B model runs (Qwen2.5-1.5B's: an FFN's up and down projections and
-the fused q/k/v), with random weights in every format the kernel reads at both activation bits, at each pass size the
+A path is timed on matrices of the shapes a 1.5B model runs (Qwen2.5-1.5B's: an FFN's down projection and the fused
+q/k/v — its up projection, as many weights as the down one, only doubled the ladder's ~20 s), with random weights in every format the kernel reads at both activation bits, at each pass size the
 ladder's bands hold (`ladder.ROWS`). Each timed call finds its weights in memory, not in the caches, as a model's
 pass does (a model's layers are far larger than the last-level cache; one matrix is not): a buffer twice the size of
 that cache is read between calls, outside the timing. The bf16 prompt path is timed as `prompt.py` runs it: the
@@ -22,8 +22,8 @@ from .int8 import Int8Weight
 from .q4 import Q4Weight
 from .q56 import Q5Weight, Q6Weight
 
-SHAPES = {"ffn up": (8960, 1536), "ffn down": (1536, 8960), "qkv": (2048, 1536)}  # [N, K] of a 1.5B model
-SMALL = {"ffn up": (1120, 256), "ffn down": (192, 1280), "qkv": (256, 256)}  # the tests' (K whole super-blocks)
+SHAPES = {"ffn down": (1536, 8960), "qkv": (2048, 1536)}  # [N, K] of a 1.5B model
+SMALL = {"ffn down": (192, 1280), "qkv": (256, 256)}  # the tests' (K whole super-blocks)
 REPEATS = 3  # timed calls a pass size at least (after one to warm up): the median is kept
 SHAPES_ENV = "DRAFTWISE_LADDER_SHAPES"  # "small": SMALL's matrices (tests of the child itself)
 
