@@ -179,6 +179,7 @@ def facts(threads: int | None = None) -> dict:
         "amx": amx(flags),
         "matrix_path": route.get("path"),
         "matrix_route": route.get("bands"),
+        "matrix_prompts": route.get("prompts"),
         "memory": memory(),
         "openmp": openmp(),
         "llama_cpp": {k: build.get(k) for k in ("flavour", "flags", "reason", "smoke")} if build else None,

@@ -105,6 +105,14 @@ def route(doc: Doc, m: dict) -> None:
             for b in bands
         ],
     )
+    prompts = m.get("matrix_prompts") or {}
+    if prompts:
+        by_path = {p: [k for k, v in prompts.items() if v == p] for p in sorted(set(prompts.values()))}
+        doc.p(
+            "Prompt passes (a prefill, whose logits nobody reads) take a lossy path where it was timed faster: "
+            + "; ".join(f"{p} on {', '.join(keys)}" for p, keys in by_path.items())
+            + " (its quality: `draftwise quality`, the next tokens after such a prefill)."
+        )
 
 
 def _paths(paths: dict[str, str]) -> str:

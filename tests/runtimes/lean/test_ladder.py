@@ -59,16 +59,18 @@ def test_prompts_take_a_lossy_path_only_where_it_was_faster_by_its_margin():
     far = timings({r: 0.5 * r for r in SIZES}, prompt_sizes)
     assert not ladder.choose({"avx512": exact, ladder.BF16: near}).bf16
     route = ladder.choose({"avx512": exact, ladder.BF16: far})
-    assert {band for band, _, _ in route.bf16} == set(ladder.PROMPT_BANDS)
-    assert len(route.bf16) == len(ladder.PROMPT_BANDS) * len(NAMES)
+    every = len(ladder.BANDS) * len(NAMES)
+    assert len(route.bf16) == every  # prompt passes of every size: a prompt's cache is the same in any chunks
     assert set(route.table) == set(route.prompt) == {ladder.CODES["avx512"]}  # C's passes keep the exact path
-    assert route.short() == "avx512+bf16" and "bf16 prompts" in route.bands[4]["paths"]["q4-a16"]
+    assert route.short() == "avx512+bf16" and dict(route.prompts)["q4-a16"] == ladder.BF16
     q8k = {"seconds": {n: far["seconds"][n] for n in ("q4k-a16", "q4k-a8")}, "products": far["products"]}
     route = ladder.choose({"avx512": exact, ladder.Q8K: q8k, ladder.BF16: timings({r: 0.7 * r for r in SIZES})})
     q4k, q4 = ladder.FORMATS.index("q4k"), ladder.FORMATS.index("q4")
-    assert route.lossy(4, 8, q4k) == ladder.Q8K and route.prompt[route.index(4, 8, q4k)] == ladder.CODES[ladder.Q8K]
-    assert route.lossy(4, 8, q4) == ladder.BF16  # a format q8k does not take: the other lossy path
-    assert route.lossy(2, 8, q4k) is None and route.path(4, 8, q4k) == ladder.CODES["avx512"]  # exact passes: exact
+    for band in range(len(ladder.BANDS)):
+        assert route.lossy(band, 8, q4k) == ladder.Q8K
+        assert route.prompt[route.index(band, 8, q4k)] == ladder.CODES[ladder.Q8K]
+        assert route.lossy(band, 8, q4) == ladder.BF16  # a format q8k does not take: the other lossy path
+        assert route.path(band, 8, q4k) == ladder.CODES["avx512"]  # passes whose logits are read: exact
     assert route.short() == "avx512+q8k+bf16" and route.label().endswith("+ q8k/bf16 prompts")
 
 
@@ -130,7 +132,7 @@ def test_a_forced_path_is_one_path_everywhere_and_a_wrong_one_is_one_line(monkey
     try:
         assert set(kernels.route().table) == {ladder.CODES["avx2"]} and not kernels.route().bf16
         forced = kernels.forced(f"{ladder.NAMES[BEST]},bf16")
-        assert set(forced.table) == {BEST} and {b for b, _, _ in forced.bf16} == set(ladder.PROMPT_BANDS)
+        assert set(forced.table) == {BEST} and len(forced.bf16) == len(ladder.BANDS) * len(NAMES)
         with pytest.raises(DraftwiseError, match="this CPU runs"):
             kernels.forced("avx1024")
     finally:

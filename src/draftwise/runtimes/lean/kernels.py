@@ -20,7 +20,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ...errors import DraftwiseError
 from ...paths import cache_dir
 from . import ladder, library
 from .int8 import Int8Weight, reference_linear
@@ -53,30 +52,13 @@ def route() -> ladder.Route:
 
 
 def forced(spec: str) -> ladder.Route:
-    """One exact path in every band, and with ',bf16' or ',q8k' that lossy path for every prompt pass it may take
-    (the chunk and prefill bands; q8k on K-quant weights): 'avx2', 'avx512,q8k'. A path the CPU does not run is one
-    line."""
-    name, _, extra = spec.partition(",")
-    runs = ladder.candidates(_kernel().draftwise_int8_isa())
-    if name not in runs or name in ladder.LOSSY or (extra and extra not in runs) or extra not in ("", *ladder.LOSSY):
-        paths = ", ".join(p for p in runs if p not in ladder.LOSSY)
-        lossy = " or ".join(p for p in runs if p in ladder.LOSSY)
-        raise DraftwiseError(f"{PATH_ENV}={spec!r}: this CPU runs {paths} (optionally followed by ',{lossy}')")
-    one = ladder.Route.one(ladder.CODES[name])
-    every = [(b, a, f) for b in ladder.PROMPT_BANDS for a in ladder.ABITS for f in range(len(ladder.FORMATS))]
-    if extra == ladder.BF16:
-        return ladder.Route(one.table, bf16=frozenset(every))
-    if extra == ladder.Q8K:
-        prompt = bytearray(one.table)
-        for b, a, f in every:
-            if ladder.FORMATS[f] in ("q4k", "q6k"):
-                prompt[one.index(b, a, f)] = ladder.CODES[ladder.Q8K]
-        return ladder.Route(one.table, bytes(prompt))
-    return one
+    """`ladder.forced` on this CPU (DRAFTWISE_MATRIX_PATH's value: 'avx2', 'avx512,q8k'); a path it does not run is
+    one line."""
+    return ladder.forced(spec, _kernel().draftwise_int8_isa(), PATH_ENV)
 
 
 def band(rows: int) -> int:
-    """The ladder's band of a pass of `rows` rows (`draftwise_int8_band`: 0 a step ... 3 a long prefill)."""
+    """The ladder's band of a pass of `rows` rows (`draftwise_int8_band`: 0 a step ... 4 a long prefill)."""
     return _kernel().draftwise_int8_band(rows) if _kernel() is not None else 0
 
 
@@ -121,29 +103,6 @@ def int8_gemm(x: torch.Tensor, w, isa: int | None = None, lib=None, prompt: bool
         w.BITS,
         w.scale_format,
         w.abits,
-    )
-    return y
-
-
-def q8k_gemm(x: torch.Tensor, w) -> torch.Tensor:
-    """x [M, K] fp32 contiguous times a Q4_K or Q6_K weight at Q8_K activations (`cpu_int8_q8k.c`: the lossy prompt
-    path, `prompt.py`) -> [M, N] fp32."""
-    m, n = x.shape[0], w.out_features
-    y = torch.empty(m, n, dtype=torch.float32)
-    _kernel().draftwise_q8k_gemm(
-        x.data_ptr(),
-        w.q.data_ptr(),
-        w.s.data_ptr(),
-        w.z.data_ptr(),
-        w.sd.data_ptr(),
-        w.zd.data_ptr(),
-        y.data_ptr(),
-        m,
-        n,
-        w.in_features,
-        w.padded_in,
-        torch.get_num_threads(),
-        w.BITS,
     )
     return y
 

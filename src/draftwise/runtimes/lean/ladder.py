@@ -5,18 +5,21 @@ The CPU's feature bits say what it has, not what runs, nor what is fast: a hyper
 instructions need, an OS may refuse it (AMX tiles must be asked for), a compiler may emit what this CPU lacks — and a
 path that runs and gives the right bits may still be the slower one (on an Intel Xeon the AMX path, written without an
 AMX machine, passed its smoke test and made every verify pass ~3× slower than AVX-512). So each path the CPU reports
-— AMX (where the OS grants the tiles), AVX-512 VNNI, AVX2 — runs in a child process of its own (`smoke.py`): a small
-product on every weight format at both activation precisions, compared bit for bit with the torch reference. A path
+— AMX (where the OS grants the tiles), AVX-512 VNNI in two tilings, AVX2 — runs in a child process of its own
+(`smoke.py`): a small product on every weight format at both activation precisions, compared bit for bit with the
+torch reference. A path
 whose child dies (SIGILL, SIGSEGV, a refused request) or disagrees is out; never a crash, the parent only reads the
 child's exit status. The same child then times its path (`rates.py`) on matrices of a 1.5B model's shapes, every
 weight format, at the pass sizes of each band of rows (`BANDS`): a decoding step, a verify pass, a prompt's chunk.
 Each (band, activation bits, weight format) takes the path measured fastest there (`choose`); the exact paths give
 the same bits, so the choice changes speed only. torch computes the same function where no path passes, slower.
 
-Prompt passes (rows whose logits nobody reads: a prefill) may also take torch's bf16 product (`BF16`: oneDNN, which
-drives AMX-BF16 or AVX512-BF16 where the CPU has them) in the chunk and prefill bands. It is not the one-token step's
-bits: a lossy choice of its own, timed by a child like the others, taken only where it was measured faster, and its
-quality measured by `draftwise quality` (the next tokens after a prefilled cache, `forward.py`).
+Prompt passes (rows whose logits nobody reads: a prefill) may also take a lossy path (`LOSSY`, `prompt.py`): Q8K,
+llama.cpp's numerics on K-quant weights in C, or torch's bf16 product (oneDNN: AMX-BF16 or AVX512-BF16 where the CPU
+has them). Not the one-token step's bits: a lossy choice of its own, each timed by a child like the exact paths and
+taken for a weight format where it was faster than the exact route over the chunk and prefill bands by a margin
+(`LOSSY_GAIN`), then for a prompt pass of any size, so a prompt's cache does not depend on how it was cut into chunks;
+its quality is measured by `draftwise quality` (the next tokens after such a prefill).
 
 The verdict is kept per kernel build and CPU (`cache_dir("kernels")`), so the children run once a machine, not once
 a process (about 20 seconds, said on one line); the machine's description reads its summary (`machine.matrix_route`).
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ... import machine
+from ...errors import DraftwiseError
 
 # the kernel's paths by code (`cpu_int8.c`), in the order they are tried: avx512-seq is the AVX-512 path tiled one
 # group of 16 rows at a time (one weight stream a thread; `cpu_int8_avx512.c`), where avx512 runs
@@ -47,14 +51,14 @@ LOSSY = (Q8K, BF16)  # the paths that serve prompt passes only (`prompt.py`), in
 BANDS = ("step", "short verify", "verify", "chunk", "prefill")  # `draftwise_int8_band`: 1 row, 2-3, 4-15, 16-63, 64+
 SPANS = ("1 row", "2-3 rows", "4-15 rows", "16-63 rows", "64+ rows")
 ROWS = ((1,), (2, 3), (4, 8), (16, 32), (64, 128))  # the pass sizes timed in each band
-PROMPT_BANDS = (3, 4)  # where a prompt pass may take a LOSSY path
+PROMPT_BANDS = (3, 4)  # the bands whose timings decide whether prompt passes take a LOSSY path
 # a lossy path must be this much faster than the exact path to be taken: it costs quality, and bf16 2 bytes a weight
 # of memory and a pass outside the one C call too (on an AMD EPYC Zen 5 a 1.5B model's 277-token prefill took 1.04 s
 # through it against 0.97 on AVX-512, where the products alone timed ~8 % faster)
 LOSSY_GAIN = {Q8K: 0.9, BF16: 0.85}
 FORMATS = ("q8", "q4", "q4h", "q4k", "q5h", "q6k")  # the kernel's weight formats, in its order (`cpu_int8.c`)
 ABITS = (16, 8)  # activation bits, in the route's order
-VERSION = 5  # the verdict's form; a record of another (version 1 was proven, not timed) or other ROWS is made again
+VERSION = 6  # the verdict's form; a record of another (version 1 was proven, not timed) or other ROWS is made again
 CHILD_TIMEOUT_S = 300
 
 
@@ -101,15 +105,17 @@ def _score(timings: dict, pool: list[str], name: str, rows: tuple[int, ...]) -> 
 @dataclass(frozen=True)
 class Route:
     """The ladder's verdict: the exact path of each (band, activation bits, format) as `cpu_int8.c` takes it
-    (`table`, codes [band][abits 8?][format]); the same for prompt passes (`prompt`: the exact path or Q8K's code),
-    where prompt passes take torch's bf16 product instead (`bf16`: (band, abits, format) triples), and each band's
-    figures for reports (`bands`: the path of each format, every proven path's rate, and `gap`: at the worst pass
-    size and format, how much slower the chosen exact path was than the fastest there)."""
+    (`table`, codes [band][abits 8?][format]); the same for prompt passes (`prompt`: the exact path or Q8K's code in
+    every band of a format that takes it), where prompt passes take torch's bf16 product instead (`bf16`: (band,
+    abits, format) triples), and for reports each band's figures (`bands`: the path of each format, every proven
+    path's rate, and `gap`: at the worst pass size and format, how much slower the chosen exact path was than the
+    fastest there) and the lossy prompt paths by format (`prompts`)."""
 
     table: bytes
     prompt: bytes = b""
     bf16: frozenset = frozenset()
     bands: tuple = ()
+    prompts: tuple = ()  # (format-abits key, lossy path) where prompt passes take one
 
     def __post_init__(self):
         if not self.prompt:  # prompt passes as every pass
@@ -153,36 +159,74 @@ class Route:
 def choose(timings: dict[str, dict | None]) -> Route:
     """The route from each tried path's timings (None: it died or disagreed): in each band, for each activation bits
     and weight format, the exact path with the least time over the band's pass sizes (ties: the better path, tried
-    first); a prompt pass in the chunk and prefill bands takes the fastest LOSSY path timed for its format where it was
-    faster still, by its `LOSSY_GAIN`."""
+    first); and for each activation bits and format, the LOSSY path prompt passes of every size take (`_lossy`)."""
     proven = {p: t for p, t in timings.items() if t}
-    table, prompt, bf16, bands = bytearray(), bytearray(), set(), []
+    table, bands, chosen = bytearray(), [], {}
     for band, rows in enumerate(ROWS):
         exact = [p for p in proven if p not in LOSSY and not (band == 0 and CODES[p] in ONE_ROW)]
         picked, gap = {}, 0.0
         for abits in ABITS:
-            for f, fmt in enumerate(FORMATS):
+            for fmt in FORMATS:
                 name = key(fmt, abits)
                 scores = _score(proven, exact, name, rows) if exact else {}
                 best = min(exact, key=scores.get) if exact else NAMES[0]
                 table.append(CODES[best])
-                prompt.append(CODES[best])
-                picked[name] = best
+                picked[name] = chosen[name, band] = best
                 gap = max([gap] + [_gap(proven, exact, best, name, r) for r in rows] if exact else [gap])
-                lossy = [p for p in LOSSY if p in proven and name in proven[p]["seconds"]]
-                if band not in PROMPT_BANDS or not exact or not lossy:
-                    continue
-                scores = _score(proven, [best, *lossy], name, rows)
-                fast = min(lossy, key=scores.get)
-                if scores[fast] < LOSSY_GAIN[fast] * scores[best]:
-                    picked[name] += f" ({fast} prompts)"
-                    if fast == BF16:
-                        bf16.add((band, abits, f))
-                    else:
-                        prompt[-1] = CODES[fast]
         rates = _rates(proven, rows)
         bands.append({"band": BANDS[band], "rows": SPANS[band], "paths": picked, "rates": rates, "gap": round(gap, 3)})
-    return Route(bytes(table), bytes(prompt), frozenset(bf16), tuple(bands))
+    prompt, bf16, prompts = bytearray(table), set(), {}
+    for a, abits in enumerate(ABITS):
+        for f, fmt in enumerate(FORMATS):
+            path = _lossy(proven, chosen, key(fmt, abits))
+            if path:
+                prompts[key(fmt, abits)] = path
+            for band in range(len(BANDS)) if path else ():
+                if path == BF16:
+                    bf16.add((band, abits, f))
+                else:
+                    prompt[(band * len(ABITS) + a) * len(FORMATS) + f] = CODES[path]
+    return Route(bytes(table), bytes(prompt), frozenset(bf16), tuple(bands), tuple(sorted(prompts.items())))
+
+
+def _lossy(proven: dict, chosen: dict, name: str) -> str | None:
+    """The LOSSY path prompt passes of this format and activation bits take, at every size (a row's result is its
+    own on them, so a prompt's cache is the same whole or in chunks): the fastest timed, over the prompt bands' pass
+    sizes against each band's exact path, where faster by its `LOSSY_GAIN`; None where none was."""
+    sizes = [(band, r) for band in PROMPT_BANDS for r in ROWS[band]]
+    if any(chosen[name, band] not in proven for band in PROMPT_BANDS):  # no exact path: torch's reference
+        return None
+    exact = [proven[chosen[name, band]]["seconds"][name][str(r)] for band, r in sizes]
+    ratio = {
+        p: sum(proven[p]["seconds"][name][str(r)] / e for (_, r), e in zip(sizes, exact)) / len(sizes)
+        for p in LOSSY
+        if p in proven and name in proven[p]["seconds"]
+    }
+    fast = min(ratio, key=ratio.get, default=None)
+    return fast if fast is not None and ratio[fast] < LOSSY_GAIN[fast] else None
+
+
+def forced(spec: str, best: int, env: str) -> Route:
+    """One exact path in every band, and with ',bf16' or ',q8k' that lossy path for every prompt pass (q8k: on
+    K-quant weights), on a CPU whose best path is `best`: 'avx2',
+    'avx512,q8k' (`env`: the variable that named it, for the one line a path this CPU does not run gets)."""
+    name, _, extra = spec.partition(",")
+    runs = candidates(best)
+    if name not in runs or name in LOSSY or (extra and extra not in runs) or extra not in ("", *LOSSY):
+        paths = ", ".join(p for p in runs if p not in LOSSY)
+        lossy = " or ".join(p for p in runs if p in LOSSY)
+        raise DraftwiseError(f"{env}={spec!r}: this CPU runs {paths} (optionally followed by ',{lossy}')")
+    one = Route.one(CODES[name])
+    every = [(b, a, f) for b in range(len(BANDS)) for a in ABITS for f in range(len(FORMATS))]
+    if extra == BF16:
+        return Route(one.table, bf16=frozenset(every))
+    if extra == Q8K:
+        prompt = bytearray(one.table)
+        for b, a, f in every:
+            if FORMATS[f] in ("q4k", "q6k"):
+                prompt[one.index(b, a, f)] = CODES[Q8K]
+        return Route(one.table, bytes(prompt))
+    return one
 
 
 def _gap(proven: dict, exact: list[str], chosen: str, name: str, rows: int) -> float:
@@ -226,7 +270,13 @@ def proven(best: int, build: str, folder: Path, run: Callable[[str], dict | None
         _write(record, kept)
     route = choose(kept["timings"])
     tried = {p: t is not None for p, t in kept["timings"].items()}
-    now = {"cpu": cpu, "path": route.label(), "tried": tried, "bands": list(route.bands)}
+    now = {
+        "cpu": cpu,
+        "path": route.label(),
+        "tried": tried,
+        "bands": list(route.bands),
+        "prompts": dict(route.prompts),
+    }
     published = folder / machine.MATRIX_PATH_RECORD
     try:
         same = json.loads(published.read_text()) == now

@@ -128,9 +128,27 @@ def _record(gguf: Path) -> Path:
     return cache_dir("prompt-path") / f"{key_of(stamp_of(Path(gguf).resolve()))}.json"
 
 
-def q8k_format(w) -> bool:
-    """Whether `w` is a K-quant weight the Q8_K prompt path takes (Q4_K's bytes with their mins, or Q6_K's)."""
-    return isinstance(w, Int8Weight) and w.scale_format in (2, 3)
+def q8k_gemm(x: torch.Tensor, w) -> torch.Tensor:
+    """x [M, K] fp32 contiguous times a Q4_K or Q6_K weight at Q8_K activations (`cpu_int8_q8k.c`: the lossy prompt
+    path, `prompt.py`) -> [M, N] fp32."""
+    m, n = x.shape[0], w.out_features
+    y = torch.empty(m, n, dtype=torch.float32)
+    kernels._kernel().draftwise_q8k_gemm(
+        x.data_ptr(),
+        w.q.data_ptr(),
+        w.s.data_ptr(),
+        w.z.data_ptr(),
+        w.sd.data_ptr(),
+        w.zd.data_ptr(),
+        y.data_ptr(),
+        m,
+        n,
+        w.in_features,
+        w.padded_in,
+        torch.get_num_threads(),
+        w.BITS,
+    )
+    return y
 
 
 def reference_q8k(x2: torch.Tensor, w: Int8Weight) -> torch.Tensor:

@@ -1,11 +1,12 @@
 """How fast one matrix path runs here: the timing half of the ladder's child (`smoke.py`, `ladder.py`).
 
 A path is timed on matrices of the shapes a 1.5B model runs (Qwen2.5-1.5B's: an FFN's down projection and the fused
-q/k/v — its up projection, as many weights as the down one, only doubled the ladder's ~20 s), with random weights in every format the kernel reads at both activation bits, at each pass size the
-ladder's bands hold (`ladder.ROWS`). Each timed call finds its weights in memory, not in the caches, as a model's
-pass does (a model's layers are far larger than the last-level cache; one matrix is not): a buffer twice the size of
-that cache is read between calls, outside the timing. The bf16 prompt path is timed as `prompt.py` runs it: the
-activations cast to bf16, torch's product against the weight dequantized once to bf16, the result cast back.
+q/k/v; its up projection, as many weights as the down one, only doubled the ladder's time), with random weights in
+every format the kernel reads at both activation bits, at each pass size the ladder's bands hold (`ladder.ROWS`).
+Each timed call finds its weights in memory, not in the caches, as a model's pass does (a model's layers are far
+larger than the last-level cache; one matrix is not): a buffer twice the size of that cache is read between calls,
+outside the timing. The bf16 prompt path is timed as `prompt.py` runs it: the activations cast to bf16, torch's
+product against the weight dequantized once to bf16, the result cast back.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from . import kernels, ladder
+from . import kernels, ladder, prompt
 from .int8 import Int8Weight
 from .q4 import Q4Weight
 from .q56 import Q5Weight, Q6Weight
@@ -132,6 +133,6 @@ def q8k() -> dict:
             got = out.setdefault(fmt, {})
             for r in sizes:
                 x = torch.randn(r, k, generator=gen)
-                got[str(r)] = got.get(str(r), 0.0) + seconds(lambda: kernels.q8k_gemm(x, held[fmt]))
+                got[str(r)] = got.get(str(r), 0.0) + seconds(lambda: prompt.q8k_gemm(x, held[fmt]))
     named = {ladder.key(fmt, a): dict(got) for fmt, got in out.items() for a in ladder.ABITS}
     return {"seconds": named, "products": products()}

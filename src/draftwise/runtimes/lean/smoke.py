@@ -75,7 +75,7 @@ def q8k_passes() -> bool:
     for fmt in ("q4k", "q6k"):
         for m in (1, 5, 9):
             x = activations(m, 512, gen)
-            if not torch.equal(kernels.q8k_gemm(x, held[fmt]), prompt.reference_q8k(x, held[fmt])):
+            if not torch.equal(prompt.q8k_gemm(x, held[fmt]), prompt.reference_q8k(x, held[fmt])):
                 return False
     return True
 
