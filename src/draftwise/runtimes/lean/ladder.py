@@ -50,7 +50,7 @@ BF16 = "bf16"  # prompt passes through torch's bf16 product: lossy, in the chunk
 LOSSY = (Q8K, BF16)  # the paths that serve prompt passes only (`prompt.py`), in the order they are tried
 BANDS = ("step", "short verify", "verify", "chunk", "prefill")  # `draftwise_int8_band`: 1 row, 2-3, 4-15, 16-63, 64+
 SPANS = ("1 row", "2-3 rows", "4-15 rows", "16-63 rows", "64+ rows")
-ROWS = ((1,), (2, 3), (4, 8), (16, 32), (64, 128))  # the pass sizes timed in each band
+ROWS = ((1,), (2, 3), (4, 8), (16, 32), (64, 256))  # the pass sizes timed in each band
 PROMPT_BANDS = (3, 4)  # the bands whose timings decide whether prompt passes take a LOSSY path
 # a lossy path must be this much faster than the exact path to be taken: it costs quality, and bf16 2 bytes a weight
 # of memory and a pass outside the one C call too (on an AMD EPYC Zen 5 a 1.5B model's 277-token prefill took 1.04 s
@@ -191,14 +191,15 @@ def choose(timings: dict[str, dict | None]) -> Route:
 
 def _lossy(proven: dict, chosen: dict, name: str) -> str | None:
     """The LOSSY path prompt passes of this format and activation bits take, at every size (a row's result is its
-    own on them, so a prompt's cache is the same whole or in chunks): the fastest timed, over the prompt bands' pass
-    sizes against each band's exact path, where faster by its `LOSSY_GAIN`; None where none was."""
-    sizes = [(band, r) for band in PROMPT_BANDS for r in ROWS[band]]
+    own on them, so a prompt's cache is the same whole or in chunks): the fastest timed over the prompt bands' pass
+    sizes together — their summed time, as a prompt's passes add up, against each band's exact path — where faster
+    by its `LOSSY_GAIN`; None where none was."""
+    sizes = [(band, str(r)) for band in PROMPT_BANDS for r in ROWS[band]]
     if any(chosen[name, band] not in proven for band in PROMPT_BANDS):  # no exact path: torch's reference
         return None
-    exact = [proven[chosen[name, band]]["seconds"][name][str(r)] for band, r in sizes]
+    exact = sum(proven[chosen[name, band]]["seconds"][name][r] for band, r in sizes)
     ratio = {
-        p: sum(proven[p]["seconds"][name][str(r)] / e for (_, r), e in zip(sizes, exact)) / len(sizes)
+        p: sum(proven[p]["seconds"][name][r] for _, r in sizes) / exact
         for p in LOSSY
         if p in proven and name in proven[p]["seconds"]
     }
