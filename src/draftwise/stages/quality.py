@@ -127,6 +127,8 @@ def run(config: QualityConfig, out: str | Path) -> Path:
         isolate.crumb(runtime=rt)  # in an isolated child: the runtime a crash would cost
         label, options, spec = parse_runtime(rt, config.target)
         model = load(spec, options)
+        if isinstance(model.lm, LeanLM):  # measured whatever this file's kept verdict (`prompt.keep`) says
+            model.lm.prompt_lossy = True
         bits = asked_activations(rt)
         if bits:
             activations.with_activations(model.lm, bits)

@@ -58,7 +58,7 @@ PROMPT_BANDS = (3, 4)  # the bands whose timings decide whether prompt passes ta
 LOSSY_GAIN = {Q8K: 0.9, BF16: 0.85}
 FORMATS = ("q8", "q4", "q4h", "q4k", "q5h", "q6k")  # the kernel's weight formats, in its order (`cpu_int8.c`)
 ABITS = (16, 8)  # activation bits, in the route's order
-VERSION = 6  # the verdict's form; a record of another (version 1 was proven, not timed) or other ROWS is made again
+VERSION = 7  # the verdict's form; a record of another (version 1 was proven, not timed) or other ROWS is made again
 CHILD_TIMEOUT_S = 300
 
 

@@ -36,6 +36,7 @@ from .activations import keeps_bar
 from .int8 import LINEARS, Int8Weight
 
 MEMORY_SHARE = 0.5  # the copies may take at most this share of the available memory
+Q8K_E = 3  # cpu_int8_q8k.c's E: a block's activation scale at most 2^E times finer than its super-block's
 
 
 def _routed(w, rows: int) -> bool:
@@ -153,27 +154,31 @@ def q8k_gemm(x: torch.Tensor, w) -> torch.Tensor:
 
 def reference_q8k(x2: torch.Tensor, w: Int8Weight) -> torch.Tensor:
     """`cpu_int8_q8k.c` in torch, the same bits: x2 [M, K] fp32 quantized to 8 bits per super-block of 256 (sA =
-    amax / 127), integer sums per block folded with the block's integer scale over the super-block, then
-    acc = acc + ((I1·d + I2·m)·sA) in fp32, super-block after super-block (Q6_K: I1·d alone, its offsets folded)."""
-    m, k, cols, sub = x2.shape[0], w.in_features, w.padded_in, w.SUB
-    xb = torch.nn.functional.pad(x2.float(), (0, cols - k)).view(m, -1, 256)
-    amax = xb.abs().amax(-1)  # [M, NS]
+    amax / 127), each block of 32 2^e finer where its values allow (e <= E), integer sums per block folded with the
+    block's integer scale, shifted by E - e, over the super-block, then acc = acc + ((I1·d + I2·m)·sA/2^E) in fp32,
+    super-block after super-block (Q6_K: I1·d alone, its offsets folded)."""
+    m, k, cols, sub, top_e = x2.shape[0], w.in_features, w.padded_in, w.SUB, Q8K_E
+    xb = torch.nn.functional.pad(x2.float(), (0, cols - k)).view(m, -1, 8, 32)  # [M, NS, 8 blocks, 32]
+    amax = xb.abs().amax((-1, -2))  # [M, NS]
+    top = xb.abs().amax(-1)  # [M, NS, 8]
+    e = sum((top * 2.0**j <= amax[..., None]).int() for j in range(1, top_e + 1))  # the most that keeps |v| <= 127
     inv = torch.where(amax > 0, torch.full_like(amax, 127.0) / amax, torch.zeros_like(amax))
-    v = torch.round(xb * inv[..., None]).view(m, -1, sub).double()  # [M, NB, sub]
+    v = torch.round(xb * (inv[..., None] * 2.0 ** e.float())[..., None]).view(m, -1, sub).double()  # [M, NB, sub]
+    shift = (2.0 ** (top_e - e)).double().view(m, -1).repeat_interleave(32 // sub, dim=1)  # [M, NB]
     t = v.sum(-1)  # [M, NB]
     q, _, _ = w.unpacked()
     sc, mn, d, dm = w.raw_rows()  # the blocks' integer scales (and mins) as held, the super-blocks' d and m
     ds = torch.einsum("mbk,nbk->mnb", v, q.double().view(q.shape[0], -1, sub))  # [M, Np, NB], exact
-    per = 256 // sub
+    per, ns = 256 // sub, cols // 256
     if w.scale_format == 3:  # Q6_K: z = -32 s
-        i1 = ((ds - 32 * t[:, None, :]) * sc.double()).view(m, -1, cols // 256, per).sum(-1)
+        i1 = ((ds - 32 * t[:, None, :]) * sc.double() * shift[:, None, :]).view(m, -1, ns, per).sum(-1)
         i2 = None
     else:
-        i1 = (ds * sc.double()).view(m, -1, cols // 256, per).sum(-1)
-        i2 = (t[:, None, :] * mn.double()).view(m, -1, cols // 256, per).sum(-1)
+        i1 = (ds * sc.double() * shift[:, None, :]).view(m, -1, ns, per).sum(-1)
+        i2 = ((t * shift)[:, None, :] * mn.double()).view(m, -1, ns, per).sum(-1)
     acc = torch.zeros(m, q.shape[0])
-    sa = amax / 127.0
-    for s in range(cols // 256):
+    sa = amax / 127.0 * (1.0 / 2**top_e)
+    for s in range(ns):
         term = i1[:, :, s].float() * d[:, s]
         if i2 is not None:
             term = term + i2[:, :, s].float() * dm[:, s]
