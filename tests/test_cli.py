@@ -69,7 +69,24 @@ def test_cli_runs_a_bench(capsys, tmp_path, tiny_dir):
         ]
     )
     assert code == 0
-    assert "tokens/s" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "tokens/s" in out
+    assert "int8/q4 kernel:" in out  # the route was proven before the machine was described (`prove_matrix_route`)
+
+
+def test_the_matrix_route_is_proven_before_the_command_runs(monkeypatch, tmp_path, tiny_dir):
+    """A machine's first run names its matrix paths too: the ladder runs before the run folder describes the machine."""
+    import draftwise.cli as cli
+    from draftwise.runtimes.lean import kernels
+
+    order = []
+    monkeypatch.setattr(kernels, "route", lambda: order.append("route"))
+    parser, commands = cli.build()
+    bench = commands["bench"]
+    commands["bench"] = bench._replace(run=lambda config, args: order.append("run"))
+    monkeypatch.setattr(cli, "build", lambda: (parser, commands))
+    assert main(["bench", "--target", tiny_dir, "--out", str(tmp_path / "r")]) == 0
+    assert order == ["route", "run"]
 
 
 # --- the parsers are derived from the configs: every option declared once, on its field ---------------------------

@@ -83,28 +83,23 @@ def int8_gemm(x: torch.Tensor, w, isa: int | None = None, lib=None, prompt: bool
     for M rows (`prompt`: a prompt pass's, which may be lossy: `prompt.py`). `isa`: that path at every size instead
     (tests compare them; the ladder's child times one); `lib`: another build of the library (`library.load`: the AMX
     emulation)."""
-    m, n = x.shape[0], w.out_features
-    y = torch.empty(m, n, dtype=torch.float32)
+    y = torch.empty(x.shape[0], w.out_features, dtype=torch.float32)
+    route = table(prompt) if isa is None else ladder.Route.one(isa).table
     (lib or _kernel()).draftwise_int8_gemm(
-        x.data_ptr(),
-        w.q.data_ptr(),
-        w.s.data_ptr(),
-        w.z.data_ptr(),
-        w.sd.data_ptr(),
-        w.zd.data_ptr(),
-        w.qsum.data_ptr(),
-        y.data_ptr(),
-        m,
-        n,
-        w.in_features,
-        w.padded_in,
-        torch.get_num_threads(),
-        table(prompt) if isa is None else ladder.Route.one(isa).table,
-        w.BITS,
-        w.scale_format,
-        w.abits,
+        x.data_ptr(), *blocks(w), w.qsum.data_ptr(), y.data_ptr(), *sizes(x, w), route, w.BITS, w.scale_format, w.abits
     )
     return y
+
+
+def blocks(w) -> tuple[int, ...]:
+    """An `Int8Weight`'s packed q, its scales and offsets and their super-blocks' factors, as the C kernels take
+    them (addresses)."""
+    return tuple(t.data_ptr() for t in (w.q, w.s, w.z, w.sd, w.zd))
+
+
+def sizes(x: torch.Tensor, w) -> tuple[int, ...]:
+    """M, N, K, Kp and the threads of a product of x [M, K] with `w`, as the C kernels take them."""
+    return x.shape[0], w.out_features, w.in_features, w.padded_in, torch.get_num_threads()
 
 
 def _on_fast_path(x: torch.Tensor, w: torch.Tensor) -> bool:

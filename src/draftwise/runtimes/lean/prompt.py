@@ -132,23 +132,8 @@ def _record(gguf: Path) -> Path:
 def q8k_gemm(x: torch.Tensor, w) -> torch.Tensor:
     """x [M, K] fp32 contiguous times a Q4_K or Q6_K weight at Q8_K activations (`cpu_int8_q8k.c`: the lossy prompt
     path, `prompt.py`) -> [M, N] fp32."""
-    m, n = x.shape[0], w.out_features
-    y = torch.empty(m, n, dtype=torch.float32)
-    kernels._kernel().draftwise_q8k_gemm(
-        x.data_ptr(),
-        w.q.data_ptr(),
-        w.s.data_ptr(),
-        w.z.data_ptr(),
-        w.sd.data_ptr(),
-        w.zd.data_ptr(),
-        y.data_ptr(),
-        m,
-        n,
-        w.in_features,
-        w.padded_in,
-        torch.get_num_threads(),
-        w.BITS,
-    )
+    y = torch.empty(x.shape[0], w.out_features, dtype=torch.float32)
+    kernels._kernel().draftwise_q8k_gemm(x.data_ptr(), *kernels.blocks(w), y.data_ptr(), *kernels.sizes(x, w), w.BITS)
     return y
 
 
