@@ -41,7 +41,8 @@ def config(runtime: str, args) -> BenchConfig:
     return BenchConfig(**common, drafter=None, baselines=("llama-server",))
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (docs checks parse the commands they show with it)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default="default")
     p.add_argument("--runtimes", default="lean:fp32,lean:int8,llama-server")
@@ -51,7 +52,11 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", required=True)
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     names = args.runtimes.split(",")
     benches = [config(n, args) for n in names]
     grid = BenchGridConfig(bench=benches[0], rows=tuple(benches[1:]), row_names=tuple(names[1:]))

@@ -34,13 +34,18 @@ def template(shape: str):
     return load("default").config
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (docs checks parse the commands they show with it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("shape", choices=sorted(SHAPES))
     parser.add_argument("quant", choices=sorted(QUANTS))
     parser.add_argument("out")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     config = llama_config(SHAPES[args.shape], template(args.shape))
     state = random_state_dict(config, torch.float32, "cpu", args.seed)
     print(

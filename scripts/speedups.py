@@ -21,11 +21,16 @@ def name(r: dict) -> str:
     return f"{r['runtime']}/{what}" if r.get("runtime") else what
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (docs checks parse the commands they show with it)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", help="a bench or bench-grid run folder")
     p.add_argument("--over", default="ar", help="the option every other is compared with (default: ar)")
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     records = [json.loads(line) for line in (Path(args.run) / "records.jsonl").read_text().splitlines() if line.strip()]
     by = decide.timings([r for r in records if r.get("temperature", 0.0) == 0], name)
     result = decide.compare(by, by[args.over], 0)

@@ -63,7 +63,8 @@ def on(path: str) -> None:
     kernels.route.cache_clear()
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (docs checks parse the commands they show with it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("target")
     parser.add_argument("--dtypes", default="int8,q4")
@@ -73,7 +74,11 @@ def main() -> None:
     parser.add_argument(
         "--paths", default="ladder", help="matrix routes, ';'-separated: ladder (its choice), or a path forced: avx512"
     )
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     torch.set_num_threads(args.threads)
     bits = [int(b) for b in args.activations.split(",") if b]
     paths = args.paths.split(";")

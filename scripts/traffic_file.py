@@ -44,7 +44,8 @@ def encoder(target: str | None):
     return encode
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (docs checks parse the commands they show with it)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("questions")
     ap.add_argument("out")
@@ -54,7 +55,11 @@ def main() -> None:
     ap.add_argument("--code", action="store_true", help="only questions that hold code")
     ap.add_argument("--target", help="whose chat template counts --prompt-tokens")
     ap.add_argument("--prompt-tokens", help="MIN-MAX tokens a request encodes to (with --target)")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     lines = [json.loads(x) for x in Path(args.questions).read_text(encoding="utf-8").splitlines() if x.strip()]
     if args.code:
         lines = [q for q in lines if any(mark in question(q) for mark in CODE)]

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from draftwise.config import DesignConfig
-from draftwise.design import build, cuts
+from draftwise.design import build, costs, cuts
 from draftwise.design.candidates import Candidate
 from draftwise.design.costs import Outline
+from draftwise.design.sizes import CUT_TEACHER_TOKENS, nominal
 from draftwise.shapes import Shape
 
 QWEN_05B = Shape(layers=24, hidden=896, heads=14, kv_heads=2, head_dim=64, ffn=4864, vocab=151936, tied=True)
@@ -55,7 +56,7 @@ def test_a_cut_is_pruned_from_the_sibling_and_distilled_at_fp32_toward_the_targe
     prune = cuts.prune_config(config, cand, "gen", 64)
     assert (prune.target, prune.dtype, prune.data, prune.vocab_data) == ("qwen2.5-coder-0.5b", "fp32", "gen", "gen")
     assert prune.shape == "layers=8,hidden=896,heads=14,kv_heads=2,ffn=4864" and prune.draft_vocab == cuts.CUT_VOCAB
-    distill = cuts.distill_config(config, "prune-cut", "gen", 2.0, 0.1)
+    distill = cuts.distill_config(config, "prune-cut", "teacher", "gen", 2.0, 0.1)
     assert (distill.target, distill.drafter, distill.dtype, distill.lr) == (
         "qwen2.5-coder-1.5b",
         "prune-cut",
@@ -63,13 +64,22 @@ def test_a_cut_is_pruned_from_the_sibling_and_distilled_at_fp32_toward_the_targe
         cuts.CUT_LR,
     )
     assert distill.draft_vocab == cuts.CUT_VOCAB and distill.stop_below == 0.1
+    assert (distill.data, distill.vocab_data) == (
+        "teacher",
+        "gen",
+    )  # learns the teacher's top-k, deploys gen-data's head
     assert distill.target_dtype == "q4"  # the target as studied: no fp32 copy of it beside the training
 
 
-def test_the_plan_counts_the_cuts_without_a_sweep_or_teacher():
-    outline = Outline.of(DesignConfig(target="qwen2.5-coder-1.5b", dtype="q4"))
+def test_the_plan_counts_the_cuts_without_a_sweep_and_their_teacher_at_the_studied_precision():
+    config = DesignConfig(target="qwen2.5-coder-1.5b", dtype="q4", minutes=60)
+    outline = Outline.of(config)
     assert outline.cuts and outline.trained == 2
     assert Outline.of(DesignConfig(target="default", dtype="q4")).trained == 0
+    assert nominal(config, 2).teacher_tokens == 60 * CUT_TEACHER_TOKENS  # scored at q4, not bf16's 8k a minute
+    items = {i.kind: i for i in costs.items(outline, nominal(config, 2), config)}
+    assert items["sweep"].count == 0 and items["teacher"].count == 1
+    assert items["teacher"].steps == pytest.approx(300 + 0.35 * 60 * CUT_TEACHER_TOKENS)
 
 
 def test_a_cut_drafts_with_its_reduced_head(tmp_path):

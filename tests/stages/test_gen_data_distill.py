@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -186,3 +187,55 @@ def test_draft_vocab_writes_a_reduced_copy_beside_the_checkpoint(tiny_dir, data_
     assert size == 64 and len(ids) % 8 == 0 and len(ids) >= 16
     distill.run(distill_config(tiny_dir, data_dir, tokens=40, draft_vocab=16), out)  # a rerun keeps it as it is
     assert vocab.read_map(out / "reduced") == (ids, size)
+
+
+def test_the_training_head_is_the_reduced_head_it_deploys(tiny_dir, data_dir, tmp_path):
+    """With --draft-vocab, distillation's logits come from the head rows `reduced/` keeps (the same ids, counted on
+    --vocab-data), so the trained drafter's loss is the one it drafts with."""
+    from draftwise.targets import vocab_map as vocab
+
+    seen = []
+    real = distill.DraftHead.logits
+
+    def spy(self, head, hidden):
+        seen.append(self.ids.tolist())
+        out = real(self, head, hidden)
+        assert out.shape[-1] == len(self.ids)
+        return out
+
+    config = distill_config(tiny_dir, data_dir, tokens=40, draft_vocab=16)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(distill.DraftHead, "logits", spy)
+        out = distill.run(replace(config, vocab_data=str(data_dir)), tmp_path / "d")
+    ids, _ = vocab.read_map(out / "reduced")
+    assert seen and all(s == ids for s in seen)
+
+
+def test_a_teacher_folder_trains_with_the_head_counted_on_gen_data(tiny_dir, data_dir, tmp_path):
+    from draftwise.config import TeacherConfig
+    from draftwise.stages import teacher
+
+    t = teacher.run(
+        TeacherConfig(target=tiny_dir, suites="alpaca", tokens=200, topk=8, precision="fp32", cache=False),
+        tmp_path / "t",
+    )
+    config = distill_config(tiny_dir, str(t), tokens=40, draft_vocab=16)
+    with pytest.raises(DraftwiseError, match="not a gen-data run folder"):  # the teacher's text is not what it emits
+        distill.run(config, tmp_path / "refused")
+    out = distill.run(replace(config, vocab_data=str(data_dir)), tmp_path / "d")
+    assert (out / "reduced" / "config.json").exists()
+
+
+def test_the_held_out_agreement_is_the_deployed_heads():
+    """Evaluated with its draft vocabulary, the drafter's argmax is the best of the head's rows, never a token the
+    reduced drafter cannot propose — even where the full head's argmax lies outside them."""
+    full = torch.nn.Linear(4, 10, bias=False)
+    with torch.no_grad():
+        full.weight.copy_(torch.randn(10, 4, generator=torch.Generator().manual_seed(0)))
+    hidden = torch.randn(32, 4, generator=torch.Generator().manual_seed(1))
+    outside = full(hidden).argmax(-1)
+    keep = [i for i in range(10) if i not in set(outside[:4].tolist())]  # rows 0-3's full argmax left out
+    head = distill.DraftHead.of(keep, 10)
+    got = distill.DeployedHead(full, head)(hidden).argmax(-1)
+    assert set(got.tolist()) <= set(keep)
+    assert got.tolist() == [keep[i] for i in (hidden @ full.weight[keep].T).argmax(-1).tolist()]

@@ -37,3 +37,17 @@ def test_topk_binning_keeps_the_rest_mass():
     pb, qb = losses.binned(torch.tensor([[0, 1]]), p[:, :2], logits)
     torch.testing.assert_close(pb, torch.tensor([[0.5, 0.3, 0.2]]))
     torch.testing.assert_close(qb, torch.tensor([[0.2, 0.2, 0.6]]))
+
+
+def test_a_reduced_head_gives_the_target_tokens_it_lacks_no_mass():
+    """A drafter deploying a head of some target ids: its softmax is over those rows, and a target token outside them
+    keeps its p with q = 0 (SD never proposes it), so no loss can be lowered by it."""
+    p = torch.tensor([[0.5, 0.3, 0.1, 0.05, 0.05]])
+    to_draft = torch.tensor([0, -1, 1, 2, -1])  # the head holds target ids 0, 2, 3
+    logits = torch.log(torch.tensor([[0.5, 0.25, 0.25]]))  # over the head's rows
+    pb, qb = losses.binned(torch.tensor([[0, 1, 2]]), p[:, :3], logits, to_draft)
+    torch.testing.assert_close(pb, torch.tensor([[0.5, 0.3, 0.1, 0.1]]))
+    torch.testing.assert_close(qb, torch.tensor([[0.5, 0.0, 0.25, 0.25]]))
+    full = losses.binned(torch.tensor([[0, 2, 3]]), p[:, [0, 2, 3]], torch.log(torch.tensor([[0.5, 0.1, 0.25, 0.15]])))
+    same = losses.binned(torch.tensor([[0, 2, 3]]), p[:, [0, 2, 3]], logits, torch.tensor([0, -1, 1, 2]))
+    assert not torch.allclose(full[1], same[1])  # the head's own softmax, not the full one's rows

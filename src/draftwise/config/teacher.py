@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..errors import DraftwiseError
 from .base import opt, opt_device, opt_seed, opt_target, opt_threads
 
-TEACHER_PRECISIONS = ("auto", "fp32", "bf16")
+TEACHER_PRECISIONS = ("auto", "fp32", "bf16", "int8", "q4")
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,8 @@ class TeacherConfig:
     precision: str = opt(
         "auto",
         "the teacher's precision: bf16 where the CPU computes it natively (AVX-512 BF16 / AMX) or on a GPU, else "
-        "fp32 (auto); its top-1 agreement with the fp32 target is measured and recorded",
+        "fp32 (auto); or the deployed target's int8 / q4 (a big target's: the drafter learns the target it will "
+        "serve, at a third of bf16's memory); a lossy teacher's top-1 agreement with the fp32 target is recorded",
         choices=TEACHER_PRECISIONS,
     )
     batch_size: int = opt(8, "sequences per forward pass (8 × 256 tokens measured fastest on 2 cores)")
@@ -42,7 +43,9 @@ class TeacherConfig:
 
     def __post_init__(self):
         if self.precision not in TEACHER_PRECISIONS:
-            raise DraftwiseError(f"unknown teacher precision {self.precision!r}: choose auto, fp32 or bf16")
+            raise DraftwiseError(
+                f"unknown teacher precision {self.precision!r}: choose {', '.join(TEACHER_PRECISIONS)}"
+            )
         if min(self.seq_len, self.topk, self.batch_size, self.shard_size, self.min_len) < 1:
             raise DraftwiseError("seq_len, topk, batch_size, shard_size and min_len must be >= 1")
         if self.min_len > self.seq_len:

@@ -158,7 +158,14 @@ class DistillConfig:
         "natively (2.4× the tokens/s measured on a 2-core EPYC Zen 5) or on a GPU",
         choices=("auto", "on", "off"),
     )
-    draft_vocab: int = opt(0, "also write reduced/: the head cut to the N hottest tokens of --data (0 = no)")
+    draft_vocab: int = opt(
+        0,
+        "train with the head cut to the N hottest tokens of --vocab-data, as the drafter deploys, and write "
+        "reduced/ with that head (0 = the full head)",
+    )
+    vocab_data: str | None = opt(
+        None, "a gen-data run folder whose token frequencies choose the draft vocabulary (default: --data)"
+    )
     on_policy_every: int = opt(0, "every n-th step on-policy: the drafter generates, the target scores (0 = off)")
     on_policy_tokens: int = opt(32, "tokens the drafter generates per on-policy sequence")
     eval_every: int = opt(25, "steps between held-out agreement evaluations")

@@ -125,13 +125,15 @@ def prune_distill(p: Stages, cand: Candidate) -> None:
 
 
 def cut_distill(p: Stages, cand: Candidate) -> None:
-    """A shape cut from the sibling at fp32 and distilled on the target's continuations (`cuts`)."""
+    """A shape cut from the sibling at fp32 (calibrated on the target's continuations) and distilled on the teacher
+    data: those continuations and the train text, scored by the target as studied (`cuts`)."""
     data = str(p.folder("gen-data"))
     prune_config = cuts.prune_config(p.config, cand, data, p.sizes.elimination_tokens)
     p.stage(f"prune-{cand.name}", lambda f: prune.run(prune_config, f))
     c = cuts.predicted_c(cand.shape, Shape.of(target_of(p.config).model_config()))  # a worker holds no target
+    teacher_data = str(p.folder("teacher")) if "teacher" in p.done else data  # a design begun before: gen-data
     distill_config = cuts.distill_config(
-        p.config, str(p.folder(f"prune-{cand.name}")), data, p.sizes.distill_minutes, break_even(c)
+        p.config, str(p.folder(f"prune-{cand.name}")), teacher_data, data, p.sizes.distill_minutes, break_even(c)
     )
     p.stage(f"distill-{cand.name}", lambda f: distill.run(distill_config, f), predicted_c=round(c, 4))
 
@@ -185,6 +187,7 @@ def teacher_config(p: Pipeline) -> TeacherConfig:
     c = p.config
     return TeacherConfig(
         target=c.target,
+        precision=c.dtype if cuts.source(c) else "auto",  # a sibling's cuts learn the target as it is deployed
         continuations=str(p.folder("gen-data")),
         text=c.text,
         tokens=p.sizes.teacher_tokens,
@@ -198,7 +201,7 @@ def build(p: Pipeline, cands: list[Candidate]) -> dict[str, str]:
     """Target data, then every candidate's own stages (each candidate an executor item); {name: drafter spec}."""
     opts = runtime_options(p.config)
     p.stage("gen-data", lambda f: gen_data.run(lookup.gen_data_config(p, opts, p.sizes.gen_prompts), f))
-    if any((x.trained and not x.source) or x.role == FEATURE for x in cands):  # a sibling's cuts learn from gen-data
+    if any(x.trained or x.role == FEATURE for x in cands):
         p.stage("teacher", lambda f: teacher.run(teacher_config(p), f))
     p.replan("train")
     todo = [(cand, dict(p.done)) for cand in cands if f"agree-{cand.name}" not in p.done]

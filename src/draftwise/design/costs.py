@@ -71,7 +71,7 @@ class Outline:
     lean_step: float = LEAN_FLOOR  # the lean rows' mean step in the study's steps (`lean_share`)
     answer: float = 0.0  # the traffic's mean answer tokens (its file's max_tokens; 0: --max-new-tokens)
     temperatures: int = 0  # the traffic's temperatures, each measured in the last grid (0: --temperatures')
-    cuts: bool = False  # the trained shapes are cut from the sibling and learn from gen-data: no sweep, no teacher
+    cuts: bool = False  # the trained shapes are cut from the sibling: no sweep; their teacher is the studied target
 
     @classmethod
     def of(cls, config: DesignConfig) -> Outline:
@@ -149,12 +149,13 @@ def _building(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) -> 
     """The sweep, data, each candidate's prune, distill and agree, the profile, and the lookups' tuning."""
     t = c.max_new_tokens / REF_TOKENS
     learns = int(o.trained + o.features > 0 and (o.built or "training" not in d))  # a study at int8/q4 trains none
-    learns_target = learns and not o.cuts  # a sibling's cuts need no sweep of the target's shapes, nor its teacher
+    learns_target = learns and not o.cuts  # a sibling's cuts need no sweep of the target's shapes
     out = [
         Item("sweep", learns_target, 300),
         Item("gen-data", 1, 100 + (52 + 2 * o.prefill) * s.gen_prompts),  # each prompt at two temperatures
-        # teacher-forced scoring: ~1,300 tokens/s at bf16 on 2 cores, about 40 tokens per fp32 AR step
-        Item("teacher", learns_target, 300 + 0.025 * s.teacher_tokens),
+        # teacher-forced scoring: ~1,300 tokens/s at bf16 on 2 cores, about 40 tokens per fp32 AR step; a cut's
+        # teacher is the target as studied: ~160 tokens/s at q4 on a 1.5B, about 0.35 of its AR step a token
+        Item("teacher", learns, 300 + (0.35 if o.cuts else 0.025) * s.teacher_tokens),
         Item("prune", n.trained, 600 + 1100 * math.ceil(s.elimination_tokens / 64)),  # per calibration row
         Item("distill", n.trained, 400, 60 * s.distill_minutes),  # its minutes, then loading and evaluations
         Item("feature", n.features, 400, 60 * s.feature_minutes),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..config import DesignConfig
+from . import cuts
 
 FLOORS = {
     "gen_prompts": 8,
@@ -20,6 +21,10 @@ FLOORS = {
     "teacher_tokens": 200_000,  # the paper's data scale needs it, and it is cheap: ~1 min per 80k tokens, cached
     "feature_minutes": 0.5,
 }
+# a sibling's cuts learn from the target as studied (q4 or int8), which scores ~160 tokens/s at 1.5B on 2 cores with
+# its full 152k-row head, not bf16's thousands: ~1k tokens a minute of budget (60k in an hour, ~6 minutes), which
+# distillation at 100-200 tokens/s reads about twice over in its share of the budget
+CUT_TEACHER_TOKENS = 1000
 TRAINING = ("gen_prompts", "distill_minutes", "teacher_tokens", "feature_minutes")  # the sizes σ > 1 grows
 
 
@@ -63,8 +68,8 @@ class Sizes:
 
 def nominal(config: DesignConfig, trained: int) -> Sizes:
     """The sizes at σ = 1: the config's counts; per minute of budget ~3 prompts generated and ~8k tokens scored
-    teacher-forced (about 10 % of the budget at bf16 on 2 cores), distillation ~22 % of the budget shared by the
-    pruned candidates, the feature-level drafter ~8 %."""
+    teacher-forced (about 10 % of the budget at bf16 on 2 cores; for a sibling's cuts `CUT_TEACHER_TOKENS`),
+    distillation ~22 % of the budget shared by the pruned candidates, the feature-level drafter ~8 %."""
     return Sizes(
         gen_prompts=max(8, round(3 * config.minutes)),
         distill_minutes=round(0.22 * config.minutes / max(1, trained), 2),
@@ -75,7 +80,7 @@ def nominal(config: DesignConfig, trained: int) -> Sizes:
         refine_limit=config.refine_limit,
         headline_limit=config.headline_limit,
         accuracy_items=config.accuracy_items,
-        teacher_tokens=round(8000 * config.minutes),
+        teacher_tokens=round((CUT_TEACHER_TOKENS if cuts.source(config) else 8000) * config.minutes),
         feature_minutes=round(0.08 * config.minutes, 2) if config.feature_drafter else 0.0,
     )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -33,7 +34,7 @@ from ..timing import native_bf16
 from . import losses
 from .agree import greedy_tar
 from .budget import Budget, Log
-from .draft_vocab import ensure_reduced
+from .draft_vocab import ensure_reduced, hot_ids
 
 
 def order(n_rows: int, step: int, batch_size: int, seed: int) -> list[int]:
@@ -47,7 +48,54 @@ def order(n_rows: int, step: int, batch_size: int, seed: int) -> list[int]:
     return out
 
 
-def batch_loss(model, rows: list[dict], loss_name: str) -> tuple[torch.Tensor, int]:
+@dataclass(frozen=True)
+class DraftHead:
+    """The head a distillation trains with when the drafter deploys a reduced one: the target ids it keeps (its
+    rows of the full head) and each target id's row in it (-1: outside). Its logits are a tenth of the full head's
+    work at Qwen's 152k vocabulary, and the loss sees what SD will: a token outside it is never proposed."""
+
+    ids: torch.Tensor  # [N] target ids, ascending
+    to_draft: torch.Tensor  # [target vocab] row in the reduced head, -1 where absent
+
+    @classmethod
+    def of(cls, ids: list[int], vocab_size: int) -> DraftHead:
+        to_draft = torch.full((vocab_size,), -1, dtype=torch.long)
+        to_draft[torch.tensor(ids)] = torch.arange(len(ids))
+        return cls(torch.tensor(ids), to_draft)
+
+    def logits(self, head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+        bias = None if head.bias is None else head.bias[self.ids]
+        return torch.nn.functional.linear(hidden, head.weight[self.ids], bias)
+
+
+class DeployedHead(torch.nn.Module):
+    """The model's head as the drafter deploys it, for evaluation: logits over the draft vocabulary's rows, every
+    other target id at -inf, so the held-out agreement (the learning curve's y) is the reduced drafter's."""
+
+    def __init__(self, full: torch.nn.Module, head: DraftHead):
+        super().__init__()
+        self.full, self.head = full, head
+
+    @property
+    def weight(self) -> torch.Tensor:  # what an engine reads the vocabulary's size from
+        return self.full.weight
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        out = hidden.new_full((*hidden.shape[:-1], self.full.weight.shape[0]), float("-inf"))
+        out[..., self.head.ids] = self.head.logits(self.full, hidden).to(out.dtype)
+        return out
+
+
+def draft_head(config: DistillConfig, model, tokenizer) -> DraftHead | None:
+    if not config.draft_vocab:
+        return None
+    vocab = model.get_output_embeddings().weight.shape[0]
+    return DraftHead.of(
+        hot_ids(config.vocab_data or config.data, config.draft_vocab, vocab, tokenizer.all_special_ids), vocab
+    )
+
+
+def batch_loss(model, rows: list[dict], loss_name: str, head: DraftHead | None = None) -> tuple[torch.Tensor, int]:
     """Mean divergence over the continuation positions of right-padded rows; the head runs on those only."""
     T = max(len(r["tokens"]) for r in rows)
     ids = torch.zeros(len(rows), T, dtype=torch.long)
@@ -59,10 +107,12 @@ def batch_loss(model, rows: list[dict], loss_name: str) -> tuple[torch.Tensor, i
     # continuation token j of row i is predicted at position prompt_len - 1 + j
     where = [(i, r["prompt_len"] - 1 + j) for i, r in enumerate(rows) for j in range(len(r["topk_ids"]))]
     rows_i, cols = torch.tensor([w[0] for w in where]), torch.tensor([w[1] for w in where])
-    logits = model.get_output_embeddings()(hidden[rows_i, cols])  # [N, V]
+    out, picked = model.get_output_embeddings(), hidden[rows_i, cols]
+    logits = out(picked) if head is None else head.logits(out, picked)  # [N, V] or [N, draft vocab]
     topk_ids = torch.cat([r["topk_ids"] for r in rows])
     topk_probs = torch.cat([r["topk_probs"] for r in rows])
-    return losses.loss(loss_name, topk_ids, topk_probs, logits), len(where)
+    to_draft = None if head is None else head.to_draft
+    return losses.loss(loss_name, topk_ids, topk_probs, logits, to_draft), len(where)
 
 
 @torch.no_grad()
@@ -92,10 +142,17 @@ def on_policy_rows(model, target, prompts: list[list[int]], config: DistillConfi
 
 
 @torch.no_grad()
-def evaluate(model, eval_seqs: list[continuations.Sequence], gammas=(4,)) -> dict:
-    """Held-out top-1 agreement (teacher-forced on the target's greedy eval continuations) and implied greedy TAR."""
+def evaluate(model, eval_seqs: list[continuations.Sequence], gammas=(4,), head: DraftHead | None = None) -> dict:
+    """Held-out top-1 agreement (teacher-forced on the target's greedy eval continuations) and implied greedy TAR,
+    with the head the drafter deploys (`head`: its draft vocabulary; None: the full head)."""
     model.eval()
-    matches = continuations.top1_matches(HFCausalLM(model), eval_seqs)
+    full = model.get_output_embeddings()
+    if head is not None:
+        model.set_output_embeddings(DeployedHead(full, head))
+    try:
+        matches = continuations.top1_matches(HFCausalLM(model), eval_seqs)
+    finally:
+        model.set_output_embeddings(full)
     model.train()
     out = {"agreement": sum(map(sum, matches)) / sum(len(m) for m in matches)}
     return out | {f"tar_gamma{g}": greedy_tar(matches, g) for g in gammas}
@@ -146,13 +203,15 @@ def use_autocast(setting: str, device: str) -> bool:
     return setting == "on" or (setting == "auto" and native_bf16(device))
 
 
-def _step(model, opt, micro_batches: list[list[dict]], loss_name: str, bf16: bool = False) -> tuple[float, int]:
+def _step(
+    model, opt, micro_batches: list[list[dict]], loss_name: str, bf16: bool = False, head: DraftHead | None = None
+) -> tuple[float, int]:
     """One optimizer step over accumulated micro-batches (a seam tests use to simulate a kill)."""
     opt.zero_grad()
     total, tokens = 0.0, 0
     for rows in micro_batches:
         with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
-            value, n = batch_loss(model, rows, loss_name)
+            value, n = batch_loss(model, rows, loss_name, head)
         (value / len(micro_batches)).backward()
         total, tokens = total + value.item() / len(micro_batches), tokens + n
     opt.step()
@@ -187,7 +246,7 @@ def run(config: DistillConfig, out: str | Path) -> Path:
     run_dir = RunDir(out, config)
     if (run_dir.path / "checkpoint" / "config.json").exists():
         print(f"already distilled: {run_dir.path / 'checkpoint'}")
-        ensure_reduced(run_dir.path, config.draft_vocab, config.data)
+        ensure_reduced(run_dir.path, config.draft_vocab, config.vocab_data or config.data)
         return run_dir.path
     options = ModelOptions(config.dtype, config.device)
     target = load(config.target, ModelOptions(config.target_dtype or config.dtype, config.device))
@@ -211,9 +270,10 @@ def run(config: DistillConfig, out: str | Path) -> Path:
             f"resuming at step {meta['step']} ({meta['tokens']} tokens, {meta['seconds']:.0f} s trained)",
             file=sys.stderr,
         )
+    head = draft_head(config, model, target.tokenizer)
     record = Log(run_dir)  # once per (event, step): a resume redoes steps past its checkpoint (same data order)
     if record.empty():
-        record({"event": "eval", "step": 0, "tokens": 0, **evaluate(model, eval_seqs)})
+        record({"event": "eval", "step": 0, "tokens": 0, **evaluate(model, eval_seqs, head=head)})
     budget = Budget(config.minutes, config.tokens, meta, "distill", "tok")
     prompts = [r["tokens"][: r["prompt_len"]].tolist() for r in rows]
     bf16 = use_autocast(config.autocast, config.device)
@@ -230,7 +290,7 @@ def run(config: DistillConfig, out: str | Path) -> Path:
                 [rows[i] for i in order(len(rows), step * config.grad_accum + a, config.batch_size, config.seed)]
                 for a in range(config.grad_accum)
             ]
-        value, tokens = _step(model, opt, micro, config.loss, bf16)
+        value, tokens = _step(model, opt, micro, config.loss, bf16, head)
         seconds = time.perf_counter() - start
         meta = {"step": step + 1, "tokens": meta["tokens"] + tokens, "seconds": meta["seconds"] + seconds}
         record(
@@ -245,18 +305,25 @@ def run(config: DistillConfig, out: str | Path) -> Path:
         )
         budget.advance(meta, tokens, f"loss {value:.4f}, {tokens / seconds:.0f} tok/s")
         if meta["step"] % config.eval_every == 0 and not record.has("eval", meta["step"]):  # not re-evaluated
-            record({"event": "eval", "step": meta["step"], "tokens": meta["tokens"], **evaluate(model, eval_seqs)})
+            record(
+                {
+                    "event": "eval",
+                    "step": meta["step"],
+                    "tokens": meta["tokens"],
+                    **evaluate(model, eval_seqs, head=head),
+                }
+            )
             if stopped(config, run_dir, meta, record):
                 break
         if meta["step"] % config.checkpoint_every == 0:
             _save_state(run_dir.path / "state", model, opt, gen, meta)
     budget.close()
-    final = evaluate(model, eval_seqs)
+    final = evaluate(model, eval_seqs, head=head)
     record({"event": "eval", "step": meta["step"], "tokens": meta["tokens"], **final})
     _save_state(run_dir.path / "state", model, opt, gen, meta)
     model.save_pretrained(run_dir.path / "checkpoint", safe_serialization=True)
     target.tokenizer.save_pretrained(run_dir.path / "checkpoint")
-    ensure_reduced(run_dir.path, config.draft_vocab, config.data)
+    ensure_reduced(run_dir.path, config.draft_vocab, config.vocab_data or config.data)
     from ..report.plots import plot_learning_curve
 
     plot_learning_curve(run_dir.records(), run_dir.path)

@@ -19,19 +19,11 @@ def write_reduced(drafter: str | Path, data_dir: str | Path, size: int, out: str
     """Write `out`: `drafter`'s checkpoint with its head cut to the `size` hottest tokens of gen-data `data_dir`."""
     from transformers import AutoConfig, AutoTokenizer
 
-    source, out, data_dir = resolve(str(drafter)), Path(out), Path(data_dir)
-    saved = data_dir / "config.json"
-    if not saved.exists() or json.loads(saved.read_text()).get("stage") != "GenDataConfig":
-        raise DraftwiseError(
-            f"{data_dir} is not a gen-data run folder: the draft vocabulary is counted on the "
-            "target's continuations of train prompts only"
-        )
+    source, out = resolve(str(drafter)), Path(out)
     if vocab.read_map(source) is not None:
         raise DraftwiseError(f"{source} already has a reduced head: cut from its full-vocabulary checkpoint")
     config, tokenizer = AutoConfig.from_pretrained(source), AutoTokenizer.from_pretrained(source)
-    if size >= config.vocab_size:
-        raise DraftwiseError(f"draft vocabulary {size} is not smaller than the vocabulary ({config.vocab_size})")
-    ids = vocab.hot_vocab(load_rows(data_dir, 10**9), size, config.vocab_size, tokenizer.all_special_ids)
+    ids = hot_ids(data_dir, size, config.vocab_size, tokenizer.all_special_ids)
     sub, state = vocab.slice_head(config, read_weights(source), ids)
     out.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in state.items()}, out / "model.safetensors")
@@ -39,6 +31,21 @@ def write_reduced(drafter: str | Path, data_dir: str | Path, size: int, out: str
     tokenizer.save_pretrained(out)
     vocab.write_map(out, ids, config.vocab_size)
     return out
+
+
+def hot_ids(data_dir: str | Path, size: int, vocab_size: int, special_ids) -> list[int]:
+    """The head's rows of a `size`-token draft vocabulary: the hottest target tokens of gen-data `data_dir` (the
+    same ids whether a distillation trains with them or `write_reduced` cuts a checkpoint to them)."""
+    data_dir = Path(data_dir)
+    saved = data_dir / "config.json"
+    if not saved.exists() or json.loads(saved.read_text()).get("stage") != "GenDataConfig":
+        raise DraftwiseError(
+            f"{data_dir} is not a gen-data run folder: the draft vocabulary is counted on the "
+            "target's continuations of train prompts only"
+        )
+    if size >= vocab_size:
+        raise DraftwiseError(f"draft vocabulary {size} is not smaller than the vocabulary ({vocab_size})")
+    return vocab.hot_vocab(load_rows(data_dir, 10**9), size, vocab_size, special_ids)
 
 
 def ensure_reduced(folder: Path, size: int, data_dir: str | Path | None) -> None:

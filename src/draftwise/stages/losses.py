@@ -20,10 +20,17 @@ EPS = 1e-8
 
 
 def binned(
-    topk_ids: torch.Tensor, topk_probs: torch.Tensor, student_logits: torch.Tensor
+    topk_ids: torch.Tensor, topk_probs: torch.Tensor, student_logits: torch.Tensor, to_draft: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """p and q on k+1 bins: topk_ids/topk_probs [N, k], student_logits [N, V] -> ([N, k+1], [N, k+1])."""
-    q_k = F.softmax(student_logits.float(), -1).gather(-1, topk_ids)
+    """p and q on k+1 bins: topk_ids/topk_probs [N, k], student_logits [N, V] -> ([N, k+1], [N, k+1]).
+
+    `to_draft` [target vocab] maps a target id to its row of a reduced head (-1: not in it) when the student's
+    logits are over a draft vocabulary: a target token the head cannot emit keeps its bin at q = 0, as in SD."""
+    q = F.softmax(student_logits.float(), -1)
+    if to_draft is None:
+        return with_rest(topk_probs.float()), with_rest(q.gather(-1, topk_ids))
+    rows = to_draft[topk_ids]
+    q_k = q.gather(-1, rows.clamp_min(0)) * (rows >= 0)
     return with_rest(topk_probs.float()), with_rest(q_k)
 
 
@@ -48,6 +55,8 @@ def divergence(name: str, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"unknown loss {name!r}: choose from {', '.join(LOSSES)}")
 
 
-def loss(name: str, topk_ids: torch.Tensor, topk_probs: torch.Tensor, student_logits: torch.Tensor) -> torch.Tensor:
+def loss(
+    name: str, topk_ids: torch.Tensor, topk_probs: torch.Tensor, student_logits: torch.Tensor, to_draft=None
+) -> torch.Tensor:
     """Mean divergence over positions."""
-    return divergence(name, *binned(topk_ids, topk_probs, student_logits)).mean()
+    return divergence(name, *binned(topk_ids, topk_probs, student_logits, to_draft)).mean()

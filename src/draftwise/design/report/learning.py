@@ -11,6 +11,8 @@ import numpy as np
 from ... import learning
 from ...report.doc import Doc
 from ...report.plots import plot_learning_fits
+from ...rundir import read_records
+from ...stages.teacher import throughput
 from ..pipeline import DesignFolder
 from ..verdict import training_records
 
@@ -33,6 +35,9 @@ def section(doc: Doc, p: DesignFolder, plots: Path, footer: str) -> None:
     doc.h("When would training pay?")
     for n, x in entries.items():
         doc.p(x["sentence"] + stop_sentence(training_records(p, n)))
+    rates = rates_sentence(p, list(entries))
+    if rates:
+        doc.p(rates)
     doc.p(NOTE)
     series = [series_of(n, x, training_records(p, n)) for n, x in entries.items()]
     doc.img(
@@ -40,6 +45,25 @@ def section(doc: Doc, p: DesignFolder, plots: Path, footer: str) -> None:
         "Held-out agreement vs teacher tokens, fitted curves extended to the predictions, break-even α (dotted) and "
         "the α that would beat the best lookup (dash-dot)",
     )
+
+
+def rates_sentence(p: DesignFolder, names: list[str]) -> str:
+    """What the training data and the training cost here: the teacher's tokens/s (tokens the target scored, at its
+    precision) and each candidate's trained tokens/s (its train steps' own time)."""
+    parts = []
+    teacher_records = read_records(p.folder("teacher") / "records.jsonl")
+    for source, t in throughput(teacher_records).items():
+        if t["tokens_per_s"]:
+            parts.append(f"the teacher scored {source} at {t['tokens_per_s']:.0f} tokens/s")
+    prec = next((r["precision"] for r in teacher_records if "precision" in r), None)
+    if parts and prec:
+        parts[-1] += f" ({prec})"
+    for n in names:
+        train = [r for r in training_records(p, n) if r.get("event") == "train"]
+        seconds = sum(r["seconds"] for r in train)
+        if seconds:
+            parts.append(f"{n} trained at {train[-1]['tokens'] / seconds:.0f} tokens/s")
+    return f"Rates on this machine: {'; '.join(parts)}." if parts else ""
 
 
 def stop_sentence(records: list[dict]) -> str:
