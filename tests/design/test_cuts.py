@@ -91,3 +91,20 @@ def test_a_cut_drafts_with_its_reduced_head(tmp_path):
     own = Candidate("wide-L2", "wide-shallow", QWEN_05B)
     assert build.spec_of(P(), cut) == str(tmp_path / "distill-cut-wide-L8" / "reduced")
     assert build.spec_of(P(), own) == str(tmp_path / "distill-wide-L2")
+
+
+def test_a_cuts_teacher_scores_the_text_at_the_studied_precision_beside_gen_data(tmp_path):
+    """A cut learns the target as deployed: the teacher scores the train text at q4, and gen-data's shards (which hold
+    that target's top-k already) are read beside it rather than scored again; a trained target keeps bf16/fp32."""
+
+    class P:
+        def __init__(self, config):
+            self.config, self.sizes = config, nominal(config, 2)
+
+        def folder(self, name):
+            return tmp_path / name
+
+    cut = build.teacher_config(P(DesignConfig(target="qwen2.5-coder-1.5b", dtype="q4", minutes=60)))
+    assert (cut.precision, cut.continuations, cut.tokens) == ("q4", None, 60 * CUT_TEACHER_TOKENS)
+    own = build.teacher_config(P(DesignConfig(target="default", minutes=30)))
+    assert own.precision == "auto" and own.continuations == str(tmp_path / "gen-data")

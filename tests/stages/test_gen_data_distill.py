@@ -214,6 +214,7 @@ def test_the_training_head_is_the_reduced_head_it_deploys(tiny_dir, data_dir, tm
 def test_a_teacher_folder_trains_with_the_head_counted_on_gen_data(tiny_dir, data_dir, tmp_path):
     from draftwise.config import TeacherConfig
     from draftwise.stages import teacher
+    from draftwise.targets import vocab_map as vocab
 
     t = teacher.run(
         TeacherConfig(target=tiny_dir, suites="alpaca", tokens=200, topk=8, precision="fp32", cache=False),
@@ -224,6 +225,8 @@ def test_a_teacher_folder_trains_with_the_head_counted_on_gen_data(tiny_dir, dat
         distill.run(config, tmp_path / "refused")
     out = distill.run(replace(config, vocab_data=str(data_dir)), tmp_path / "d")
     assert (out / "reduced" / "config.json").exists()
+    both = distill.run(replace(config, data=f"{data_dir},{t}"), tmp_path / "both")  # the head counted on the first
+    assert vocab.read_map(both / "reduced") == vocab.read_map(out / "reduced")
 
 
 def test_the_held_out_agreement_is_the_deployed_heads():
@@ -239,3 +242,27 @@ def test_the_held_out_agreement_is_the_deployed_heads():
     got = distill.DeployedHead(full, head)(hidden).argmax(-1)
     assert set(got.tolist()) <= set(keep)
     assert got.tolist() == [keep[i] for i in (hidden @ full.weight[keep].T).argmax(-1).tolist()]
+
+
+def test_a_run_resumed_from_a_finished_one_continues_its_learning_curve(tiny_dir, data_dir, tmp_path):
+    """`--resume-from` trains a finished run further: the weights, optimizer, data order and curve go on as if one
+    run had trained the whole budget, and the source curve's projection is recorded and checked at the end."""
+    from draftwise import learning
+
+    first = distill.run(distill_config(tiny_dir, data_dir, tokens=150), tmp_path / "first")
+    base = [json.loads(line) for line in (first / "records.jsonl").read_text().splitlines()]
+    reached = max(r["tokens"] for r in base if r["event"] == "train")
+    more = distill.run(distill_config(tiny_dir, data_dir, tokens=150, resume_from=str(first)), tmp_path / "more")
+    whole = distill.run(distill_config(tiny_dir, data_dir, tokens=reached + 150), tmp_path / "whole")
+    a, b = weights(whole), weights(more)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    records = [json.loads(line) for line in (more / "records.jsonl").read_text().splitlines()]
+    proj = next(r for r in records if r["event"] == "projection")
+    curve = learning.fit([r for r in base if r["event"] in ("train", "eval")])
+    assert proj["tokens_at_end"] == reached + 150 and proj["predicted"] == pytest.approx(curve.predict(reached + 150))
+    check = records[-1]
+    final = [r for r in records if r["event"] == "eval"][-1]
+    assert check["event"] == "projection-check" and check["measured"] == final["agreement"]
+    assert check["predicted"] == pytest.approx(curve.predict(check["tokens"]))
+    with pytest.raises(DraftwiseError, match="no distillation state"):
+        distill.run(distill_config(tiny_dir, data_dir, resume_from=str(tmp_path)), tmp_path / "none")

@@ -141,7 +141,9 @@ class DistillConfig:
 
     target: str = opt_target()
     drafter: str = opt("", "the drafter to train: a checkpoint, a prune run folder or layers:i,j,...", required=True)
-    data: str = opt("", "a gen-data or teacher run folder (`draftwise teacher`)", required=True)
+    data: str = opt(
+        "", "a gen-data or teacher run folder (`draftwise teacher`), or several joined by commas", required=True
+    )
     loss: str = opt("tvd", "the divergence to the target's top-k (stages.losses)", choices=LOSSES)
     minutes: float | None = opt(10.0, "training-time budget (ignored when --tokens is set)", exclusive="budget")
     tokens: int | None = opt(
@@ -176,6 +178,11 @@ class DistillConfig:
     )
     pilot: float = opt(0.3, "share of the budget trained before the learning curve is asked (with --stop-below)")
     checkpoint_every: int = opt(25, "steps between checkpoints (a rerun resumes from the last)")
+    resume_from: str | None = opt(
+        None,
+        "a finished distill run folder to train further: its weights, optimizer, data order and learning curve go "
+        "on here, --minutes / --tokens count what this run adds, and the curve's projection is checked at the end",
+    )
     eval_prompts: int = opt(32, "held-out eval prompts of the agreement evaluation")
     eval_tokens: int = opt(48, "target tokens per eval prompt")
     eval_suites: str = opt("all", "packaged suites of the eval prompts")

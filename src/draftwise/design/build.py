@@ -125,13 +125,13 @@ def prune_distill(p: Stages, cand: Candidate) -> None:
 
 
 def cut_distill(p: Stages, cand: Candidate) -> None:
-    """A shape cut from the sibling at fp32 (calibrated on the target's continuations) and distilled on the teacher
-    data: those continuations and the train text, scored by the target as studied (`cuts`)."""
+    """A shape cut from the sibling at fp32 (calibrated on the target's continuations) and distilled on those
+    continuations' top-k (gen-data's) and the train text the target scored teacher-forced as studied (`cuts`)."""
     data = str(p.folder("gen-data"))
     prune_config = cuts.prune_config(p.config, cand, data, p.sizes.elimination_tokens)
     p.stage(f"prune-{cand.name}", lambda f: prune.run(prune_config, f))
     c = cuts.predicted_c(cand.shape, Shape.of(target_of(p.config).model_config()))  # a worker holds no target
-    teacher_data = str(p.folder("teacher")) if "teacher" in p.done else data  # a design begun before: gen-data
+    teacher_data = f"{data},{p.folder('teacher')}" if "teacher" in p.done else data  # both: the target's own text
     distill_config = cuts.distill_config(
         p.config, str(p.folder(f"prune-{cand.name}")), teacher_data, data, p.sizes.distill_minutes, break_even(c)
     )
@@ -185,10 +185,13 @@ def teacher_config(p: Pipeline) -> TeacherConfig:
     """The teacher data every trained candidate learns from: the target's continuations (gen-data), the user's text,
     then the packaged suites' train split, scored teacher-forced up to the planned tokens."""
     c = p.config
+    cut = cuts.source(c) is not None
     return TeacherConfig(
         target=c.target,
-        precision=c.dtype if cuts.source(c) else "auto",  # a sibling's cuts learn the target as it is deployed
-        continuations=str(p.folder("gen-data")),
+        precision=c.dtype if cut else "auto",  # a sibling's cuts learn the target as it is deployed
+        # gen-data's shards hold the studied target's top-k already: a cut reads them beside the teacher's text (a
+        # feature head needs the target's features at those positions too, so they are scored again for it)
+        continuations=None if cut else str(p.folder("gen-data")),
         text=c.text,
         tokens=p.sizes.teacher_tokens,
         seed=c.seed,

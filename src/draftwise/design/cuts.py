@@ -4,10 +4,11 @@ A target studied at int8 or q4 (too big for an fp32 study in its budget: a 1.5B 
 distilled, but its named sibling (`targets.named`, the same tokenizer; Qwen2.5-Coder-0.5B beside the 1.5B) is small
 enough to train at fp32. Its real weights are cut as the paper prescribes — fewer layers at full width (wide-shallow)
 against the same non-embedding parameters spread over more, narrower layers (deep-narrow) — with the head on the
-target's CUT_VOCAB most emitted tokens, then distilled toward the target's own outputs: its top-k over the gen-data
-continuations and the train text, scored teacher-forced by the target at the study's precision (the target being
-deployed; `stages.teacher`) in prefill-sized passes — at 1.5B on 2 cores ~160 tokens/s against gen-data's ~50 in
-batches of 16 and 10 one sequence at a time — and trained with that head, as SD will run it.
+target's CUT_VOCAB most emitted tokens, then distilled toward the target's own outputs: its top-k over its gen-data
+continuations (stored as they were generated) and over the train text, scored teacher-forced by the target at the
+study's precision (the target being deployed; `stages.teacher`) in prefill-sized passes — at 1.5B on 2 cores ~180
+tokens/s, against gen-data's ~50 in batches of 16 and 10 one sequence at a time — and trained with that head, as SD
+will run it.
 
 Priced before anything is trained (`predicted_c`): a draft step reads its weights once, so its cost beside a target
 step is about their byte ratio at the same precision; the distillation's learning-curve stop rule asks for the

@@ -31,7 +31,7 @@ from ..sd.batched import generate_batch
 from ..sd.sampling import SamplingParams
 from ..shards import load_rows
 from ..timing import native_bf16
-from . import losses
+from . import losses, resume
 from .agree import greedy_tar
 from .budget import Budget, Log
 from .draft_vocab import ensure_reduced, hot_ids
@@ -86,13 +86,16 @@ class DeployedHead(torch.nn.Module):
         return out
 
 
+def vocab_data(config: DistillConfig) -> str:
+    """The gen-data folder whose continuations count the draft vocabulary: --vocab-data, else the first --data."""
+    return config.vocab_data or config.data.split(",")[0]
+
+
 def draft_head(config: DistillConfig, model, tokenizer) -> DraftHead | None:
     if not config.draft_vocab:
         return None
     vocab = model.get_output_embeddings().weight.shape[0]
-    return DraftHead.of(
-        hot_ids(config.vocab_data or config.data, config.draft_vocab, vocab, tokenizer.all_special_ids), vocab
-    )
+    return DraftHead.of(hot_ids(vocab_data(config), config.draft_vocab, vocab, tokenizer.all_special_ids), vocab)
 
 
 def batch_loss(model, rows: list[dict], loss_name: str, head: DraftHead | None = None) -> tuple[torch.Tensor, int]:
@@ -221,7 +224,7 @@ def _step(
 def stopped(config: DistillConfig, run_dir: RunDir, meta: dict, record) -> bool:
     """The stop rule (`learning.pilot`), once the pilot share of the budget is trained: whether the learning curve
     predicts an agreement below `stop_below` at the budget's end (a `stopped` record says what it predicted)."""
-    if not config.stop_below:
+    if not config.stop_below or config.resume_from:  # training further is asked for: no rule stops it
         return False
     done = meta["tokens"] / config.tokens if config.tokens else meta["seconds"] / (60 * config.minutes)
     if done < config.pilot:
@@ -246,8 +249,9 @@ def run(config: DistillConfig, out: str | Path) -> Path:
     run_dir = RunDir(out, config)
     if (run_dir.path / "checkpoint" / "config.json").exists():
         print(f"already distilled: {run_dir.path / 'checkpoint'}")
-        ensure_reduced(run_dir.path, config.draft_vocab, config.vocab_data or config.data)
+        ensure_reduced(run_dir.path, config.draft_vocab, vocab_data(config))
         return run_dir.path
+    proj = resume.seed(run_dir, Path(config.resume_from), config) if config.resume_from else None
     options = ModelOptions(config.dtype, config.device)
     target = load(config.target, ModelOptions(config.target_dtype or config.dtype, config.device))
     drafter = load_drafter(config.drafter, target, options)
@@ -258,7 +262,7 @@ def run(config: DistillConfig, out: str | Path) -> Path:
         p.requires_grad = config.train_embeddings
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
-    rows = load_rows(Path(config.data), config.max_len)
+    rows = [row for folder in config.data.split(",") for row in load_rows(Path(folder), config.max_len)]
     eval_seqs = continuations.held_out(
         run_dir.path / "eval.jsonl", target, config.eval_suites, config.eval_prompts, config.eval_tokens
     )
@@ -274,7 +278,7 @@ def run(config: DistillConfig, out: str | Path) -> Path:
     record = Log(run_dir)  # once per (event, step): a resume redoes steps past its checkpoint (same data order)
     if record.empty():
         record({"event": "eval", "step": 0, "tokens": 0, **evaluate(model, eval_seqs, head=head)})
-    budget = Budget(config.minutes, config.tokens, meta, "distill", "tok")
+    budget = Budget(*resume.budget(config, proj), meta, "distill", "tok")
     prompts = [r["tokens"][: r["prompt_len"]].tolist() for r in rows]
     bf16 = use_autocast(config.autocast, config.device)
     halted = any(r.get("event") == "stopped" for r in run_dir.records())  # a resumed run the rule stopped
@@ -320,10 +324,13 @@ def run(config: DistillConfig, out: str | Path) -> Path:
     budget.close()
     final = evaluate(model, eval_seqs, head=head)
     record({"event": "eval", "step": meta["step"], "tokens": meta["tokens"], **final})
+    if proj is not None:
+        record(resume.check(proj, meta, final["agreement"]))
+        print(resume.sentence(resume.check(proj, meta, final["agreement"])))
     _save_state(run_dir.path / "state", model, opt, gen, meta)
     model.save_pretrained(run_dir.path / "checkpoint", safe_serialization=True)
     target.tokenizer.save_pretrained(run_dir.path / "checkpoint")
-    ensure_reduced(run_dir.path, config.draft_vocab, config.vocab_data or config.data)
+    ensure_reduced(run_dir.path, config.draft_vocab, vocab_data(config))
     from ..report.plots import plot_learning_curve
 
     plot_learning_curve(run_dir.records(), run_dir.path)
