@@ -108,3 +108,19 @@ def test_a_cuts_teacher_scores_the_text_at_the_studied_precision_beside_gen_data
     assert (cut.precision, cut.continuations, cut.tokens) == ("q4", None, 60 * CUT_TEACHER_TOKENS)
     own = build.teacher_config(P(DesignConfig(target="default", minutes=30)))
     assert own.precision == "auto" and own.continuations == str(tmp_path / "gen-data")
+
+
+def test_a_row_whose_engine_cannot_draft_with_a_reduced_head_runs_the_cuts_full_checkpoint(tmp_path):
+    """A cut drafts with its reduced head on the lean engine; llama.cpp verifies over the whole vocabulary, so its row
+    loads the distillation's full-vocabulary checkpoint (a design on the real pair died here when llama.cpp's row ran
+    the `reduced/` folder)."""
+    from draftwise.design import row_spec
+    from draftwise.runtimes.registry import runtime
+    from draftwise.targets import vocab_map
+
+    reduced = tmp_path / "distill-cut-wide-L8" / "reduced"
+    reduced.mkdir(parents=True)
+    vocab_map.write_map(reduced, [0, 1, 2, 3, 4, 5, 6, 7], 100)
+    assert row_spec(str(reduced), runtime("lean")) == str(reduced)
+    assert row_spec(str(reduced), runtime("llama.cpp")) == str(reduced.parent)
+    assert row_spec("qwen2.5-coder-0.5b", runtime("llama.cpp")) == "qwen2.5-coder-0.5b"

@@ -32,7 +32,7 @@ class RecomputeLM:
 
 
 class Recompute:
-    name, lm_heads, cpu_only, file_drafters, features = "recompute", False, True, False, False
+    name, lm_heads, cpu_only, file_drafters, features, reduced_heads = "recompute", False, True, False, False, False
 
     def load(self, spec: str, options: ModelOptions) -> Model:
         path = resolve(spec)

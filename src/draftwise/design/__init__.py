@@ -35,6 +35,7 @@ from ..runtimes.registry import load, runtime
 from ..sd.families import drafter_kind
 from ..shapes import Shape
 from ..stages import quality
+from ..targets import vocab_map
 from ..targets.checkpoint import config_and_tokenizer
 from ..targets.named import family_model
 from ..targets.source import resolve
@@ -215,12 +216,21 @@ def per_row(p: Pipeline, target, pool: Pool) -> list[dict]:
             p.replan(f"row-{e.name}")
         if not rows.dropped(p, e) and e.name not in p.dead:
             # a feature head reads the target's hidden states, which only the lean engine hands out
-            models = {n: s for n, s in lean_models.items() if runtime(e.backend).features or drafter_kind(s) == "model"}
+            rt = runtime(e.backend)
+            models = {n: row_spec(s, rt) for n, s in lean_models.items() if rt.features or drafter_kind(s) == "model"}
             try:
                 out.append(row_verdict.run_row(p, e, target, models, p.base.lookups))
             except NativeCrash:
                 rows.forget(p)  # the plan no longer counts its stages
     return out
+
+
+def row_spec(spec: str, rt) -> str:
+    """A model drafter's spec on a row's runtime: a cut drafts with its reduced head (`cuts`) where the runtime can,
+    elsewhere from its distillation's full-vocabulary checkpoint (the run folder `reduced/` sits in)."""
+    if rt.reduced_heads or vocab_map.read_map(Path(spec)) is None:
+        return spec
+    return str(Path(spec).parent)
 
 
 def answer(p: Pipeline) -> dict:

@@ -36,6 +36,7 @@ class Runtime(Protocol):
     cpu_only: bool  # runs on the CPU only (no --device cuda)
     file_drafters: bool  # a drafter is a file it reads (llama.cpp: a GGUF written from the spec), not built in memory
     features: bool  # hands out the target's hidden states (what a feature head reads)
+    reduced_heads: bool  # drafts with a reduced-vocabulary head (`draft_vocab.json`): its logits mapped to the target's
 
     def load(self, spec: str, options: ModelOptions) -> Model: ...
 

@@ -9,6 +9,7 @@ from ..lean.runtime import Lean
 class Transformers(Lean):
     name = "transformers"
     features = False
+    reduced_heads = False  # a transformers drafter's logits are over its own head
 
 
 RUNTIME = Transformers()

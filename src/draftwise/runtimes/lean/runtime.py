@@ -16,6 +16,7 @@ class Lean:
     cpu_only = False
     file_drafters = False  # drafters are built in memory (a layer subset shares the target's weights)
     features = True  # hands out the target's hidden states (a feature head reads them)
+    reduced_heads = True  # the drafter's head rows mapped to the target's ids
 
     def load(self, spec: str, options: ModelOptions) -> Model:
         return checkpoint.load(spec, options)

@@ -125,6 +125,7 @@ class LlamaCpp:
     cpu_only = True
     file_drafters = True  # a drafter is a GGUF file, written from its spec (`layers:`, `random:`, a checkpoint)
     features = False
+    reduced_heads = False  # llama.cpp verifies against the target's whole vocabulary
 
     load = staticmethod(load)
     load_drafter = staticmethod(load_drafter)
