@@ -1140,8 +1140,8 @@ def test_a_study_at_q4_cuts_its_siblings_shapes_and_distills_them(
 ):
     """A target studied at q4 with a sibling (a 6-layer stand-in of the same tokenizer) gets the paper's recipe on the
     sibling: a wide-shallow cut and its deep-narrow twin, pruned from the sibling at fp32 with the head on the target's
-    frequent tokens, distilled on the target's gen-data (no sweep, no teacher pass), then benchmarked at q4 through
-    their reduced heads beside the sibling as it ships."""
+    frequent tokens, distilled on the target's gen-data and the train text it scored teacher-forced at q4 (no sweep),
+    then benchmarked at q4 through their reduced heads beside the sibling as it ships."""
     sibling = lambda spec, default: ("sibling", stand_in_sibling)  # noqa: E731
     monkeypatch.setattr(sys.modules["draftwise.design.candidates"], "FAMILY_RATIO", 0.0)
     monkeypatch.setattr(sys.modules["draftwise.design.cuts"], "family_model", sibling)
@@ -1150,7 +1150,9 @@ def test_a_study_at_q4_cuts_its_siblings_shapes_and_distills_them(
     out = tmp_path / "design"
     design.run(config, out)
     done = design.Pipeline(config, out).done
-    assert not [s for s in done if s.startswith(("teacher", "sweep", "feature-"))]
+    assert not [s for s in done if s.startswith(("sweep", "feature-"))]
+    teacher_config = json.loads((out / "stages" / "teacher" / "config.json").read_text())
+    assert (teacher_config["precision"], teacher_config["continuations"]) == ("q4", None)
     assert {"prune-cut-wide-L2", "distill-cut-wide-L2", "prune-cut-narrow-L4", "distill-cut-narrow-L4"} <= set(done)
     assert done["distill-cut-wide-L2"]["predicted_c"] > 0
     prune_config = json.loads((out / "stages" / "prune-cut-wide-L2" / "config.json").read_text())
@@ -1158,6 +1160,8 @@ def test_a_study_at_q4_cuts_its_siblings_shapes_and_distills_them(
     assert prune_config["data"].endswith("gen-data")
     distill_config = json.loads((out / "stages" / "distill-cut-wide-L2" / "config.json").read_text())
     assert (distill_config["dtype"], distill_config["target_dtype"]) == ("fp32", "q4")
+    gen, teacher = distill_config["data"].split(",")  # gen-data's top-k beside the teacher's text
+    assert gen.endswith("gen-data") and teacher.endswith("teacher") and distill_config["vocab_data"] == gen
     cands, specs = build.read_candidates(design.Pipeline(config, out))
     assert specs["cut-wide-L2"].endswith("distill-cut-wide-L2/reduced")
     assert {x.name: x.source for x in cands}["cut-narrow-L4"] == stand_in_sibling
