@@ -159,6 +159,22 @@ def speedup_at(lengths: dict[int, float], t_draft, t_verify, alpha: float) -> fl
     return tokens / sum(s * (t_draft(g) + t_verify(g)) for g, s in lengths.items())
 
 
+OPTIMISTIC_GAMMAS = range(1, 9)
+
+
+def optimistic_speedup(c: float, alpha: float) -> float:
+    """The speedup a drafter of step cost `c` (AR steps) is predicted at i.i.d. acceptance α, at its best γ, a verify
+    pass priced at one AR step: optimistic, what it could reach whatever its verify cost (`speedup_at`)."""
+    return max(speedup_at({g: 1.0}, lambda n: n * c, lambda n: 1.0, alpha) for g in OPTIMISTIC_GAMMAS)
+
+
+def optimistic_break_even(c: float) -> float:
+    """The least agreement at which a drafter of step cost `c` pays at its best γ, a verify pass priced at one AR
+    step: optimistic, so a drafter stopped below it could not pay whatever its verify cost."""
+    needs = [break_even_alpha({g: 1}, lambda n: n * c, lambda n: 1.0) for g in OPTIMISTIC_GAMMAS]
+    return min((a for a in needs if a is not None), default=1.0)
+
+
 def break_even_tar(lengths: dict[int, float], t_draft, t_verify) -> float:
     """The tokens per round (TAR) at which a drafter with these proposal lengths and draft and verify times (AR steps)
     only matches plain decoding: a round must emit as many tokens as the AR steps it costs."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from draftwise import cost
 from draftwise.config import DesignConfig
 from draftwise.design import build, costs, cuts
 from draftwise.design.candidates import Candidate
@@ -47,7 +48,7 @@ def test_a_cut_is_priced_by_the_weights_it_reads_a_step_with_its_reduced_head():
     layers = 8 * QWEN_05B.layer_params() + 896 + cuts.CUT_VOCAB * 896
     assert c == pytest.approx(layers / (QWEN_15B.params()["non_embedding"] + 151936 * 1536))
     assert 0.05 < c < 0.2  # the issue's goal: a draft step at most 0.2 of the target's
-    assert build.break_even(c) == pytest.approx(c)  # a verify at one AR step: γ = 1 pays from α > c
+    assert cost.optimistic_break_even(c) == pytest.approx(c)  # a verify at one AR step: γ = 1 pays from α > c
 
 
 def test_a_cut_is_pruned_from_the_sibling_and_distilled_at_fp32_toward_the_target():
@@ -84,6 +85,8 @@ def test_the_plan_counts_the_cuts_without_a_sweep_and_their_teacher_at_the_studi
 
 def test_a_cut_drafts_with_its_reduced_head(tmp_path):
     class P:
+        done: dict = {}
+
         def folder(self, name):
             return tmp_path / name
 
@@ -91,6 +94,46 @@ def test_a_cut_drafts_with_its_reduced_head(tmp_path):
     own = Candidate("wide-L2", "wide-shallow", QWEN_05B)
     assert build.spec_of(P(), cut) == str(tmp_path / "distill-cut-wide-L8" / "reduced")
     assert build.spec_of(P(), own) == str(tmp_path / "distill-wide-L2")
+    P.done = {cuts.more_stage(cut.name): {}}  # the first-ranked cut, trained on from its pilot
+    assert build.spec_of(P(), cut) == str(tmp_path / "distill-more-cut-wide-L8" / "reduced")
+
+
+def _pilot(a_inf: float, b: float, t0: float, rate: float, steps: int = 6, per_step: int = 2000) -> list[dict]:
+    """A pilot distillation's records: agreement along a(t) = a_inf − b / (t + t0), evaluated after every step of
+    `per_step` tokens trained at `rate` tokens/s."""
+    out = [{"event": "eval", "step": 0, "tokens": 0, "agreement": a_inf - b / t0}]
+    for s in range(1, steps + 1):
+        t = s * per_step
+        out.append({"event": "train", "step": s, "tokens": t, "seconds": per_step / rate})
+        out.append({"event": "eval", "step": s, "tokens": t, "agreement": a_inf - b / (t + t0)})
+    return out
+
+
+def test_the_cut_the_curve_ranks_first_is_trained_on_not_the_one_ahead_now():
+    """The ranking reads each pilot's learning curve at the tokens its share of the minutes left would buy, priced by
+    the cost model at the cut's step: a cut behind now but rising steeply is ranked first over one near its plateau."""
+    flat = _pilot(a_inf=0.42, b=500.0, t0=2000, rate=400)  # ahead now (0.41), close to its plateau
+    steep = _pilot(a_inf=0.80, b=13378.0, t0=19111, rate=300)  # behind now (0.37), rising 0.10 → 0.80
+    assert flat[-1]["agreement"] > steep[-1]["agreement"]
+    decision = cuts.focus({"cut-wide-L8": (0.15, flat), "cut-narrow-L24": (0.18, steep)}, minutes=10)
+    first, second = decision["ranking"]
+    assert decision["chosen"] == first["name"] == "cut-narrow-L24"
+    assert first["curve_valid"] and first["predicted_agreement"] > second["predicted_agreement"]
+    assert first["tokens_at_end"] == pytest.approx(12000 + 300 * 600, rel=1e-6)  # its own rate, all the minutes
+    assert first["predicted_speedup"] == pytest.approx(
+        cost.optimistic_speedup(0.18, first["predicted_agreement"]), abs=1e-3
+    )
+    # the same pilots with no minutes left: the curve is read where it stands, and the cut ahead now is first
+    assert (
+        cuts.focus({"cut-wide-L8": (0.15, flat), "cut-narrow-L24": (0.18, steep)}, minutes=0)["chosen"] == "cut-wide-L8"
+    )
+
+
+def test_no_cut_is_trained_on_when_even_the_first_ranked_would_not_pay():
+    dear = _pilot(a_inf=0.30, b=500.0, t0=2000, rate=400)
+    decision = cuts.focus({"cut-wide-L8": (0.9, dear), "cut-narrow-L24": (0.95, dear)}, minutes=10)
+    assert decision["chosen"] is None and len(decision["ranking"]) == 2
+    assert cuts.pilot_minutes(6.0, 2) == 3.0 and cuts.pilot_minutes(6.0, 1) == 6.0
 
 
 def test_a_cuts_teacher_scores_the_text_at_the_studied_precision_beside_gen_data(tmp_path):

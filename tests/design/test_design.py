@@ -1146,11 +1146,23 @@ def test_a_study_at_q4_cuts_its_siblings_shapes_and_distills_them(
     monkeypatch.setattr(sys.modules["draftwise.design.candidates"], "FAMILY_RATIO", 0.0)
     monkeypatch.setattr(sys.modules["draftwise.design.cuts"], "family_model", sibling)
     monkeypatch.setattr(design, "family_model", sibling)
+    # random weights pay nothing: the ranking's price is made to pay by predicted agreement, so the focus runs
+    monkeypatch.setattr(sys.modules["draftwise.cost"], "optimistic_speedup", lambda c, alpha: 1.5 + alpha)
     config = _small_q4_design(small_q4_gguf, dtype="q4", feature_drafter=False, narrow_factor=2)  # 2 → 4 layers
     out = tmp_path / "design"
     design.run(config, out)
     done = design.Pipeline(config, out).done
     assert not [s for s in done if s.startswith(("sweep", "feature-"))]
+    # each cut trained a pilot (half its minutes, no stop rule); the curves' first-ranked one trained on from it
+    focus = done["focus-cuts"]
+    first = focus["ranking"][0]
+    assert {x["name"] for x in focus["ranking"]} == {"cut-wide-L2", "cut-narrow-L4"}
+    assert (
+        focus["chosen"] == first["name"] and first["predicted_agreement"] >= focus["ranking"][1]["predicted_agreement"]
+    )
+    more = json.loads((out / "stages" / f"distill-more-{first['name']}" / "config.json").read_text())
+    assert more["resume_from"] == str(out / "stages" / f"distill-{first['name']}") and more["stop_below"] == 0
+    assert more["minutes"] == pytest.approx(focus["minutes"]) == pytest.approx(config.minutes * 0.22 / 2, abs=0.01)
     teacher_config = json.loads((out / "stages" / "teacher" / "config.json").read_text())
     assert (teacher_config["precision"], teacher_config["continuations"]) == ("q4", None)
     assert {"prune-cut-wide-L2", "distill-cut-wide-L2", "prune-cut-narrow-L4", "distill-cut-narrow-L4"} <= set(done)
@@ -1162,10 +1174,14 @@ def test_a_study_at_q4_cuts_its_siblings_shapes_and_distills_them(
     assert (distill_config["dtype"], distill_config["target_dtype"]) == ("fp32", "q4")
     gen, teacher = distill_config["data"].split(",")  # gen-data's top-k beside the teacher's text
     assert gen.endswith("gen-data") and teacher.endswith("teacher") and distill_config["vocab_data"] == gen
+    assert distill_config["minutes"] == pytest.approx(focus["minutes"] / 2) and distill_config["stop_below"] == 0
     cands, specs = build.read_candidates(design.Pipeline(config, out))
-    assert specs["cut-wide-L2"].endswith("distill-cut-wide-L2/reduced")
+    assert specs[first["name"]].endswith(f"distill-more-{first['name']}/reduced")
+    other = ({"cut-wide-L2", "cut-narrow-L4"} - {first["name"]}).pop()
+    assert specs[other].endswith(f"distill-{other}/reduced")
     assert {x.name: x.source for x in cands}["cut-narrow-L4"] == stand_in_sibling
     assert {"cut-wide-L2", "cut-narrow-L4", "sibling"} <= set(done["select-drafter"]["speedup"])
     assert "cut-wide-L2" in done["verdict"]["candidates"]
     report = (out / "report.md").read_text()
     assert "cut-wide-L2" in report and "Wide-shallow vs deep-narrow" in report
+    assert f"{first['name']} was trained on from its pilot" in report

@@ -35,13 +35,12 @@ from ..shapes import Shape
 from ..specs import split_hybrid
 from ..stages import accuracy, agree, distill, feature, gen_data, profile, prune, sweep, teacher
 from ..units import parse_count
-from . import cuts, lookup, requests
+from . import cut_stages, cuts, lookup, requests
 from .candidates import FAMILY, FEATURE, Candidate, budget_shapes, choose_shapes
 from .estimate import GAMMAS, SCREEN
 from .measure import feasible_batch
 from .pipeline import CANDIDATES, Pipeline, Stages, runtime_options
 from .sizes import Sizes
-from .target import target_of
 
 
 def spec_of(p: Stages, cand: Candidate) -> str:
@@ -50,20 +49,22 @@ def spec_of(p: Stages, cand: Candidate) -> str:
     if cand.role == FEATURE:
         return f"feature:{p.folder(f'feature-{cand.name}')}"
     if cand.source:  # a cut of the sibling drafts with its head on the target's most emitted tokens (`cuts`)
-        return str(p.folder(f"distill-{cand.name}") / "reduced")
+        more = cuts.more_stage(cand.name)  # the first-ranked cut, trained on from its pilot
+        return str(p.folder(more if more in p.done else f"distill-{cand.name}") / "reduced")
     return str(p.folder(f"distill-{cand.name}")) if cand.trained else cand.spec
 
 
-def candidate_stages(p: Stages, cand: Candidate) -> None:
-    """One candidate's own stages: prune and distill (trained shapes) or the feature head's training, each on the
-    teacher data, then teacher-forced agreement."""
-    if cand.role == FEATURE:
+def candidate_stages(p: Stages, cand: Candidate, phase: str, n_cuts: int) -> None:
+    """One candidate's own stages of a `phase`: "train", prune and distill (trained shapes; a cut's pilot where
+    `n_cuts` > 1) or the feature head's training, each on the teacher data; "agree", teacher-forced agreement."""
+    if phase == "agree":
+        p.stage(f"agree-{cand.name}", lambda f: agree.run(agree_config(p, spec_of(p, cand)), f))
+    elif cand.role == FEATURE:
         feature_stage(p, cand)
-    if cand.source:
-        cut_distill(p, cand)
+    elif cand.source:
+        cut_stages.distill_cut(p, cand, n_cuts)
     elif cand.trained:
         prune_distill(p, cand)
-    p.stage(f"agree-{cand.name}", lambda f: agree.run(agree_config(p, spec_of(p, cand)), f))
 
 
 def agree_config(p: Stages, drafter: str) -> AgreeConfig:
@@ -124,27 +125,6 @@ def prune_distill(p: Stages, cand: Candidate) -> None:
     p.stage(f"distill-{cand.name}", lambda f: distill.run(distill_config, f))
 
 
-def cut_distill(p: Stages, cand: Candidate) -> None:
-    """A shape cut from the sibling at fp32 (calibrated on the target's continuations) and distilled on those
-    continuations' top-k (gen-data's) and the train text the target scored teacher-forced as studied (`cuts`)."""
-    data = str(p.folder("gen-data"))
-    prune_config = cuts.prune_config(p.config, cand, data, p.sizes.elimination_tokens)
-    p.stage(f"prune-{cand.name}", lambda f: prune.run(prune_config, f))
-    c = cuts.predicted_c(cand.shape, Shape.of(target_of(p.config).model_config()))  # a worker holds no target
-    teacher_data = f"{data},{p.folder('teacher')}" if "teacher" in p.done else data  # both: the target's own text
-    distill_config = cuts.distill_config(
-        p.config, str(p.folder(f"prune-{cand.name}")), teacher_data, data, p.sizes.distill_minutes, break_even(c)
-    )
-    p.stage(f"distill-{cand.name}", lambda f: distill.run(distill_config, f), predicted_c=round(c, 4))
-
-
-def break_even(c: float) -> float:
-    """The least agreement at which a drafter of step cost `c` pays at its best γ, a verify pass priced at one AR
-    step: optimistic, so a drafter stopped below it could not pay whatever its verify cost."""
-    needs = [cost.break_even_alpha({g: 1}, lambda n: n * c, lambda n: 1.0) for g in range(1, 9)]
-    return min((a for a in needs if a is not None), default=1.0)
-
-
 def needed_agreement(p: Stages, cand: Candidate) -> float:
     """The agreement a trained shape must be predicted to reach, or its distillation stops after the pilot
     (`distill.stopped`): its break-even α at the draft cost the sweep's step model predicts for it, at its best γ, with
@@ -156,7 +136,7 @@ def needed_agreement(p: Stages, cand: Candidate) -> float:
     ref = [r["step_ms"] / r["c"] for r in sweep["rows"] if r["batch"] == 1 and r["c"]]
     if not fit or not ref or cand.shape is None:
         return 0.0
-    return break_even(cost.StepModel.from_dict(fit).predict_ms(cand.shape) / statistics.median(ref))
+    return cost.optimistic_break_even(cost.StepModel.from_dict(fit).predict_ms(cand.shape) / statistics.median(ref))
 
 
 @dataclass(frozen=True)
@@ -167,6 +147,8 @@ class CandidateWork:
     config: DesignConfig
     stages: str
     sizes: Sizes
+    phase: str  # "train" | "agree" (`candidate_stages`)
+    n_cuts: int
 
     def __call__(self):
         if self.config.threads:
@@ -175,7 +157,8 @@ class CandidateWork:
         def run_candidate(item: tuple[Candidate, dict]) -> list[dict]:
             cand, done = item
             records: list[dict] = []
-            candidate_stages(Stages(self.config, Path(self.stages), dict(done), records.append, self.sizes), cand)
+            stages = Stages(self.config, Path(self.stages), dict(done), records.append, self.sizes)
+            candidate_stages(stages, cand, self.phase, self.n_cuts)
             return records
 
         return run_candidate
@@ -207,14 +190,23 @@ def build(p: Pipeline, cands: list[Candidate]) -> dict[str, str]:
     if any(x.trained or x.role == FEATURE for x in cands):
         p.stage("teacher", lambda f: teacher.run(teacher_config(p), f))
     p.replan("train")
-    todo = [(cand, dict(p.done)) for cand in cands if f"agree-{cand.name}" not in p.done]
+    todo = [cand for cand in cands if f"agree-{cand.name}" not in p.done]
     if todo:  # the target's continuations, generated once for every candidate's agreement
-        p.stage("continuations", lambda f: agree.share(agree_config(p, spec_of(p, todo[0][0])), f))
-    work = CandidateWork(p.config, str(p.stages), p.sizes)
-    for _, records in p.executor.map(work, todo, exclusive(p.config.device, p.config.threads)):
+        p.stage("continuations", lambda f: agree.share(agree_config(p, spec_of(p, todo[0])), f))
+    n_cuts = sum(1 for x in cands if x.source)
+    run_items(p, CandidateWork(p.config, str(p.stages), p.sizes, "train", n_cuts), todo)
+    if todo:
+        cut_stages.focus(p, cands)
+    run_items(p, CandidateWork(p.config, str(p.stages), p.sizes, "agree", n_cuts), todo)
+    return {cand.name: spec_of(p, cand) for cand in cands}
+
+
+def run_items(p: Pipeline, work: CandidateWork, cands: list[Candidate]) -> None:
+    """Each candidate's stages of one phase as an executor item; the driver records what the items finished."""
+    items = [(cand, dict(p.done)) for cand in cands]
+    for _, records in p.executor.map(work, items, exclusive(p.config.device, p.config.threads)):
         for record in records:
             p.add(record)
-    return {cand.name: spec_of(p, cand) for cand in cands}
 
 
 def budget(config: DesignConfig, target: Shape) -> int:

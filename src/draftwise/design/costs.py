@@ -150,6 +150,7 @@ def _building(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) -> 
     t = c.max_new_tokens / REF_TOKENS
     learns = int(o.trained + o.features > 0 and (o.built or "training" not in d))  # a study at int8/q4 trains none
     learns_target = learns and not o.cuts  # a sibling's cuts need no sweep of the target's shapes
+    focus = int(o.cuts and n.trained > 1)  # the first-ranked cut trained on from its pilot (`cut_stages.focus`)
     out = [
         Item("sweep", learns_target, 300),
         Item("gen-data", 1, 100 + (52 + 2 * o.prefill) * s.gen_prompts),  # each prompt at two temperatures
@@ -157,7 +158,8 @@ def _building(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) -> 
         # teacher is the target as studied: ~160 tokens/s at q4 on a 1.5B, about 0.35 of its AR step a token
         Item("teacher", learns, 300 + (0.35 if o.cuts else 0.025) * s.teacher_tokens),
         Item("prune", n.trained, 600 + 1100 * math.ceil(s.elimination_tokens / 64)),  # per calibration row
-        Item("distill", n.trained, 400, 60 * s.distill_minutes),  # its minutes, then loading and evaluations
+        # its minutes, then loading and evaluations; a sibling's cuts share theirs with the first-ranked one's more
+        Item("distill", n.trained + focus, 400, 60 * s.distill_minutes * n.trained / max(1, n.trained + focus)),
         Item("feature", n.features, 400, 60 * s.feature_minutes),
         # the target's continuations once (generation and prefill), then each candidate teacher-forced on them
         Item("continuations", int(n.cands > 0), 100 + (32 * t + o.prefill) * s.agree_limit),

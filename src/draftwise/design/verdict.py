@@ -82,9 +82,10 @@ def _draft_time(kind: str, c: float):
 
 
 def training_records(p, name: str) -> list[dict]:
-    """The records of the stage that trained candidate `name` — `distill-<name>` (pruned + distilled) or
+    """The records of the stage that trained candidate `name` — `distill-more-<name>` (a cut trained on from its
+    pilot, its pilot's records carried on: `cut_stages.focus`), `distill-<name>` (pruned + distilled) or
     `feature-<name>` (a feature-level head), whichever logged evaluations; [] for a candidate not trained here."""
-    for stage in TRAINING:
+    for stage in ("distill-more", *TRAINING):
         records = read_records(p.folder(f"{stage}-{name}") / "records.jsonl")
         if any(r.get("event") == "eval" for r in records):
             return records

@@ -35,9 +35,9 @@ def section(doc: Doc, p: DesignFolder, plots: Path, footer: str) -> None:
     doc.h("When would training pay?")
     for n, x in entries.items():
         doc.p(x["sentence"] + stop_sentence(training_records(p, n)))
-    rates = rates_sentence(p, list(entries))
-    if rates:
-        doc.p(rates)
+    for text in (focus_sentence(p.done.get("focus-cuts")), rates_sentence(p, list(entries))):
+        if text:
+            doc.p(text)
     doc.p(NOTE)
     series = [series_of(n, x, training_records(p, n)) for n, x in entries.items()]
     doc.img(
@@ -64,6 +64,26 @@ def rates_sentence(p: DesignFolder, names: list[str]) -> str:
         if seconds:
             parts.append(f"{n} trained at {train[-1]['tokens'] / seconds:.0f} tokens/s")
     return f"Rates on this machine: {'; '.join(parts)}." if parts else ""
+
+
+def focus_sentence(decision: dict | None) -> str:
+    """Which cut the pilots' learning curves ranked first and were trained on (`cut_stages.focus`)."""
+    if not decision:
+        return ""
+    ranked = "; ".join(
+        f"{x['name']} {x['agreement_now']:.2f} now → {x['predicted_agreement']:.2f} predicted at "
+        f"{learning.tokens_text(x['tokens_at_end'])} tokens ({x['predicted_speedup']:.2f}× at c {x['c']:.2f})"
+        for x in decision["ranking"]
+    )
+    then = (
+        f"{decision['chosen']} was trained on from its pilot for {decision['minutes']:g} more minutes"
+        if decision["chosen"]
+        else f"none was predicted to pay with {decision['minutes']:g} more minutes, so none was trained on"
+    )
+    return (
+        f"The cuts trained a pilot each, then were ranked by what their learning curves predict if one alone trained "
+        f"on (the cost model's speedup at that agreement, a verify pass at one AR step): {ranked}. {then}."
+    )
 
 
 def stop_sentence(records: list[dict]) -> str:

@@ -1,0 +1,57 @@
+"""A design's cuts of the sibling (`cuts`) as stages: each cut pruned and distilled for a pilot, then the one the
+learning curves rank first trained on for the minutes the others leave (`cuts.focus`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .. import cost
+from ..config import DistillConfig
+from ..rundir import read_records
+from ..shapes import Shape
+from ..stages import distill, prune
+from . import cuts
+from .candidates import Candidate
+from .pipeline import Pipeline, Stages
+from .target import target_of
+
+
+def distill_cut(p: Stages, cand: Candidate, n_cuts: int) -> None:
+    """A shape cut from the sibling at fp32 (calibrated on the target's continuations) and distilled on those
+    continuations' top-k (gen-data's) and the train text the target scored teacher-forced as studied (`cuts`): all its
+    minutes, or a pilot's where `n_cuts` compete for the rest (no stop rule then: the ranking after decides)."""
+    prune_config = cuts.prune_config(p.config, cand, str(p.folder("gen-data")), p.sizes.elimination_tokens)
+    p.stage(f"prune-{cand.name}", lambda f: prune.run(prune_config, f))
+    c = cuts.predicted_c(cand.shape, Shape.of(target_of(p.config).model_config()))  # a worker holds no target
+    minutes = cuts.pilot_minutes(p.sizes.distill_minutes, n_cuts)
+    config = distill_config(p, cand, minutes, 0.0 if n_cuts > 1 else cost.optimistic_break_even(c))
+    p.stage(f"distill-{cand.name}", lambda f: distill.run(config, f), predicted_c=round(c, 4))
+
+
+def distill_config(p: Stages, cand: Candidate, minutes: float, stop_below: float) -> DistillConfig:
+    data = str(p.folder("gen-data"))
+    teacher_data = f"{data},{p.folder('teacher')}" if "teacher" in p.done else data  # both: the target's own text
+    return cuts.distill_config(p.config, str(p.folder(f"prune-{cand.name}")), teacher_data, data, minutes, stop_below)
+
+
+def focus(p: Pipeline, cands: list[Candidate]) -> None:
+    """After the cuts' pilots: the cut their learning curves rank first trains on from its pilot for the minutes the
+    others leave (`cuts.focus`; a decision record, then `cuts.more_stage`)."""
+    cut = [x for x in cands if x.source]
+    if len(cut) < 2:
+        return
+    minutes = p.sizes.distill_minutes * (1 - cuts.PILOT_SHARE) * len(cut)
+    pilots = {
+        x.name: (
+            p.done[f"distill-{x.name}"]["predicted_c"],
+            read_records(p.folder(f"distill-{x.name}") / "records.jsonl"),
+        )
+        for x in cut
+    }
+    chosen = p.stage("focus-cuts", lambda f: cuts.focus(pilots, minutes))["chosen"]
+    if chosen:
+        source = p.folder(f"distill-{chosen}")
+        config = replace(
+            distill_config(p, next(x for x in cut if x.name == chosen), minutes, 0.0), resume_from=str(source)
+        )
+        p.stage(cuts.more_stage(chosen), lambda f: distill.run(config, f))
