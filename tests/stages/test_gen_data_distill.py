@@ -60,6 +60,30 @@ def test_gen_data_shards_are_train_only_and_resumable(data_dir, tiny_dir):
     assert all(torch.equal(shard[k], again[k]) for k in shard)
 
 
+def test_each_greedy_sequence_is_the_one_its_prompt_gets_alone(data_dir, tiny_dir):
+    """gen-data continues each prompt at both temperatures from one prefill, in batches of similar lengths: every
+    greedy row is still the target's own greedy continuation of its prompt alone, its top-1 the token it chose."""
+    from draftwise.runtimes.base import ModelOptions
+    from draftwise.runtimes.registry import load
+    from draftwise.sd.loop import generate
+    from draftwise.sd.sampling import SamplingParams
+
+    target = load(tiny_dir, ModelOptions())
+    records = [json.loads(line) for line in (data_dir / "records.jsonl").read_text().splitlines()]
+    temps = [t for r in records for _, t in r["prompts"]]
+    assert temps.count(0.0) == temps.count(1.0) == 12
+    greedy = 0
+    for r in records:
+        for row, (_, t) in zip(shards.read_shard(data_dir / r["file"]), r["prompts"]):
+            n = int(row["prompt_len"])
+            if t == 0.0:
+                prompt, new = row["tokens"][:n].tolist(), row["tokens"][n:].tolist()
+                alone = generate(target.lm, prompt, SamplingParams(), 10, torch.Generator(), eos=target.eos_ids)
+                assert new == alone.tokens and row["topk_ids"][:, 0].tolist() == new
+                greedy += 1
+    assert greedy == 12
+
+
 def test_user_prompts_in_the_eval_split_are_dropped(tiny_dir, tmp_path):
     evals = data.load_prompts("spec_bench", "eval", limit=2)
     trains = data.load_prompts("spec_bench", "train", limit=2)

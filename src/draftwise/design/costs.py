@@ -153,7 +153,8 @@ def _building(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) -> 
     focus = int(o.cuts and n.trained > 1)  # the first-ranked cut trained on from its pilot (`cut_stages.focus`)
     out = [
         Item("sweep", learns_target, 300),
-        Item("gen-data", 1, 100 + (52 + 2 * o.prefill) * s.gen_prompts),  # each prompt at two temperatures
+        # each prompt at two temperatures from one prefill (`sd.batched.prefill`)
+        Item("gen-data", 1, 100 + (52 + o.prefill) * s.gen_prompts),
         # teacher-forced scoring: ~1,300 tokens/s at bf16 on 2 cores, about 40 tokens per fp32 AR step; a cut's
         # teacher is the target as studied: ~160 tokens/s at q4 on a 1.5B, about 0.35 of its AR step a token
         Item("teacher", learns, 300 + (0.35 if o.cuts else 0.025) * s.teacher_tokens),
@@ -169,7 +170,7 @@ def _building(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) -> 
     if o.lookups:
         all_temps = sum(1 for x in c.temperatures if x)  # the calibration covers every temperature asked for
         out += [Item("agree-lookup", 1, 150 + (72 * t + o.prefill) * s.tune_prompts), Item("tune", 3, 50)]
-        more = Item("gen-data-more", 1, 100 + (52 + 2 * o.prefill) * s.gen_prompts)
+        more = Item("gen-data-more", 1, 100 + (52 + o.prefill) * s.gen_prompts)
         out += [] if "gen-data-more" in d else [more]
         out += [Item("calibrate", 1, s.tune_prompts * t * (10 + 15 * all_temps))] if n.sched else []
     return out

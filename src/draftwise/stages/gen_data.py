@@ -45,7 +45,26 @@ def units(config: GenDataConfig, target) -> list[tuple[data.Prompt, list[int], f
     encoded = [(p, ids) for p, ids in encoded if 0 < len(ids) <= config.max_prompt_tokens][config.skip :]
     if config.limit:
         encoded = encoded[: config.limit]
-    return [(p, ids, t) for t in config.temperatures for p, ids in encoded]
+    return [(p, ids, t) for p, ids in encoded for t in config.temperatures]  # a prompt's temperatures side by side
+
+
+def batches(shard: list, batch_size: int):
+    """(temperatures, [(prompt, ids)]) batches of about `batch_size` sequences: each prompt with the temperatures it
+    has in the shard (one prefill for all of them), prompts of similar length together (less left padding)."""
+    temps: dict[tuple, list[float]] = {}
+    prompts: dict[tuple, tuple] = {}
+    for p, ids, t in shard:
+        key = (p.id, tuple(ids))
+        temps.setdefault(key, []).append(t)
+        prompts[key] = (p, ids)
+    groups: dict[tuple[float, ...], list] = {}
+    for key, ts in temps.items():
+        groups.setdefault(tuple(ts), []).append(prompts[key])
+    for ts, part in groups.items():
+        part.sort(key=lambda x: len(x[1]))
+        per = max(1, batch_size // len(ts))
+        for i in range(0, len(part), per):
+            yield ts, part[i : i + per]
 
 
 def run(config: GenDataConfig, out: str | Path) -> Path:
@@ -71,32 +90,30 @@ def run(config: GenDataConfig, out: str | Path) -> Path:
             continue
         gen.manual_seed(config.seed * 1_000_003 + index)  # each shard's randomness is its own: resumes match
         start, rows = time.perf_counter(), []
-        shard = sorted(shard, key=lambda u: (u[2], len(u[1])))  # batch similar lengths: less left padding to compute
-        for i in range(0, len(shard), config.batch_size):
-            batch = shard[i : i + config.batch_size]
-            for temp in dict.fromkeys(t for _, _, t in batch):
-                part = [(p, ids) for p, ids, t in batch if t == temp]
-                conts = generate_batch(
-                    target.lm,
-                    [ids for _, ids in part],
-                    SamplingParams(temp),
-                    config.max_new_tokens,
-                    gen,
-                    target.eos_ids,
-                    topk=config.topk,
-                )
-                rows += [
-                    {
-                        "prompt_id": p.id,
-                        "temperature": temp,
-                        "tokens": ids + c.tokens,
-                        "prompt_len": len(ids),
-                        "topk_ids": c.topk_ids,
-                        "topk_probs": c.topk_probs,
-                    }
-                    for (p, ids), c in zip(part, conts)
-                ]
-            bar.update(len(batch))
+        for temps, part in batches(shard, config.batch_size):
+            conts = generate_batch(
+                target.lm,
+                [ids for _, ids in part],
+                [SamplingParams(t) for t in temps],  # each prompt prefilled once, continued at each temperature
+                config.max_new_tokens,
+                gen,
+                target.eos_ids,
+                topk=config.topk,
+            )
+            rows += [
+                {
+                    "prompt_id": p.id,
+                    "temperature": t,
+                    "tokens": ids + c.tokens,
+                    "prompt_len": len(ids),
+                    "topk_ids": c.topk_ids,
+                    "topk_probs": c.topk_probs,
+                }
+                for k, (p, ids) in enumerate(part)
+                for j, t in enumerate(temps)
+                for c in [conts[k * len(temps) + j]]
+            ]
+            bar.update(len(part) * len(temps))
         write_shard(run_dir.path / "shards" / f"shard-{index:05d}.safetensors", rows, config.topk)
         new = sum(len(r["topk_ids"]) for r in rows)
         seconds = time.perf_counter() - start

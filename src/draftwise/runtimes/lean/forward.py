@@ -237,6 +237,12 @@ class LeanLM(nn.Module):
             self.k_cache = torch.zeros(want, dtype=self.dtype, device=self.device)  # [L, B, KV, S, hd]
             self.v_cache = torch.zeros(want, dtype=self.dtype, device=self.device)
 
+    def repeat_rows(self, n: int) -> None:
+        """Each row's cache copied `n` times in its place (row b → rows b·n … b·n + n − 1): a prompt prefilled once
+        and continued n ways (`sd.batched.prefill`)."""
+        self.k_cache = self.k_cache.repeat_interleave(n, dim=1)
+        self.v_cache = self.v_cache.repeat_interleave(n, dim=1)
+
     @property
     def max_len(self) -> int:
         return 0 if self.k_cache is None else self.k_cache.shape[3]
