@@ -141,28 +141,22 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     )
     out = tmp_path / "design"
 
-    agree_run = stage_modules.agree.run
+    distill_run = stage_modules.distill.run
 
-    def killed(agree_config, folder):  # the second candidate's item dies after its prune and distill finished
-        if "narrow" in agree_config.drafter:
+    def killed(distill_config, folder, *a, **k):  # the second candidate's training item dies after its prune finished
+        if "narrow" in Path(folder).name:
             raise RuntimeError("killed")
-        return agree_run(agree_config, folder)
+        return distill_run(distill_config, folder, *a, **k)
 
-    monkeypatch.setattr(stage_modules.agree, "run", killed)
+    monkeypatch.setattr(stage_modules.distill, "run", killed)
     with pytest.raises(RuntimeError, match="killed"):
         design.run(config, out)
     monkeypatch.undo()
     appended = [json.loads(line)["stage"] for line in (out / "records.jsonl").read_text().splitlines()]
-    assert "agree-wide-L1" in appended and "distill-narrow-L2" not in appended  # its item never returned ...
+    assert "distill-wide-L1" in appended and "prune-narrow-L2" not in appended  # its item never returned ...
     finished = set(design.Pipeline(config, out).done)  # ... but its finished stages are found in their folders
-    assert {
-        "gen-data",
-        "prune-wide-L1",
-        "distill-wide-L1",
-        "agree-wide-L1",
-        "prune-narrow-L2",
-        "distill-narrow-L2",
-    } <= finished
+    assert {"gen-data", "prune-wide-L1", "distill-wide-L1", "prune-narrow-L2"} <= finished
+    assert "distill-narrow-L2" not in finished
 
     calls = []
     for stage in (stage_modules.gen_data, stage_modules.prune, stage_modules.distill):

@@ -1,7 +1,7 @@
 """The design's candidates, built: the shape sweep and the trained shapes it picks, target data, each model
-candidate's own stages (prune, distill, agree; one executor item each), the profile, and the lookup and hybrid
-candidates tuned on the target's own text (`lookup`). `write_candidates` leaves them in the run folder for the
-report."""
+candidate's own stages (prune and distill, then agree: one executor item each per phase, the cuts' ranking between
+them: `cut_stages`), the profile, and the lookup and hybrid candidates tuned on the target's own text (`lookup`).
+`write_candidates` leaves them in the run folder for the report."""
 
 from __future__ import annotations
 
