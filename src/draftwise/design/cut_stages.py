@@ -41,14 +41,18 @@ def focus(p: Pipeline, cands: list[Candidate]) -> None:
     if len(cut) < 2:
         return
     minutes = p.sizes.distill_minutes * (1 - cuts.PILOT_SHARE) * len(cut)
-    pilots = {
-        x.name: (
-            p.done[f"distill-{x.name}"]["predicted_c"],
-            read_records(p.folder(f"distill-{x.name}") / "records.jsonl"),
-        )
-        for x in cut
-    }
-    chosen = p.stage("focus-cuts", lambda f: cuts.focus(pilots, minutes))["chosen"]
+
+    def decide(folder) -> dict:  # the pilots' records read once, when the decision is made (a rerun reads its record)
+        pilots = {
+            x.name: (
+                p.done[f"distill-{x.name}"]["predicted_c"],
+                read_records(p.folder(f"distill-{x.name}") / "records.jsonl"),
+            )
+            for x in cut
+        }
+        return cuts.focus(pilots, minutes)
+
+    chosen = p.stage("focus-cuts", decide)["chosen"]
     if chosen:
         source = p.folder(f"distill-{chosen}")
         config = replace(

@@ -25,6 +25,7 @@ from .. import cost, learning
 from ..rundir import read_records
 from ..sd.families import SERIAL, drafter_kind
 from ..stages.bench_grid import as_method, label
+from . import cuts
 from .measure import grid_points, method_of, summary
 from .target import target_of
 
@@ -85,8 +86,8 @@ def training_records(p, name: str) -> list[dict]:
     """The records of the stage that trained candidate `name` — `distill-more-<name>` (a cut trained on from its
     pilot, its pilot's records carried on: `cut_stages.focus`), `distill-<name>` (pruned + distilled) or
     `feature-<name>` (a feature-level head), whichever logged evaluations; [] for a candidate not trained here."""
-    for stage in ("distill-more", *TRAINING):
-        records = read_records(p.folder(f"{stage}-{name}") / "records.jsonl")
+    for folder in (cuts.more_stage(name), *(f"{stage}-{name}" for stage in TRAINING)):
+        records = read_records(p.folder(folder) / "records.jsonl")
         if any(r.get("event") == "eval" for r in records):
             return records
     return []

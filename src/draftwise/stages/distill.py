@@ -325,8 +325,9 @@ def run(config: DistillConfig, out: str | Path) -> Path:
     final = evaluate(model, eval_seqs, head=head)
     record({"event": "eval", "step": meta["step"], "tokens": meta["tokens"], **final})
     if proj is not None:
-        record(resume.check(proj, meta, final["agreement"]))
-        print(resume.sentence(resume.check(proj, meta, final["agreement"])))
+        checked = resume.check(proj, meta, final["agreement"])
+        record(checked)
+        print(resume.sentence(checked))
     _save_state(run_dir.path / "state", model, opt, gen, meta)
     model.save_pretrained(run_dir.path / "checkpoint", safe_serialization=True)
     target.tokenizer.save_pretrained(run_dir.path / "checkpoint")

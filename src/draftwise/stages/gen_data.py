@@ -51,15 +51,12 @@ def units(config: GenDataConfig, target) -> list[tuple[data.Prompt, list[int], f
 def batches(shard: list, batch_size: int):
     """(temperatures, [(prompt, ids)]) batches of about `batch_size` sequences: each prompt with the temperatures it
     has in the shard (one prefill for all of them), prompts of similar length together (less left padding)."""
-    temps: dict[tuple, list[float]] = {}
-    prompts: dict[tuple, tuple] = {}
+    seen: dict[tuple, tuple] = {}  # (prompt id, ids) -> (prompt, ids, its temperatures)
     for p, ids, t in shard:
-        key = (p.id, tuple(ids))
-        temps.setdefault(key, []).append(t)
-        prompts[key] = (p, ids)
+        seen.setdefault((p.id, tuple(ids)), (p, ids, []))[2].append(t)
     groups: dict[tuple[float, ...], list] = {}
-    for key, ts in temps.items():
-        groups.setdefault(tuple(ts), []).append(prompts[key])
+    for p, ids, ts in seen.values():
+        groups.setdefault(tuple(ts), []).append((p, ids))
     for ts, part in groups.items():
         part.sort(key=lambda x: len(x[1]))
         per = max(1, batch_size // len(ts))
