@@ -9,7 +9,7 @@ import torch
 
 from conftest import c_paths, tiny_config, tiny_model
 from draftwise.runtimes.base import ModelOptions
-from draftwise.runtimes.lean import kernels, ladder, prompt, rates, smoke
+from draftwise.runtimes.lean import kernels, ladder, library, prompt, rates, smoke
 from draftwise.runtimes.lean.forward import LeanLM
 from draftwise.runtimes.lean.int8 import LINEARS
 from draftwise.runtimes.registry import load
@@ -134,15 +134,19 @@ def test_a_file_measured_to_miss_the_bar_keeps_the_exact_path(small_q4_gguf, rou
 
 
 @pytest.mark.parametrize("fmt", ["q4k", "q6k"])
-def test_q8k_gives_its_references_bits_the_same_in_any_chunks(fmt):
+@pytest.mark.parametrize("build", ["native", "avx2"])
+def test_q8k_gives_its_references_bits_the_same_in_any_chunks(fmt, build):
+    """On the CPU's own path (AVX-512 VNNI, else AVX2), and on AVX2's where AVX-512 is the native one."""
+    if build == "avx2" and max(PATHS) < ladder.CODES["avx512"]:
+        pytest.skip("AVX2 is this CPU's own Q8_K path: the native build tests it")
+    lib = library.load(("DRAFTWISE_Q8K_AVX2",)) if build == "avx2" else None
     w = rates.weights(128, 512, torch.Generator().manual_seed(0))[fmt]
     gen = torch.Generator().manual_seed(1)
     x = smoke.activations(40, 512, gen)  # outlier channels in some rows
-    if ladder.CODES["avx512"] not in PATHS:
-        pytest.skip("the Q8_K path is AVX-512's")
-    whole = prompt.q8k_gemm(x, w)
+    x[5, 300:] = 0.0  # a row with blocks of zeros: their scales at the finest
+    whole = prompt.q8k_gemm(x, w, lib)
     assert torch.equal(whole, prompt.reference_q8k(x, w))
-    parts = torch.cat([prompt.q8k_gemm(x[a:b].contiguous(), w) for a, b in ((0, 3), (3, 19), (19, 40))])
+    parts = torch.cat([prompt.q8k_gemm(x[a:b].contiguous(), w, lib) for a, b in ((0, 3), (3, 19), (19, 40))])
     assert torch.equal(parts, whole)  # each row its own: a prompt's cache is the same whole or in chunks
     ref = x @ w.dequantize().T
     assert (whole - ref).norm() < 0.05 * ref.norm()  # 8 bits a value, a scale per 256

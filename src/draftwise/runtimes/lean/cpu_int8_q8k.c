@@ -1,4 +1,4 @@
-/* The prompt path of the integer kernel for K-quant weights (Q4_K, Q6_K), AVX-512: llama.cpp's Q8_K numerics made
+/* The prompt path of the integer kernel for K-quant weights (Q4_K, Q6_K), AVX-512 (AVX2: `cpu_int8_q8k_avx2.c`): llama.cpp's Q8_K numerics made
  * finer, a lossy choice for prompt passes only (`prompt.py`, chosen by the ladder where it was timed faster).
  *
  * Activations: 8 bits per super-block of 256 inputs of a row, one scale each, sA = amax / 127, and each block of 32
@@ -190,11 +190,25 @@ static __attribute__((target("avx512f,avx512bw,avx512vnni"))) void groups_q8k6(c
     groups_q8k(6, w, o, v, sA, t, sh, ts, M, g);
 }
 
+int draftwise_int8_isa(void); /* cpu_int8.c */
+void draftwise_q8k_gemm_avx2(const float* x, const int8_t* w, const void* s, const void* z, const float* sd,
+                             const float* zd, float* y, int64_t M, int64_t N, int64_t K, int64_t Kp, int nthreads,
+                             int bits); /* cpu_int8_q8k_avx2.c */
+
 /* y[M, N] = x[M, K] @ w^T on Q4_K (bits 4, fmt KQ) or Q6_K (bits 6, fmt KQ6) weights as `cpu_int8.c` packs them (s
- * and z their bytes, sd and zd their super-blocks' d and m), at llama.cpp's Q8_K activations (file header). */
+ * and z their bytes, sd and zd their super-blocks' d and m), at llama.cpp's Q8_K activations (file header); the same
+ * bits on AVX2 where the CPU lacks AVX-512 VNNI (or built with DRAFTWISE_Q8K_AVX2: its tests on an AVX-512 machine).
+ * Whether either is faster here than the exact path is the ladder's to time. */
 void draftwise_q8k_gemm(const float* x, const int8_t* w, const void* s, const void* z, const float* sd,
                         const float* zd, float* y, int64_t M, int64_t N, int64_t K, int64_t Kp, int nthreads,
                         int bits) {
+#ifndef DRAFTWISE_Q8K_AVX2
+    if (draftwise_int8_isa() < 2)
+#endif
+    {
+        draftwise_q8k_gemm_avx2(x, w, s, z, sd, zd, y, M, N, K, Kp, nthreads, bits);
+        return;
+    }
     const int sb = bits == 6 ? SUB16 : BLOCK;
     int8_t* v = (int8_t*)aligned_alloc(64, (size_t)(M * Kp + 63) / 64 * 64);
     float* sA = (float*)malloc(M * (Kp / SUPER) * sizeof(float));

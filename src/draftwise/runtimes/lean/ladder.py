@@ -42,7 +42,8 @@ from ...errors import DraftwiseError
 # the kernel's paths by code (`cpu_int8.c`), in the order they are tried: avx512-seq is the AVX-512 path tiled one
 # group of 16 rows at a time (one weight stream a thread; `cpu_int8_avx512.c`), where avx512 runs
 NAMES = {3: "amx", 2: "avx512", 4: "avx512-seq", 1: "avx2", 0: "torch"}
-Q8K = "q8k"  # prompt passes at llama.cpp's Q8_K activations on K-quant weights (`cpu_int8_q8k.c`): lossy, AVX-512
+Q8K = "q8k"  # prompt passes at llama.cpp's Q8_K activations on K-quant weights (`cpu_int8_q8k.c`): lossy; AVX-512
+# VNNI where the CPU has it, else AVX2 (`cpu_int8_q8k_avx2.c`)
 CODES = {name: isa for isa, name in NAMES.items()} | {Q8K: 5}
 RUNS_ON = {3: 3, 2: 2, 4: 2, 1: 1}  # the best path the CPU must report (`draftwise_int8_isa`) for each to run
 ONE_ROW = {3: 2}  # paths that hand a one-row pass to another (AMX: AVX-512's), so never chosen for a step
@@ -89,9 +90,9 @@ def run_child(path: str) -> dict | None:
 
 def candidates(best: int) -> list[str]:
     """The paths tried on a CPU whose best reported path is `best`, best first, then the prompt passes' lossy ones
-    (Q8K where AVX-512 runs, torch's bf16 product)."""
+    (Q8K, torch's bf16 product)."""
     exact = [name for code, name in NAMES.items() if code and RUNS_ON[code] <= best]
-    return exact + ([Q8K] if best >= RUNS_ON[CODES["avx512"]] else []) + ([BF16] if best else [])
+    return exact + ([Q8K, BF16] if best else [])
 
 
 def _score(timings: dict, pool: list[str], name: str, rows: tuple[int, ...]) -> dict[str, float]:

@@ -35,6 +35,7 @@ SOURCES = (
     "cpu_int8_avx2.c",
     "cpu_int8_amx.c",
     "cpu_int8_q8k.c",
+    "cpu_int8_q8k_avx2.c",
     "cpu_layer.c",
 )
 
