@@ -95,7 +95,9 @@ void draftwise_int8_gemm(const float* x, const int8_t* w, const void* s, const v
     if (isa == 5) isa = 2; /* no other format has integer block scales: the exact path */
     if (isa == 3 && (M == 1 || !draftwise_amx_granted())) isa = 2; /* a step streams: AVX-512 keeps up with memory */
     int16_t* q = (int16_t*)aligned_alloc(64, (size_t)(M * Kp * 2 + 63) / 64 * 64);
-    uint8_t* bytes = isa >= 2 ? (uint8_t*)aligned_alloc(64, (size_t)(2 * M * Kp + 63) / 64 * 64) : NULL;
+    /* the activations' bytes: AVX-512's and AMX's operands; AVX2 reads the high ones of 8-bit blocks on 4-6-bit weights */
+    const int need_bytes = isa >= 2 || (abits == 8 && bits != 8);
+    uint8_t* bytes = need_bytes ? (uint8_t*)aligned_alloc(64, (size_t)(2 * M * Kp + 63) / 64 * 64) : NULL;
     float* sx = (float*)malloc(M * sizeof(float));
     float* sa = abits == 8 ? (float*)malloc(M * B * sizeof(float)) : NULL;
     uint8_t* wide = abits == 8 ? (uint8_t*)malloc(M * B) : NULL;

@@ -11,7 +11,7 @@
  */
 #include <stdlib.h>
 
-#include "cpu_int8.h"
+#include "cpu_int8_avx2.h"
 
 #define SUPER 256
 #define Q8K_E 3 /* `cpu_int8_q8k.c`'s E */
@@ -83,40 +83,6 @@ static void quantize(const float* x, int64_t M, int64_t K, int64_t Kp, int sb, i
     }
 }
 
-/* 32 bits of a mask (bit (n % 8)·4 + k % 4 of half a group) as 32 bytes: `value` where set, else 0 */
-INLINE __m256i expand(uint32_t bits, const __m256i value) {
-    const __m256i spread = _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    const __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread), bit);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), value);
-}
-
-/* the 32 bytes of q for inputs k..k+3 of rows 8h..8h+7 of a group (wg: packed; raw its nibbles, loaded at k % 8 == 0
- * and kept for k + 4), byte (n % 8)·4 + k % 4 */
-INLINE __m256i weights(const int bits, const int8_t* wg, int64_t k, int h, __m256i* raw) {
-    const __m256i nibble = _mm256_set1_epi8(0x0F);
-    __m256i wv;
-    if ((k & 7) == 0) {
-        *raw = _mm256_loadu_si256((const __m256i*)(wg + nibble_at(k, bits) + 32 * h));
-        wv = _mm256_and_si256(*raw, nibble);
-    } else {
-        wv = _mm256_and_si256(_mm256_srli_epi16(*raw, 4), nibble);
-    }
-    if (bits == 6) { /* q's bits 4 and 5 from the masks (`cpu_int8.h`), the half's 32 bits of each */
-        const uint32_t* m = (const uint32_t*)(wg + mask_at(k, bits));
-        wv = _mm256_add_epi8(wv, expand(m[h], _mm256_set1_epi8(16)));
-        wv = _mm256_add_epi8(wv, expand(m[2 + h], _mm256_set1_epi8(32)));
-    }
-    return wv;
-}
-
-/* group g's q for every k, a byte each (the int8 layout: 64 bytes per 4 k of 16 rows) */
-static void unpack(const int bits, const int8_t* wg, int64_t Kp, int8_t* u) {
-    __m256i raw[2];
-    for (int64_t k = 0; k < Kp; k += 4)
-        for (int h = 0; h < 2; h++) _mm256_store_si256((__m256i*)(u + k * 16 + 32 * h), weights(bits, wg, k, h, &raw[h]));
-}
-
 /* a block's integer scales of rows 8h..8h+7 in both int16 halves of each row's lane (vpmaddwd's second operand), and
  * as int32 */
 INLINE __m256i scales32(const int bits, const uint8_t* at) {
@@ -147,7 +113,7 @@ INLINE void tile(const int M, const int bits, const int pre, const int8_t* wg, i
                 for (int kk = kf; kk < kf + flush; kk += 4) {
                     const int64_t k = b * sb + kk;
                     const __m256i wv = pre ? _mm256_load_si256((const __m256i*)(wg + k * 16 + 32 * h))
-                                           : weights(bits, wg, k, h, &raw);
+                                           : half_bytes(bits, wg, k, h, &raw);
                     for (int j = 0; j < M; j++)
                         p[j] = _mm256_add_epi16(p[j], _mm256_maddubs_epi16(wv, _mm256_set1_epi32(*(const int32_t*)(v + j * Kp + k))));
                 }
@@ -192,7 +158,7 @@ INLINE void groups(const int bits, const int8_t* w, const operands* o, const int
     const int pre = M > TILE_M;
     int8_t* u = pre ? (int8_t*)aligned_alloc(32, (size_t)(o->Kp * 16)) : NULL;
     for (int64_t g2 = g; g2 < g + 4; g2++) {
-        if (pre) unpack(bits, w + g2 * group, o->Kp, u);
+        if (pre) unpack_group(bits, w + g2 * group, o->Kp, u);
         const int8_t* wg = pre ? u : w + g2 * group;
         for (int64_t m0 = 0; m0 < M; m0 += TILE_M) {
             operands at = *o;

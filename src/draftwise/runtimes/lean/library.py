@@ -29,6 +29,7 @@ SOURCES = (
     "cpu_kernels.c",
     "cpu_int8.h",
     "cpu_int8_avx512.h",
+    "cpu_int8_avx2.h",
     "cpu_int8.c",
     "cpu_int8_quant.c",
     "cpu_int8_avx512.c",
