@@ -133,7 +133,9 @@ def q8k_gemm(x: torch.Tensor, w, lib=None) -> torch.Tensor:
     """x [M, K] fp32 contiguous times a Q4_K or Q6_K weight at Q8_K activations (`cpu_int8_q8k.c`: the lossy prompt
     path, `prompt.py`) -> [M, N] fp32 (`lib`: another build of the kernel, `kernels.int8_gemm`'s)."""
     y = torch.empty(x.shape[0], w.out_features, dtype=torch.float32)
-    (lib or kernels._kernel()).draftwise_q8k_gemm(x.data_ptr(), *kernels.blocks(w), y.data_ptr(), *kernels.sizes(x, w), w.BITS)
+    (lib or kernels._kernel()).draftwise_q8k_gemm(
+        x.data_ptr(), *kernels.blocks(w), y.data_ptr(), *kernels.sizes(x, w), w.BITS
+    )
     return y
 
 
