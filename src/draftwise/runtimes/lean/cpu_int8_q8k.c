@@ -191,9 +191,10 @@ static __attribute__((target("avx512f,avx512bw,avx512vnni"))) void groups_q8k6(c
 }
 
 int draftwise_int8_isa(void); /* cpu_int8.c */
-void draftwise_q8k_gemm_avx2(const float* x, const int8_t* w, const void* s, const void* z, const float* sd,
-                             const float* zd, float* y, int64_t M, int64_t N, int64_t K, int64_t Kp, int nthreads,
-                             int bits); /* cpu_int8_q8k_avx2.c */
+void draftwise_q8k_quantize_avx2(const float* x, int64_t M, int64_t K, int64_t Kp, int sb, int8_t* v, float* sA,
+                                 int32_t* t, int32_t* sh, int32_t* ts, int nthreads); /* cpu_int8_q8k_avx2.c */
+void draftwise_q8k_groups_avx2(const int bits, const int8_t* w, const operands* o, const int8_t* v, const float* sA,
+                               const int32_t* t, const int32_t* sh, const int32_t* ts, int64_t M, int64_t g);
 
 /* y[M, N] = x[M, K] @ w^T on Q4_K (bits 4, fmt KQ) or Q6_K (bits 6, fmt KQ6) weights as `cpu_int8.c` packs them (s
  * and z their bytes, sd and zd their super-blocks' d and m), at llama.cpp's Q8_K activations (file header); the same
@@ -202,24 +203,27 @@ void draftwise_q8k_gemm_avx2(const float* x, const int8_t* w, const void* s, con
 void draftwise_q8k_gemm(const float* x, const int8_t* w, const void* s, const void* z, const float* sd,
                         const float* zd, float* y, int64_t M, int64_t N, int64_t K, int64_t Kp, int nthreads,
                         int bits) {
-#ifndef DRAFTWISE_Q8K_AVX2
-    if (draftwise_int8_isa() < 2)
+#ifdef DRAFTWISE_Q8K_AVX2
+    const int avx2 = 1;
+#else
+    const int avx2 = draftwise_int8_isa() < 2;
 #endif
-    {
-        draftwise_q8k_gemm_avx2(x, w, s, z, sd, zd, y, M, N, K, Kp, nthreads, bits);
-        return;
-    }
     const int sb = bits == 6 ? SUB16 : BLOCK;
     int8_t* v = (int8_t*)aligned_alloc(64, (size_t)(M * Kp + 63) / 64 * 64);
     float* sA = (float*)malloc(M * (Kp / SUPER) * sizeof(float));
     int32_t* t = (int32_t*)malloc(M * (Kp / sb) * sizeof(int32_t));
     int32_t* sh = (int32_t*)malloc(2 * M * (Kp / BLOCK) * sizeof(int32_t)), *ts = sh + M * (Kp / BLOCK);
-    quantize256(x, M, K, Kp, sb, v, sA, t, sh, ts, nthreads);
+    if (avx2)
+        draftwise_q8k_quantize_avx2(x, M, K, Kp, sb, v, sA, t, sh, ts, nthreads);
+    else
+        quantize256(x, M, K, Kp, sb, v, sA, t, sh, ts, nthreads);
     const operands o = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, s, z, sd, zd, NULL, y, N, Kp};
     const int64_t G = (N + 63) / 64 * 4;
 #pragma omp parallel for schedule(static) num_threads(nthreads)
     for (int64_t g = 0; g < G; g += 4) {
-        if (bits == 6)
+        if (avx2)
+            draftwise_q8k_groups_avx2(bits, w, &o, v, sA, t, sh, ts, M, g);
+        else if (bits == 6)
             groups_q8k6(w, &o, v, sA, t, sh, ts, M, g);
         else
             groups_q8k4(w, &o, v, sA, t, sh, ts, M, g);

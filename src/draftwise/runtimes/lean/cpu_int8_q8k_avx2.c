@@ -41,7 +41,7 @@ INLINE __m256 load8z(const float* xr, int64_t k, int64_t K) {
 INLINE __m256 abs8(const float* xr, int64_t k, int64_t K) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), load8z(xr, k, K)); }
 
 /* x [M, K] -> v, sA, t, sh, ts as `cpu_int8_q8k.c`'s quantize256 makes them, the same values */
-static void quantize(const float* x, int64_t M, int64_t K, int64_t Kp, int sb, int8_t* v, float* sA, int32_t* t,
+void draftwise_q8k_quantize_avx2(const float* x, int64_t M, int64_t K, int64_t Kp, int sb, int8_t* v, float* sA, int32_t* t,
                      int32_t* sh, int32_t* ts, int nthreads) {
     const int64_t NS = Kp / SUPER, NB = Kp / sb, B = Kp / BLOCK;
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -181,37 +181,11 @@ INLINE void groups(const int bits, const int8_t* w, const operands* o, const int
     free(u);
 }
 
-static void groups4(const int8_t* w, const operands* o, const int8_t* v, const float* sA, const int32_t* t,
-                    const int32_t* sh, const int32_t* ts, int64_t M, int64_t g) {
-    groups(4, w, o, v, sA, t, sh, ts, M, g);
-}
-
-static void groups6(const int8_t* w, const operands* o, const int8_t* v, const float* sA, const int32_t* t,
-                    const int32_t* sh, const int32_t* ts, int64_t M, int64_t g) {
-    groups(6, w, o, v, sA, t, sh, ts, M, g);
-}
-
-/* `draftwise_q8k_gemm` (`cpu_int8_q8k.c`) on AVX2, the same arguments and bits */
-void draftwise_q8k_gemm_avx2(const float* x, const int8_t* w, const void* s, const void* z, const float* sd,
-                             const float* zd, float* y, int64_t M, int64_t N, int64_t K, int64_t Kp, int nthreads,
-                             int bits) {
-    const int sb = bits == 6 ? SUB16 : BLOCK;
-    int8_t* v = (int8_t*)aligned_alloc(64, (size_t)(M * Kp + 63) / 64 * 64);
-    float* sA = (float*)malloc(M * (Kp / SUPER) * sizeof(float));
-    int32_t* t = (int32_t*)malloc(M * (Kp / sb) * sizeof(int32_t));
-    int32_t* sh = (int32_t*)malloc(2 * M * (Kp / BLOCK) * sizeof(int32_t)), *ts = sh + M * (Kp / BLOCK);
-    quantize(x, M, K, Kp, sb, v, sA, t, sh, ts, nthreads);
-    const operands o = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, s, z, sd, zd, NULL, y, N, Kp};
-    const int64_t G = (N + 63) / 64 * 4;
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-    for (int64_t g = 0; g < G; g += 4) {
-        if (bits == 6)
-            groups6(w, &o, v, sA, t, sh, ts, M, g);
-        else
-            groups4(w, &o, v, sA, t, sh, ts, M, g);
-    }
-    free(v);
-    free(sA);
-    free(t);
-    free(sh);
+/* groups g..g+3 of `bits` 4 or 6 (`cpu_int8_q8k.c`'s entry point calls it where AVX2 serves the Q8_K path) */
+void draftwise_q8k_groups_avx2(const int bits, const int8_t* w, const operands* o, const int8_t* v, const float* sA,
+                               const int32_t* t, const int32_t* sh, const int32_t* ts, int64_t M, int64_t g) {
+    if (bits == 6)
+        groups(6, w, o, v, sA, t, sh, ts, M, g);
+    else
+        groups(4, w, o, v, sA, t, sh, ts, M, g);
 }
