@@ -24,8 +24,8 @@ INLINE __m256i expand(uint16_t bits16, const __m256i select, const __m256i value
     return _mm256_and_si256(_mm256_cmpeq_epi16(v, select), value);
 }
 
-/* whether block b's activations are at 8 bits in every one of the M rows (wide: row 0's flag of the block, B a row) */
-INLINE int narrow(const int M, const uint8_t* wide, int64_t B) {
+/* whether a block's activations are at 8 bits in every one of the M rows (wide: row 0's flag for it, B flags a row) */
+INLINE int all_at_8(const int M, const uint8_t* wide, int64_t B) {
     int any = 0;
     for (int j = 0; j < M; j++) any |= wide[j * B];
     return !any;
@@ -33,8 +33,8 @@ INLINE int narrow(const int M, const uint8_t* wide, int64_t B) {
 
 /* the sums d of one block (inputs k0..k0+SB) whose activations are at 8 bits in all M rows (hi: their high bytes v,
  * xq = 256 v), rows 8h..8h+7 in dd[h][j]; the group's weights from u where it is unpacked to bytes, else from wg */
-INLINE void narrow_sums(const int M, const int bits, const int8_t* wg, const int8_t* u, int64_t k0, const int SB,
-                        const uint8_t* hi, int64_t Kp, __m256i dd[2][2]) {
+INLINE void sums8(const int M, const int bits, const int8_t* wg, const int8_t* u, int64_t k0, const int SB,
+                  const uint8_t* hi, int64_t Kp, __m256i dd[2][2]) {
     /* steps of 4 k whose int16 lane sums stay within int16: a lane is at most 2·(2^bits - 1)·128 a step */
     const int flush = bits == 4 ? 8 : bits == 5 ? 4 : 2;
     const __m256i ones = _mm256_set1_epi16(1);
@@ -62,56 +62,64 @@ INLINE void narrow_sums(const int M, const int bits, const int8_t* wg, const int
         for (int j = 0; j < M; j++) dd[h][j] = _mm256_slli_epi32(dd[h][j], 8);
 }
 
-INLINE void tile256(const int M, const int bits, const int fmt, const int ab, const int8_t* w, int64_t g,
-                    const operands* o, const int8_t* u) {
-    const int SB = SUBBLOCK(fmt);
-    const int64_t Kp = o->Kp, NB = Kp / SB, B = Kp / BLOCK, group = Kp * 2 * bits;
+/* the sums d of one block (inputs k0..k0+SB) on int16 activations q: a group's four 4-row quarters (lanes = (row,
+ * pair of k)) widened to int16 for vpmaddwd, then rows 8h..8h+7 of each input row in dd[h][j], in row order */
+INLINE void sums16(const int M, const int bits, const int8_t* wg, int64_t k0, const int SB, const int16_t* q,
+                      int64_t Kp, __m256i dd[2][2]) {
     const __m128i nibble = _mm_set1_epi8(0x0F);
     const __m256i select = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
                                              (int16_t)0x8000);
     const __m256i bit4 = _mm256_set1_epi16(16), bit5 = _mm256_set1_epi16(32);
+    const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
     __m128i raw[4];
+    __m256i d[4][2]; /* quarter r: rows 4r..4r+3, each lane a row's partial sum over one pair of k */
+    for (int r = 0; r < 4; r++)
+        for (int j = 0; j < M; j++) d[r][j] = _mm256_setzero_si256();
+    for (int kk = 0; kk < SB; kk += 4) {
+        const int64_t k = k0 + kk;
+        __m256i wv[4];
+        for (int r = 0; r < 4; r++) {
+            if (bits == 8) {
+                wv[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(wg + k * 16 + r * 16)));
+            } else if ((k & 7) == 0) {
+                raw[r] = _mm_loadu_si128((const __m128i*)(wg + nibble_at(k, bits) + r * 16));
+                wv[r] = _mm256_cvtepu8_epi16(_mm_and_si128(raw[r], nibble));
+            } else {
+                wv[r] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw[r], 4), nibble));
+            }
+            if (bits == 5 || bits == 6) { /* quarter r's 16 bits of each mask: q's bit 4 (and 5) */
+                const uint16_t* m = (const uint16_t*)(wg + mask_at(k, bits));
+                wv[r] = _mm256_add_epi16(wv[r], expand(m[r], select, bit4));
+                if (bits == 6) wv[r] = _mm256_add_epi16(wv[r], expand(m[4 + r], select, bit5));
+            }
+        }
+        for (int j = 0; j < M; j++) {
+            const __m256i xb = _mm256_set1_epi64x(*(const int64_t*)(q + j * Kp + k));
+            for (int r = 0; r < 4; r++) d[r][j] = _mm256_add_epi32(d[r][j], _mm256_madd_epi16(xb, wv[r]));
+        }
+    }
+    for (int h = 0; h < 2; h++) /* rows 8h..8h+7: the pairs of quarters 2h, 2h+1 summed, in row order */
+        for (int j = 0; j < M; j++)
+            dd[h][j] = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(d[2 * h][j], d[2 * h + 1][j]), order);
+}
+
+/* one group (16 output rows) against M <= 2 input rows: each block's exact sums (sums8 where every row holds
+ * it at 8 bits on 4-6-bit weights, else sums16), then its floating-point term, blocks in order */
+INLINE void tile256(const int M, const int bits, const int fmt, const int ab, const int8_t* w, int64_t g,
+                    const operands* o, const int8_t* u) {
+    const int SB = SUBBLOCK(fmt);
+    const int64_t Kp = o->Kp, NB = Kp / SB, B = Kp / BLOCK, group = Kp * 2 * bits;
     __m256 acc[2][2];
     for (int h = 0; h < 2; h++)
         for (int j = 0; j < M; j++) acc[h][j] = _mm256_setzero_ps();
     const int8_t* wg = w + g * group;
-    const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
     for (int64_t b = 0; b < NB; b++) {
         const int64_t k0 = b * SB;
         __m256i dd[2][2]; /* rows 8h..8h+7 of each input row: the block's exact sums d, in row order */
-        if (ab == 8 && bits != 8 && narrow(M, o->wide + k0 / BLOCK, Kp / BLOCK)) {
-            narrow_sums(M, bits, wg, u, k0, SB, o->hi, Kp, dd);
-        } else {
-        __m256i d[4][2];  /* quarter r: rows 4r..4r+3, each lane a row's partial sum over one pair of k */
-        for (int r = 0; r < 4; r++)
-            for (int j = 0; j < M; j++) d[r][j] = _mm256_setzero_si256();
-        for (int kk = 0; kk < SB; kk += 4) {
-            const int64_t k = k0 + kk;
-            __m256i wv[4];
-            for (int r = 0; r < 4; r++) {
-                if (bits == 8) {
-                    wv[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(wg + k * 16 + r * 16)));
-                } else if ((k & 7) == 0) {
-                    raw[r] = _mm_loadu_si128((const __m128i*)(wg + nibble_at(k, bits) + r * 16));
-                    wv[r] = _mm256_cvtepu8_epi16(_mm_and_si128(raw[r], nibble));
-                } else {
-                    wv[r] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw[r], 4), nibble));
-                }
-                if (bits == 5 || bits == 6) {  /* quarter r's 16 bits of each mask: q's bit 4 (and 5) */
-                    const uint16_t* m = (const uint16_t*)(wg + mask_at(k, bits));
-                    wv[r] = _mm256_add_epi16(wv[r], expand(m[r], select, bit4));
-                    if (bits == 6) wv[r] = _mm256_add_epi16(wv[r], expand(m[4 + r], select, bit5));
-                }
-            }
-            for (int j = 0; j < M; j++) {
-                const __m256i xb = _mm256_set1_epi64x(*(const int64_t*)(o->q + j * Kp + k));
-                for (int r = 0; r < 4; r++) d[r][j] = _mm256_add_epi32(d[r][j], _mm256_madd_epi16(xb, wv[r]));
-            }
-        }
-        for (int h = 0; h < 2; h++)  /* rows 8h..8h+7: the pairs of quarters 2h, 2h+1 summed, in row order */
-            for (int j = 0; j < M; j++)
-                dd[h][j] = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(d[2 * h][j], d[2 * h + 1][j]), order);
-        }
+        if (ab == 8 && bits != 8 && all_at_8(M, o->wide + k0 / BLOCK, Kp / BLOCK))
+            sums8(M, bits, wg, u, k0, SB, o->hi, Kp, dd);
+        else
+            sums16(M, bits, wg, k0, SB, o->q, Kp, dd);
         for (int h = 0; h < 2; h++) {
             const int64_t at = (g * NB + b) * 16 + h * 8, at8 = (g * (Kp / 256) + k0 / 256) * 16 + h * 8;
             const __m256 s = load8(o->s, o->sd, at, at8, fmt), z = fmt == KQ6 ? s : load8(o->z, o->zd, at, at8, fmt);
