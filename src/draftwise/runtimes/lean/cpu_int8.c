@@ -18,7 +18,8 @@
  * Per block b: an exact int32 sum d = Σ xq * q over its 32 k (|d| < 32 * 32767 * 128 < 2^31) and the block's
  * activation sum t = Σ xq, then acc = acc + ((float)d * s + (float)t * z) in fp32, blocks in order; y = acc * sx[m].
  * AVX-512 computes d with vpdpbusd (unsigned x signed bytes, 64 products an instruction): xq + 32768 = 256 hi + lo in
- * two unsigned bytes, d = 256 Σ hi q + Σ lo q − 32768 Σ q. AVX2 widens q to int16 and uses vpmaddwd.
+ * two unsigned bytes, d = 256 Σ hi q + Σ lo q − 32768 Σ q. AVX2 widens q to int16 and uses vpmaddwd, or, on 4-6-bit
+ * weights where every row of a tile holds a block at 8 bits, vpmaddubsw on q's bytes and the activations' high ones.
  * q4 (`q4.py`: a GGUF file's own Q4_0 / Q4_1 / Q4_K blocks, w = s * q + z, q in [0, 15]): the same function with q
  * held as nibbles, 64 bytes for 8 consecutive k of 16 rows (low nibbles: k..k+3 in the int8 layout above, high
  * nibbles: k+4..k+7), and s, z in fp16 where the file's values are fp16 (Q4_0, Q4_1: 20 bytes a block of 32, the

@@ -5,6 +5,8 @@
 
 #define BLOCK 32  /* activations per block (abits 8): a scale per block of 32; weights: bits 4, 5, 8 a scale per block */
 #define SUB16 16  /* Q6_K's: a scale per sub-block of 16 */
+#define SUPER 256 /* K-quants' super-block: Q8_K's activations a scale each (`cpu_int8_q8k.c`) */
+#define Q8K_E 3   /* Q8_K's E: a block's scale at most 2^E times finer than its super-block's (`prompt.Q8K_E`) */
 
 /* formats of the block scales and offsets */
 #define F32 0

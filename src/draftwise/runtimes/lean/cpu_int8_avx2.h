@@ -1,9 +1,24 @@
-/* What the AVX2 paths of the int8 kernel share (`cpu_int8_avx2.c` the exact one, `cpu_int8_q8k_avx2.c` Q8_K's):
- * 4-6-bit weights as bytes, half a packed group of 16 rows at a time (8 rows, byte (n % 8)·4 + k % 4: vpmaddubsw's
- * unsigned operand, one row's 4 inputs in each 32-bit lane). */
+/* What the AVX2 code of the int8 kernel shares (`cpu_int8_quant.c` the activations, `cpu_int8_avx2.c` the exact
+ * path, `cpu_int8_q8k_avx2.c` Q8_K's): loading a row's inputs, and 4-6-bit weights as bytes, half a packed group of
+ * 16 rows at a time (8 rows, byte (n % 8)·4 + k % 4: vpmaddubsw's unsigned operand, one row's 4 inputs in each 32-bit
+ * lane). */
 #include "cpu_int8.h"
 
 #define AVX2_INLINE static inline __attribute__((always_inline))
+
+AVX2_INLINE float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+
+/* 8 inputs from xm + k (zero past K) */
+AVX2_INLINE __m256 load8x(const float* xm, int64_t k, int64_t K) {
+    if (k + 8 <= K) return _mm256_loadu_ps(xm + k);
+    float tail[8] = {0};
+    for (int64_t i = k; i < K; i++) tail[i - k] = xm[i];
+    return _mm256_loadu_ps(tail);
+}
 
 /* 32 bits of a mask (bit (n % 8)·4 + k % 4 of half a group) as 32 bytes: `value` where set, else 0 */
 AVX2_INLINE __m256i expand_bits(uint32_t bits32, const __m256i value) {

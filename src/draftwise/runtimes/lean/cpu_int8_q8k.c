@@ -1,5 +1,6 @@
-/* The prompt path of the integer kernel for K-quant weights (Q4_K, Q6_K), AVX-512 (AVX2: `cpu_int8_q8k_avx2.c`): llama.cpp's Q8_K numerics made
- * finer, a lossy choice for prompt passes only (`prompt.py`, chosen by the ladder where it was timed faster).
+/* The prompt path of the integer kernel for K-quant weights (Q4_K, Q6_K), AVX-512 (AVX2: `cpu_int8_q8k_avx2.c`):
+ * llama.cpp's Q8_K numerics made finer, a lossy choice for prompt passes only (`prompt.py`, chosen by the ladder
+ * where it was timed faster).
  *
  * Activations: 8 bits per super-block of 256 inputs of a row, one scale each, sA = amax / 127, and each block of 32
  * within it a power of two finer where its own values allow (x = v·sA / 2^e, e = 0..E the most that keeps |v| <= 127:
@@ -18,8 +19,6 @@
 
 #include "cpu_int8_avx512.h"
 
-#define SUPER 256
-#define Q8K_E 3 /* E above: a block's scale at most 2^E times finer than its super-block's (`prompt.Q8K_E`) */
 
 /* x [M, K] -> v [M, Kp] int8, sA [M, Kp / 256] (its super-block's scale / 2^E), t [M, Kp / sb] (the sums of v per
  * block of sb), sh [M, Kp / 32] (each block's E - e), ts [M, Kp / 32] (sb 32: t << sh) */

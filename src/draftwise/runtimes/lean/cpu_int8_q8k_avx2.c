@@ -13,8 +13,6 @@
 
 #include "cpu_int8_avx2.h"
 
-#define SUPER 256
-#define Q8K_E 3 /* `cpu_int8_q8k.c`'s E */
 #define TILE_M 4 /* input rows a tile */
 #define INLINE static inline __attribute__((always_inline))
 
@@ -24,25 +22,14 @@ INLINE int32_t hsum8(__m256i v) {
     return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
 }
 
-INLINE float hmax8(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
-}
-
-/* 8 inputs from xr + k, zero past K */
-INLINE __m256 load8z(const float* xr, int64_t k, int64_t K) {
-    if (k + 8 <= K) return _mm256_loadu_ps(xr + k);
-    const __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(K > k ? K - k : 0)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    return _mm256_maskload_ps(xr + (K > k ? k : 0), in);
-}
-
 /* |x| of 8 inputs from xr + k, zero past K */
-INLINE __m256 abs8(const float* xr, int64_t k, int64_t K) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), load8z(xr, k, K)); }
+INLINE __m256 abs8(const float* xr, int64_t k, int64_t K) {
+    return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), load8x(xr, k, K));
+}
 
 /* x [M, K] -> v, sA, t, sh, ts as `cpu_int8_q8k.c`'s quantize256 makes them, the same values */
-void draftwise_q8k_quantize_avx2(const float* x, int64_t M, int64_t K, int64_t Kp, int sb, int8_t* v, float* sA, int32_t* t,
-                     int32_t* sh, int32_t* ts, int nthreads) {
+void draftwise_q8k_quantize_avx2(const float* x, int64_t M, int64_t K, int64_t Kp, int sb, int8_t* v, float* sA,
+                                 int32_t* t, int32_t* sh, int32_t* ts, int nthreads) {
     const int64_t NS = Kp / SUPER, NB = Kp / sb, B = Kp / BLOCK;
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
 #pragma omp parallel for schedule(static) num_threads(nthreads)
@@ -68,7 +55,7 @@ void draftwise_q8k_quantize_avx2(const float* x, int64_t M, int64_t K, int64_t K
                 sh[r * B + bb] = Q8K_E - e;
                 const __m256 scale = _mm256_set1_ps(inv * (float)(1 << e));
                 __m256i q[4];
-                for (int i = 0; i < 4; i++) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(load8z(xr, k + 8 * i, K), scale));
+                for (int i = 0; i < 4; i++) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(load8x(xr, k + 8 * i, K), scale));
                 const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
                 _mm256_storeu_si256((__m256i*)(v + r * Kp + k), _mm256_permutevar8x32_epi32(bytes, order));
                 if (sb == SUB16) {

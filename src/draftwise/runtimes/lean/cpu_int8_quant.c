@@ -4,24 +4,10 @@
  * it took as long as the product itself for a few rows and a long K (4 ns an element; a 1.5B model's 4-token verify
  * pass spent 5 ms of its 50 here). Every value is what the scalar definition gives (`int8.quantize_rows`,
  * `quantize_blocks`): max, a product, round to nearest even and clamps are exact operations in any order. */
-#include "cpu_int8.h"
+#include "cpu_int8_avx2.h"
 
 #define QMAX 32767.0f
 #define QMAX8 127.0f
-
-static inline float hmax8(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
-}
-
-/* 8 inputs from xm + k (zero past K) */
-static inline __m256 load8x(const float* xm, int64_t k, int64_t K) {
-    if (k + 8 <= K) return _mm256_loadu_ps(xm + k);
-    float tail[8] = {0};
-    for (int64_t i = k; i < K; i++) tail[i - k] = xm[i];
-    return _mm256_loadu_ps(tail);
-}
 
 /* the largest |x| of a row's K inputs */
 static float amax_of(const float* xm, int64_t K) {
