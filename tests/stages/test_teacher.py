@@ -153,3 +153,14 @@ def test_prune_and_distill_learn_from_a_teacher_folder(tiny_dir, tmp_path, cache
     )
     evals = [r for r in read_records(out / "records.jsonl") if r["event"] == "eval"]
     assert evals[-1]["tokens"] >= 300 and (out / "checkpoint" / "config.json").exists()
+
+
+def test_a_pass_holds_about_512_tokens_on_the_int8_kernel_and_8_sequences_on_torch():
+    """Auto (0): the int8 kernel's passes are kept to ~512 rows, torch's matmul takes 8 sequences; a given size wins."""
+    assert teacher.batch_size(TeacherConfig(seq_len=256), "q4") == 2
+    assert teacher.batch_size(TeacherConfig(seq_len=64), "int8") == 8
+    assert teacher.batch_size(TeacherConfig(seq_len=1024), "q4") == 1
+    assert teacher.batch_size(TeacherConfig(seq_len=256), "bf16") == 8
+    assert teacher.batch_size(TeacherConfig(seq_len=256, batch_size=3), "q4") == 3
+    with pytest.raises(DraftwiseError, match="batch_size >= 0"):
+        TeacherConfig(batch_size=-1)

@@ -43,6 +43,8 @@ from ..shards import read_shard, write_shard
 from ..targets.fingerprint import check_fingerprint, fingerprint, write_fingerprint
 from ..timing import native_bf16
 
+KERNEL_ROWS = 512  # tokens a teacher pass on the int8 kernel (int8, q4) takes at most, by default
+
 
 @dataclass(frozen=True)
 class Piece:
@@ -61,6 +63,15 @@ def precision(config: TeacherConfig) -> str:
     if config.precision != "auto":
         return config.precision
     return "bf16" if native_bf16(config.device) else "fp32"
+
+
+def batch_size(config: TeacherConfig, prec: str) -> int:
+    """Sequences per pass: the config's, or by what computes the pass (`TeacherConfig.batch_size`): the int8 kernel
+    reads every pass's activations once per group of weight rows, so past ~512 rows they no longer stay in the cache;
+    torch's matmul gains from the largest pass."""
+    if config.batch_size:
+        return config.batch_size
+    return max(1, KERNEL_ROWS // config.seq_len) if prec in ("int8", "q4") else 8
 
 
 def _cut(tokens: list[int], config: TeacherConfig, source: str) -> list[Piece]:
@@ -164,11 +175,12 @@ def score(lm, batch: list[Piece], topk: int, features: bool) -> list[dict]:
     return rows
 
 
-def compute(lm, shard: list[Piece], config: TeacherConfig, bar) -> list[dict]:
+def compute(lm, shard: list[Piece], config: TeacherConfig, prec: str, bar) -> list[dict]:
     order = sorted(range(len(shard)), key=lambda i: len(shard[i].tokens))  # similar lengths: less padding
     rows: dict[int, dict] = {}
-    for i in range(0, len(order), config.batch_size):
-        part = order[i : i + config.batch_size]
+    n = batch_size(config, prec)
+    for i in range(0, len(order), n):
+        part = order[i : i + n]
         for j, row in zip(part, score(lm, [shard[j] for j in part], config.topk, config.features)):
             rows[j] = row
         bar.update(sum(shard[j].scored for j in part))
@@ -208,7 +220,7 @@ def run(config: TeacherConfig, out: str | Path) -> Path:
         path = store / f"{shard_key(shard, tok, prec, config)}.safetensors"
         start, cached = time.perf_counter(), path.exists()
         if not cached:
-            write_shard(path, compute(target.lm, shard, config, bar), config.topk)
+            write_shard(path, compute(target.lm, shard, config, prec, bar), config.topk)
         else:
             bar.update(sum(p.scored for p in shard))
         seconds = time.perf_counter() - start
