@@ -3,7 +3,8 @@
   tokens/s(drafter, γ) = E[N] / (γ·t_q + t_verify(γ))      (see `draftwise.cost`)
 t_q and t_verify come from a profile run (t_verify interpolated between profiled γ); acceptance comes from a bench
 run's measured per-position rates when that run used the drafter, else from `--alpha` (i.i.d.). When a bench run is
-given, its measured decode tokens/s (prefill excluded, like the model) is set beside the prediction for its γ.
+given (one drafter and γ, or a grid of them), each of its SD points' measured decode tokens/s (prefill excluded, like
+the model) is set beside that point's own prediction.
 
 Lookup and hybrid drafters propose a varying number of tokens per round: their prediction is the mixture
 (`cost.predict_rounds`) over the bench run's own rounds — the measured proposal-length distribution, per-position
@@ -23,6 +24,8 @@ from ..sd.families import drafter_kind
 from ..specs import split_hybrid
 from .bench import SCHEDULED
 
+AXES = ("drafter", "gamma", "temperature", "batch_size")  # what tells a bench run's points apart
+
 
 def _read_json(path: Path, what: str) -> dict:
     if not path.is_file():
@@ -30,23 +33,50 @@ def _read_json(path: Path, what: str) -> dict:
     return json.loads(path.read_text())
 
 
-def bench_acceptance(bench_dir: Path) -> dict:
-    """The drafter, γ, measured acceptance and tokens/s of a bench run (from its raw records)."""
+def bench_points(bench_dir: Path, batch: int = 1) -> list[dict]:
+    """Each SD point of a bench run (one drafter and γ, or a grid of them) at batch size `batch`, read from its raw
+    records: the drafter, γ, temperature, measured acceptance and tokens/s, its rounds, and its scheduled rounds where
+    the run had the round scheduler."""
     config = _read_json(bench_dir / "config.json", "bench")
-    records = [json.loads(line) for line in (bench_dir / "records.jsonl").read_text().splitlines() if line.strip()]
+    own = {k: config[k] for k in AXES if k in config}  # one bench's records leave its point's axes to its config
+    lines = (bench_dir / "records.jsonl").read_text().splitlines()
+    records = [{**own, **json.loads(line)} for line in lines if line.strip()]
+    runs = [r for r in records if r["method"] in ("sd", SCHEDULED) and r["batch_size"] == batch]
+    if not any(r["method"] == "sd" for r in runs):
+        raise DraftwiseError(f"bench run {bench_dir} has no SD records at batch {batch} (was it run with --drafter?)")
+    keys = dict.fromkeys(_key(r) for r in runs if r["method"] == "sd")
+    plain = [r for r in records if r["method"] == "ar" and r["batch_size"] == batch]
+    return [
+        {
+            **_point(key, [r for r in runs if _key(r) == key]),
+            "ar_decode_tokens_per_s": _decode([r for r in plain if r["temperature"] == key[2]]),
+        }
+        for key in keys
+    ]
+
+
+def _decode(records: list[dict]) -> float | None:
+    return metrics.summarize_method(records).get("decode_tokens_per_s") if records else None
+
+
+def _key(record: dict) -> tuple:
+    return record["drafter"], record["gamma"], record["temperature"]
+
+
+def _point(key: tuple, records: list[dict]) -> dict:
+    drafter, gamma, temperature = key
     sd = [r for r in records if r["method"] == "sd"]
-    if not sd:
-        raise DraftwiseError(f"bench run {bench_dir} has no SD records (was it run with --drafter?)")
-    s = metrics.summarize_method(sd)
     scheduled = [r for r in records if r["method"] == SCHEDULED]
+    s = metrics.summarize_method(sd)
     return {
-        "drafter": config["drafter"],
-        "gamma": config["gamma"],
+        "drafter": drafter,
+        "gamma": gamma,
+        "temperature": temperature,
         "alpha": s["alpha"],
         "acceptance_per_position": s["acceptance_per_position"],
         "tokens_per_s": s["tokens_per_s"],
         "decode_tokens_per_s": s.get("decode_tokens_per_s"),
-        "kind": drafter_kind(config["drafter"]),
+        "kind": drafter_kind(drafter),
         "rounds": [r for rec in sd for r in rec["rounds"]],
         "scheduled": {
             "rounds": [r for rec in scheduled for r in rec["rounds"]],
@@ -66,8 +96,11 @@ def predict(
     batch: int = 1,
     gammas: list[int] | None = None,
     alpha: float | None = None,
-    bench: dict | None = None,
+    points: list[dict] = (),
 ) -> dict:
+    """Rows of predicted tokens/s per drafter and γ (a model drafter's acceptance: its bench point's, the one at the
+    lowest temperature and largest γ, else `alpha`), and each bench point's check: its own prediction beside what
+    it measured."""
     entry = profile["batches"].get(str(batch))
     if entry is None:
         raise DraftwiseError(f"the profile has no batch {batch} (it has {', '.join(profile['batches'])})")
@@ -76,8 +109,8 @@ def predict(
     gammas = gammas or sorted(int(g) for g in entry["verify_ms"] if int(g))
     rows, skipped = [], []
     for spec, d in entry["drafters"].items():
-        measured = bench if bench and bench["drafter"] == spec else None
-        per_position = measured["acceptance_per_position"] if measured else None
+        mine = sorted((x for x in points if x["drafter"] == spec), key=lambda x: (x["temperature"], -x["gamma"]))
+        per_position = mine[0]["acceptance_per_position"] if mine else None
         if per_position is None and alpha is None:
             skipped.append(spec)
             continue
@@ -95,46 +128,64 @@ def predict(
                     "acceptance": "measured" if per_position else f"alpha={alpha}",
                 }
             )
-    if bench and bench.get("kind", "model") != "model":
-        rows += variable_rows(bench, entry, t_verify, gammas, ar)
-    scheduled = scheduled_row(bench, entry, t_verify, ar) if bench and bench.get("scheduled") else None
-    if scheduled:
-        rows.append(scheduled)
+    for x in points:
+        if x.get("kind", "model") != "model":
+            rows += variable_rows(x, entry, t_verify, gammas, ar)
+        if x.get("scheduled"):
+            rows.append(scheduled_row(x, entry, t_verify, ar))
     rows.sort(key=lambda r: -r["tokens_per_s"])
     best = {}
     for r in rows:
         best.setdefault(r["drafter"], r)
-    out = {"batch": batch, "ar_tokens_per_s": 1e3 / ar, "rows": rows, "best_gamma": best, "skipped": skipped}
-    if bench:
-        row = next((r for r in rows if r["drafter"] == bench["drafter"] and r["gamma"] == bench["gamma"]), None)
-        if row is None and bench["drafter"] in entry["drafters"]:
-            en = cost.expected_tokens(
-                cost.acceptance_for(bench["gamma"], per_position=bench["acceptance_per_position"])
-            )
-            row = {
-                "tokens_per_s": 1e3
-                * cost.throughput(
-                    en, bench["gamma"], entry["drafters"][bench["drafter"]]["step_ms"], t_verify(bench["gamma"])
-                )
-            }
-        if scheduled:
-            out["check_scheduled"] = check(bench, bench["scheduled"], scheduled["tokens_per_s"])
-        if row:
-            out["check"] = check(bench, bench, row["tokens_per_s"])
+    checks = [c for x in points for c in point_checks(x, entry, t_verify)]
+    return {
+        "batch": batch,
+        "ar_tokens_per_s": 1e3 / ar,
+        "rows": rows,
+        "best_gamma": best,
+        "skipped": skipped,
+        "checks": checks,
+    }
+
+
+def point_checks(x: dict, entry: dict, t_verify) -> list[dict]:
+    """A bench point's prediction from its own measurements (a model drafter: its per-position acceptance and the
+    profiled step; a lookup or hybrid: its rounds) beside its measured tokens/s, and its scheduled rounds' likewise;
+    none where the profile cannot price it (a model drafter it did not time)."""
+    out = []
+    if x.get("kind", "model") != "model":
+        tps = cost.predict_rounds(x["rounds"], lambda k: t_verify(k) / 1e3, model_step_s(x, entry))
+        out.append(check(x, x, tps, "sd", entry["ar_step_ms"]))
+    elif x["drafter"] in entry["drafters"]:
+        en = cost.expected_tokens(cost.acceptance_for(x["gamma"], per_position=x["acceptance_per_position"]))
+        step = entry["drafters"][x["drafter"]]["step_ms"]
+        tps = 1e3 * cost.throughput(en, x["gamma"], step, t_verify(x["gamma"]))
+        out.append(check(x, x, tps, "sd", entry["ar_step_ms"]))
+    if x.get("scheduled"):
+        tps = scheduled_row(x, entry, t_verify, entry["ar_step_ms"])["tokens_per_s"]
+        out.append(check(x, x["scheduled"], tps, "scheduled", entry["ar_step_ms"]))
     return out
 
 
-def check(bench: dict, measured: dict, predicted: float) -> dict:
+def check(bench: dict, measured: dict, predicted: float, method: str, ar_ms: float) -> dict:
     """A prediction beside a bench method's measured tokens/s (`measured`: its figures; decode tokens/s, prefill
-    excluded like the model, when the method reports it)."""
+    excluded like the model, when the method reports it); where the run measured AR too, the prediction anchored on
+    it: its ratio to the profile's AR step times that AR's decode tokens/s (the profile's absolute milliseconds,
+    taken in another process, move from run to run; ratios measured side by side hold, as the design's report says)."""
     against = measured.get("decode_tokens_per_s") or measured["tokens_per_s"]
+    ar = bench.get("ar_decode_tokens_per_s")
+    anchored = predicted * ar_ms / 1e3 * ar if ar else None
     return {
         "drafter": bench["drafter"],
         "gamma": bench["gamma"],
+        "temperature": bench["temperature"],
+        "method": method,
         "predicted_tokens_per_s": predicted,
         "measured_decode_tokens_per_s": measured.get("decode_tokens_per_s"),
         "measured_tokens_per_s": measured["tokens_per_s"],
         "error": predicted / against - 1,
+        "anchored_tokens_per_s": anchored,
+        "anchored_error": anchored / against - 1 if anchored else None,
     }
 
 
@@ -193,10 +244,10 @@ def run(
     if alpha is not None and not 0 <= alpha <= 1:
         raise DraftwiseError(f"alpha must be in [0, 1], got {alpha}")
     profile = _read_json(Path(profile_dir) / "profile.json", "profile")
-    bench = bench_acceptance(Path(bench_dir)) if bench_dir else None
-    if bench is None and alpha is None:
+    points = bench_points(Path(bench_dir), batch) if bench_dir else []
+    if not points and alpha is None:
         raise DraftwiseError("give --bench RUN (measured acceptance) or --alpha A (assumed i.i.d. acceptance)")
-    result = predict(profile, batch, gammas, alpha, bench)
+    result = predict(profile, batch, gammas, alpha, points)
     if out:
         Path(out).write_text(json.dumps(result, indent=2) + "\n")
     print(format_predictions(result))
@@ -222,19 +273,19 @@ def format_predictions(result: dict, top: int = 15) -> str:
         )
     if result["skipped"]:
         lines.append(f"no acceptance known (give --alpha) for: {', '.join(s[:30] for s in result['skipped'])}")
-    sched = result.get("check_scheduled")
-    if sched:
-        lines.append(
-            f"check against the bench run's scheduled rounds: predicted {sched['predicted_tokens_per_s']:.2f}, "
-            f"measured {sched['measured_decode_tokens_per_s'] or sched['measured_tokens_per_s']:.2f} decode "
-            f"tokens/s ({100 * sched['error']:+.1f} %)"
+    for c in result["checks"]:
+        what = f"{c['drafter'][:42]}, γ={c['gamma']}, T={c['temperature']:g}" + (
+            ", its scheduled rounds" if c["method"] == "scheduled" else ""
         )
-    check = result.get("check")
-    if check:
         lines.append(
-            f"check against the bench run ({check['drafter']}, γ={check['gamma']}): predicted "
-            f"{check['predicted_tokens_per_s']:.2f}, measured "
-            f"{check['measured_decode_tokens_per_s'] or check['measured_tokens_per_s']:.2f} "
-            f"decode tokens/s ({100 * check['error']:+.1f} %); with prefill {check['measured_tokens_per_s']:.2f}"
+            f"check against the bench run ({what}): predicted {c['predicted_tokens_per_s']:.2f}, measured "
+            f"{c['measured_decode_tokens_per_s'] or c['measured_tokens_per_s']:.2f} decode tokens/s "
+            f"({100 * c['error']:+.1f} %"
+            + (
+                f"; anchored on this run's AR {c['anchored_tokens_per_s']:.2f}, {100 * c['anchored_error']:+.1f} %"
+                if c["anchored_tokens_per_s"]
+                else ""
+            )
+            + f"); with prefill {c['measured_tokens_per_s']:.2f}"
         )
     return "\n".join(lines)
