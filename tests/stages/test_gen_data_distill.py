@@ -290,3 +290,57 @@ def test_a_run_resumed_from_a_finished_one_continues_its_learning_curve(tiny_dir
     assert check["predicted"] == pytest.approx(curve.predict(check["tokens"]))
     with pytest.raises(DraftwiseError, match="no distillation state"):
         distill.run(distill_config(tiny_dir, data_dir, resume_from=str(tmp_path)), tmp_path / "none")
+
+
+def _rows(lengths: list[int], vocab: int = 64, k: int = 4, seed: int = 0) -> list[dict]:
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for n in lengths:
+        prompt_len = max(1, n // 3)
+        probs = torch.rand(n - prompt_len, k, generator=gen).sort(-1, descending=True).values
+        out.append(
+            {
+                "tokens": torch.randint(0, vocab, (n,), generator=gen),
+                "prompt_len": prompt_len,
+                "topk_ids": torch.randint(0, vocab, (n - prompt_len, k), generator=gen),
+                "topk_probs": probs / probs.sum(-1, keepdim=True) * 0.9,
+            }
+        )
+    return out
+
+
+def test_length_groups_pad_each_group_only_to_its_own_longest():
+    rows = _rows([57, 256, 79, 209, 94, 256, 102, 197])
+    groups = distill.length_groups(rows)
+    assert [[len(r["tokens"]) for r in g] for g in groups] == [[57, 79], [94, 102], [197, 209, 256, 256]]
+    assert sorted(id(r) for g in groups for r in g) == sorted(id(r) for r in rows)  # each row once
+    for g in groups:
+        real = sum(len(r["tokens"]) for r in g)
+        assert len(g) * max(len(r["tokens"]) for r in g) <= distill.PAD_SLACK * real
+    assert len(distill.length_groups(_rows([40] * 5))) == 1  # rows of one length: one pass, no padding
+
+
+def test_a_step_over_length_groups_takes_the_padded_batchs_gradient():
+    """Groups weighted by their scored positions give the loss (the mean over every scored position) and gradient
+    of one right-padded pass over the whole micro-batch."""
+    from conftest import tiny_config, tiny_model
+
+    rows = _rows([12, 40, 15, 33, 9], k=4, seed=1)
+
+    def grads(step):
+        model = tiny_model(tiny_config(vocab=64), seed=3).train()
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)
+        value, n = step(model, opt)
+        return value, n, {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+    def padded(model, opt):
+        opt.zero_grad()
+        value, n = distill.batch_loss(model, rows, "fkl")
+        value.backward()
+        return value.item(), n
+
+    a_value, a_n, a = grads(padded)
+    b_value, b_n, b = grads(lambda model, opt: distill._step(model, opt, [rows], "fkl"))
+    assert len(distill.length_groups(rows)) > 1 and a_n == b_n
+    assert b_value == pytest.approx(a_value, rel=1e-5)
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=1e-4, atol=1e-6) for k in a)
