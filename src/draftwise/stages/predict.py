@@ -107,37 +107,33 @@ def predict(
     ar = entry["ar_step_ms"]
     t_verify = cost.verify_curve(entry)  # γ = 0: a plain AR step
     gammas = gammas or sorted(int(g) for g in entry["verify_ms"] if int(g))
-    rows, skipped = [], []
+    rows, skipped, checks = [], [], []
     for spec, d in entry["drafters"].items():
         mine = sorted((x for x in points if x["drafter"] == spec), key=lambda x: (x["temperature"], -x["gamma"]))
         per_position = mine[0]["acceptance_per_position"] if mine else None
         if per_position is None and alpha is None:
             skipped.append(spec)
             continue
-        for g in gammas:
-            en = cost.expected_tokens(cost.acceptance_for(g, alpha, per_position))
-            tps = 1e3 * cost.throughput(en, g, d["step_ms"], t_verify(g))
-            rows.append(
-                {
-                    "drafter": spec,
-                    "gamma": g,
-                    "expected_tokens": en,
-                    "tokens_per_s": tps,
-                    "speedup_vs_ar": tps * ar / 1e3,
-                    "free_drafter_tokens_per_s": 1e3 * cost.free_drafter_limit(en, t_verify(g)),
-                    "acceptance": "measured" if per_position else f"alpha={alpha}",
-                }
-            )
-    for x in points:
+        rows += [model_row(spec, g, d["step_ms"], t_verify, ar, alpha, per_position) for g in gammas]
+    for x in points:  # each point's own rows, and its prediction beside what it measured
+        predicted = None
         if x.get("kind", "model") != "model":
-            rows += variable_rows(x, entry, t_verify, gammas, ar)
+            own = variable_rows(x, entry, t_verify, gammas, ar)
+            rows += own
+            predicted = next(r for r in own if r["gamma"] == x["gamma"])["tokens_per_s"]
+        elif x["drafter"] in entry["drafters"]:  # a model drafter the profile timed: at its own acceptance
+            step = entry["drafters"][x["drafter"]]["step_ms"]
+            own = model_row(x["drafter"], x["gamma"], step, t_verify, ar, None, x["acceptance_per_position"])
+            predicted = own["tokens_per_s"]
+        if predicted is not None:
+            checks.append(check(x, x, predicted, "sd", ar))
         if x.get("scheduled"):
             rows.append(scheduled_row(x, entry, t_verify, ar))
+            checks.append(check(x, x["scheduled"], rows[-1]["tokens_per_s"], "scheduled", ar))
     rows.sort(key=lambda r: -r["tokens_per_s"])
     best = {}
     for r in rows:
         best.setdefault(r["drafter"], r)
-    checks = [c for x in points for c in point_checks(x, entry, t_verify)]
     return {
         "batch": batch,
         "ar_tokens_per_s": 1e3 / ar,
@@ -148,23 +144,19 @@ def predict(
     }
 
 
-def point_checks(x: dict, entry: dict, t_verify) -> list[dict]:
-    """A bench point's prediction from its own measurements (a model drafter: its per-position acceptance and the
-    profiled step; a lookup or hybrid: its rounds) beside its measured tokens/s, and its scheduled rounds' likewise;
-    none where the profile cannot price it (a model drafter it did not time)."""
-    out = []
-    if x.get("kind", "model") != "model":
-        tps = cost.predict_rounds(x["rounds"], lambda k: t_verify(k) / 1e3, model_step_s(x, entry))
-        out.append(check(x, x, tps, "sd", entry["ar_step_ms"]))
-    elif x["drafter"] in entry["drafters"]:
-        en = cost.expected_tokens(cost.acceptance_for(x["gamma"], per_position=x["acceptance_per_position"]))
-        step = entry["drafters"][x["drafter"]]["step_ms"]
-        tps = 1e3 * cost.throughput(en, x["gamma"], step, t_verify(x["gamma"]))
-        out.append(check(x, x, tps, "sd", entry["ar_step_ms"]))
-    if x.get("scheduled"):
-        tps = scheduled_row(x, entry, t_verify, entry["ar_step_ms"])["tokens_per_s"]
-        out.append(check(x, x["scheduled"], tps, "scheduled", entry["ar_step_ms"]))
-    return out
+def model_row(spec: str, g: int, step_ms: float, t_verify, ar_ms: float, alpha, per_position) -> dict:
+    """A model drafter at γ = g: E[N] from its per-position acceptance (else i.i.d. `alpha`) over γ·t_q + t_verify."""
+    en = cost.expected_tokens(cost.acceptance_for(g, alpha, per_position))
+    tps = 1e3 * cost.throughput(en, g, step_ms, t_verify(g))
+    return {
+        "drafter": spec,
+        "gamma": g,
+        "expected_tokens": en,
+        "tokens_per_s": tps,
+        "speedup_vs_ar": tps * ar_ms / 1e3,
+        "free_drafter_tokens_per_s": 1e3 * cost.free_drafter_limit(en, t_verify(g)),
+        "acceptance": "measured" if per_position else f"alpha={alpha}",
+    }
 
 
 def check(bench: dict, measured: dict, predicted: float, method: str, ar_ms: float) -> dict:
