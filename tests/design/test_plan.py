@@ -233,3 +233,25 @@ def test_each_stage_is_priced_with_the_targets_load_the_probe_timed():
     stages = sum(i.count for i in plain.remaining(sizes))
     assert stages > 10
     assert loading.predicted_s(sizes, {}) - plain.predicted_s(sizes, {}) == pytest.approx(3.0 * stages)
+
+
+def test_the_probe_decodes_for_its_minimum_time_so_one_slow_stretch_does_not_set_the_step(monkeypatch):
+    """Three generations, one of them caught in a slow stretch of a shared host, gave a median the stretch could move;
+    the probe goes on until it has decoded `min_s` seconds (6 generations here) and takes their median."""
+    from types import SimpleNamespace
+
+    steps = iter([0.2, 0.06, 0.08, 0.08, 0.05, 0.05, 0.05, 0.05, 0.05])  # the first is the warm-up
+    calls = []
+
+    def generate(lm, prompt, params, tokens, gen):
+        calls.append(tokens)
+        return SimpleNamespace(seconds=0.5 + next(steps) * tokens, prefill_s=0.5, tokens=[0] * tokens)
+
+    monkeypatch.setattr(plan, "generate", generate)
+    target = SimpleNamespace(lm=None)
+    assert plan.probe(target, tokens=24, min_s=8.0) == pytest.approx(0.06)  # 3 generations alone: 0.08
+    assert len(calls) == 7
+    calls.clear()
+    steps = iter([1e-4] * 20)  # a tiny target: at most PROBE_MAX generations however short
+    assert plan.probe(target, tokens=24, min_s=8.0) == pytest.approx(1e-4)
+    assert len(calls) == plan.PROBE_MAX + 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 from .base import (
     BACKENDS,
     GGUF_QUANTS,
+    INTEGER,
     LOSSES,
     PRECISIONS,
     all_if_zero,
@@ -45,6 +46,7 @@ from .train import AgreeConfig, DistillConfig, GenDataConfig, PruneConfig
 __all__ = [
     "BACKENDS",
     "GGUF_QUANTS",
+    "INTEGER",
     "LOSSES",
     "PRECISIONS",
     "all_if_zero",

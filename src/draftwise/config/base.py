@@ -14,6 +14,7 @@ from ..errors import DraftwiseError
 GGUF_QUANTS = ("f32", "f16", "q8_0")
 # --dtype: a float dtype, or the lean engine's int8 (int8 weights, int16 activations per token; lossy, labelled)
 PRECISIONS = ("fp32", "bf16", "fp16", "int8", "q4")  # q4: a GGUF file's own 4-bit blocks on the lean engine
+INTEGER = ("int8", "q4")  # deployment precisions: integer weights the int8 kernel computes, no gradients through them
 BACKENDS = ("auto", "lean", "transformers", "llama.cpp")
 LOSSES = ("fkl", "rkl", "tvd", "jsd")  # distillation losses (stages.losses computes each)
 _CLI_KEYS = {"flag", "aliases", "parse", "choices", "metavar", "repeat", "required", "exclusive", "positional"}
@@ -114,7 +115,7 @@ def check_gguf_quant(quant: str) -> None:
 
 def check_trainable(command: str, dtype: str) -> None:
     """A stage that takes gradients through its models runs at a float dtype: int8 is a deployment precision."""
-    if dtype in ("int8", "q4"):
+    if dtype in INTEGER:
         raise DraftwiseError(
             f"{command} takes gradients through the models: run it at fp32, bf16 or fp16 ({dtype} is a "
             "deployment precision: bench, agree, profile, quality)"

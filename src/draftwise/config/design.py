@@ -9,6 +9,7 @@ from ..errors import DraftwiseError
 from ..units import parse_count
 from .base import (
     GGUF_QUANTS,
+    INTEGER,
     LOSSES,
     PRECISIONS,
     check_gguf_quant,
@@ -131,7 +132,7 @@ class DesignConfig:
         """Whether candidates are pruned and distilled: only at a float precision. A study at int8 or q4 (a target
         too big for an fp32 study in its budget) takes its candidates as they are: layers of the target, a small model
         of its family, lookups."""
-        return self.dtype not in ("int8", "q4")
+        return self.dtype not in INTEGER
 
     def __post_init__(self):
         for name in ("rows", "gguf_quants"):

@@ -37,6 +37,8 @@ from .sizes import FLOORS, TRAINING, Sizes, nominal, scale  # noqa: F401  (the p
 SIGMA_KEEP = 0.5  # below this share of the full sizes, optional stages are dropped before counts shrink further
 SIGMA_MAX = 4.0  # above 1 only data and distillation grow: the benchmarks keep their full sizes
 PRIOR_S = 30.0  # the weight of the prior in a correction, in seconds of predicted time
+PROBE_S = 8.0  # the probe decodes at least this long (`probe`): a few seconds of a design's minutes
+PROBE_MAX = 12  # ... in at most this many generations (a tiny target's take milliseconds)
 # optional stages, first dropped first: what a verdict on this machine can do without
 DROPS = (
     "repeats",
@@ -73,15 +75,19 @@ DECIDED = {
 }
 
 
-def probe(target, tokens: int = 24, repeats: int = 3) -> float:
-    """Seconds per greedy decode step of the target on this machine (median of `repeats` short generations)."""
-
+def probe(target, tokens: int = 24, repeats: int = 3, min_s: float = PROBE_S) -> float:
+    """Seconds per greedy decode step of the target on this machine: the median of short generations after a
+    warm-up, at least `repeats` of them and at least `min_s` seconds of decoding (at most PROBE_MAX). Why the time:
+    on a shared 2-core host the step drifts by a quarter within a minute, and a median of three 1.5-second
+    generations caught one slow stretch and moved the whole plan (a 1.5B's training kept at 45 ms, dropped at 60)."""
     prompt = list(range(1, 33))
-    times = []
-    for i in range(repeats + 1):  # the first is a warm-up
+    times: list[float] = []
+    for i in range(PROBE_MAX + 1):  # the first is a warm-up
         gen = generate(target.lm, prompt, SamplingParams(), tokens, torch.Generator().manual_seed(i))
         if i:
             times.append((gen.seconds - gen.prefill_s) / max(1, len(gen.tokens)))
+        if len(times) >= repeats and sum(times) * tokens >= min_s:
+            break
     return sorted(times)[len(times) // 2]
 
 

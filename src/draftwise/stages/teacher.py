@@ -33,7 +33,7 @@ import torch
 from tqdm import tqdm
 
 from .. import continuations, data
-from ..config import TeacherConfig
+from ..config import INTEGER, TeacherConfig
 from ..errors import DraftwiseError
 from ..paths import cache_dir
 from ..rundir import RunDir, read_records
@@ -71,7 +71,7 @@ def batch_size(config: TeacherConfig, prec: str) -> int:
     torch's matmul gains from the largest pass."""
     if config.batch_size:
         return config.batch_size
-    return max(1, KERNEL_ROWS // config.seq_len) if prec in ("int8", "q4") else 8
+    return max(1, KERNEL_ROWS // config.seq_len) if prec in INTEGER else 8
 
 
 def _cut(tokens: list[int], config: TeacherConfig, source: str) -> list[Piece]:
