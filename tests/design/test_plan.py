@@ -175,6 +175,9 @@ def test_a_planned_design_killed_and_resumed_reuses_its_plans(tiny_dir, tmp_path
     assert bench["bench"]["limit"] == select["sizes"]["bench_limit"]  # the stage ran at its phase's planned size
     report = (out / "report.md").read_text()
     assert "## Time budget" in report and "Left out by the budget: " in report and "nothing." not in report
+    for r in plans:  # each drop that took effect says the budget that would have kept it
+        assert set(r["keep_minutes"]) == {d for d in r["sizes"]["dropped"] if plan.DECIDED.get(d) == r["phase"]}
+        assert all(f"`--minutes {m:g}` would keep it" in report for m in r["keep_minutes"].values())
     sections = {s.split("\n", 1)[0]: s.split("\n", 1)[1].strip() for s in report.split("\n## ")[1:]}
     left_out = "Not measured: the time budget left it out (see *Time budget*)."
     for stage, title in (
@@ -255,3 +258,28 @@ def test_the_probe_decodes_for_its_minimum_time_so_one_slow_stretch_does_not_set
     steps = iter([1e-4] * 20)  # a tiny target: at most PROBE_MAX generations however short
     assert plan.probe(target, tokens=24, min_s=8.0) == pytest.approx(1e-4)
     assert len(calls) == plan.PROBE_MAX + 1
+
+
+def test_a_stage_the_budget_leaves_out_comes_with_the_minutes_that_would_keep_it(capsys):
+    """Training dropped where its phase decides it (`DECIDED`): the plan record and the console say the --minutes at
+    which the same plan keeps it, and a plan at that budget does."""
+    from types import SimpleNamespace
+
+    def planner(minutes: float) -> plan.Planner:
+        p = SimpleNamespace(base=DesignConfig(minutes=minutes), done={}, dir=SimpleNamespace(append=lambda r: None))
+        return plan.Planner(p, [{"event": "probe", "step_ms": 1e3 * STEP_S}])
+
+    probe = planner(30)
+    full = plan.nominal(probe.p.base, probe.outline.trained)
+    others = tuple(d for d in plan.DROPS if d != "training")
+    low = probe.predicted_s(plan.scale(full, 0.0, plan.DROPS), {})
+    high = probe.predicted_s(plan.scale(full, plan.SIGMA_KEEP, others), {})
+    minutes = round((low + high) / 2 / 60, 2)  # the floors fit, training at σ = SIGMA_KEEP does not
+    short = planner(minutes)
+    assert "training" in short.plan("build").dropped
+    keep = short.plans["build"]["keep_minutes"]
+    assert keep["training"] > minutes
+    assert f"--minutes {keep['training']:g} would keep it" in capsys.readouterr().err
+    kept = planner(keep["training"])
+    assert "training" not in kept.plan("build").dropped and "training" not in kept.plans["build"]["keep_minutes"]
+    assert "training" in planner(keep["training"] - 0.5).plan("build").dropped  # the least such budget

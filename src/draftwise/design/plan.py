@@ -38,6 +38,7 @@ SIGMA_KEEP = 0.5  # below this share of the full sizes, optional stages are drop
 SIGMA_MAX = 4.0  # above 1 only data and distillation grow: the benchmarks keep their full sizes
 PRIOR_S = 30.0  # the weight of the prior in a correction, in seconds of predicted time
 PROBE_S = 8.0  # the probe decodes at least this long (`probe`): a few seconds of a design's minutes
+KEEP_MAX = 8  # a stage left out is said to need at most this many times the budget (`keep_minutes`)
 PROBE_MAX = 12  # ... in at most this many generations (a tiny target's take milliseconds)
 # optional stages, first dropped first: what a verdict on this machine can do without
 DROPS = (
@@ -286,6 +287,7 @@ class Planner:
             )
             sizes = floor
         self.current = sizes
+        keep = self.keep_minutes(phase, sizes, total)
         record = {
             "event": "plan",
             "phase": phase,
@@ -295,10 +297,41 @@ class Planner:
             "kappa": kappa,
             "step_ms": 1e3 * self.step_s,
             "sizes": asdict(sizes),
+            "keep_minutes": keep,
         }
+        for name, minutes in keep.items():
+            print(
+                f"[design] the budget leaves out {name} (at {1e3 * self.step_s:.0f} ms a target step here): "
+                f"--minutes {minutes:g} would keep it",
+                file=sys.stderr,
+                flush=True,
+            )
         self.plans[phase] = record
         self.p.dir.append(record)
         return sizes
+
+    def keep_minutes(self, phase: str, sizes: Sizes, total) -> dict[str, float]:
+        """{drop: --minutes} for each drop that takes effect in `phase` (`DECIDED`): the least whole budget, to a half
+        minute, that keeps it — the one at which this run's stages from here, at that budget's sizes (`nominal` grows
+        with it) with every drop before it in `DROPS` order, fit at σ = SIGMA_KEEP, where `solve` stops dropping.
+        What a user asks on being told a stage was left out; none past KEEP_MAX × the budget."""
+        out = {}
+        for name in sizes.dropped:
+            if DECIDED.get(name) != phase:
+                continue
+
+            def fits(halves: int) -> bool:
+                full = nominal(replace(self.p.base, minutes=halves / 2), self.outline.trained)
+                return self.elapsed() + total(scale(full, SIGMA_KEEP, DROPS[: DROPS.index(name)])) <= 30 * halves
+
+            lo, hi = math.floor(2 * self.p.base.minutes), math.ceil(2 * KEEP_MAX * self.p.base.minutes)
+            if not fits(hi):
+                continue
+            while hi - lo > 1:  # fits(hi), not fits(lo): the budget asked for dropped it
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+            out[name] = hi / 2
+        return out
 
     @classmethod
     def preview(cls, config, step_s: float) -> Sizes | None:

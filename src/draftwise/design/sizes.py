@@ -18,7 +18,10 @@ FLOORS = {
     "refine_limit": 3,
     "headline_limit": 3,
     "accuracy_items": 10,
-    "teacher_tokens": 200_000,  # the paper's data scale needs it, and it is cheap: ~1 min per 80k tokens, cached
+    # a bf16 teacher scores ~80k tokens a minute (200k at σ = 0.5 of a 60-minute plan); a sibling's cuts' q4 teacher
+    # ~40 a second on a 2-core Zen 3, where a floor at their full 60k held 25 minutes of a 60-minute plan and left
+    # no room to train: 16k is ~7 of those minutes, what the cuts' floor minutes read about twice
+    "teacher_tokens": 16_000,
     "feature_minutes": 0.5,
 }
 # a sibling's cuts learn from the target as studied (q4 or int8), which scores ~160 tokens/s at 1.5B on 2 cores with

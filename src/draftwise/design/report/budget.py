@@ -62,7 +62,9 @@ def section(doc: Doc, p: DesignFolder, plots: Path, footer: str) -> None:
         f"sized every stage still to come to the time left, from a probe AR step of {_f(1e3 * planner.step_s)} ms and "
         "the measured ÷ predicted time of the stages already finished (per family of stages)."
     )
-    doc.p("Left out by the budget: " + ("; ".join(DROPPED.get(d, d) for d in dropped) + "." if dropped else "nothing."))
+    keep = keep_minutes(plans)
+    said = [DROPPED.get(d, d) + (f" (`--minutes {keep[d]:g}` would keep it)" if d in keep else "") for d in dropped]
+    doc.p("Left out by the budget: " + ("; ".join(said) + "." if said else "nothing."))
     _plans_table(doc, plans)
     doc.p(
         "σ scales every count from its full size (the config's) down to its floor ("
@@ -127,6 +129,12 @@ def left_out(plans: list[dict]) -> list[str]:
             if DECIDED.get(d) == r["phase"] or d == "extra-rows" and r["phase"].startswith("row-"):
                 out.append(d)
     return list(dict.fromkeys(out))
+
+
+def keep_minutes(plans: list[dict]) -> dict[str, float]:
+    """{drop: the --minutes that would have kept it}, from the plan of the phase it took effect in (`plan.keep_minutes`;
+    a run planned before the figure was recorded has none)."""
+    return {d: m for r in plans for d, m in r.get("keep_minutes", {}).items()}
 
 
 def timeline(p: DesignFolder, plans: list[dict], budget: float, folder: Path, footer: str) -> Path:
