@@ -38,8 +38,8 @@ SIGMA_KEEP = 0.5  # below this share of the full sizes, optional stages are drop
 SIGMA_MAX = 4.0  # above 1 only data and distillation grow: the benchmarks keep their full sizes
 PRIOR_S = 30.0  # the weight of the prior in a correction, in seconds of predicted time
 PROBE_S = 8.0  # the probe decodes at least this long (`probe`): a few seconds of a design's minutes
-KEEP_MAX = 8  # a stage left out is said to need at most this many times the budget (`keep_minutes`)
 PROBE_MAX = 12  # ... in at most this many generations (a tiny target's take milliseconds)
+KEEP_MAX = 8  # a stage left out is said to need at most this many times the budget (`keep_minutes`)
 # optional stages, first dropped first: what a verdict on this machine can do without
 DROPS = (
     "repeats",
