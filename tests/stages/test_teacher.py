@@ -127,6 +127,26 @@ def test_a_lossy_teacher_records_its_fidelity(tiny_dir, tmp_path, cache):
     assert "teacher top-1 = fp32 target's" in teacher.summary(read_records(out / "records.jsonl"))
 
 
+def test_a_second_lossy_teacher_reads_its_fidelity_from_the_cache_without_the_fp32_target(
+    tiny_dir, tmp_path, cache, monkeypatch
+):
+    first = teacher.run(TeacherConfig(target=tiny_dir, precision="bf16", **SMALL), tmp_path / "t1")
+    loads = []
+    real = teacher.load
+    monkeypatch.setattr(teacher, "load", lambda path, options: loads.append(options.dtype) or real(path, options))
+    second = teacher.run(TeacherConfig(target=tiny_dir, precision="bf16", **SMALL), tmp_path / "t2")
+    assert loads == ["bf16"]  # the teacher itself, no fp32 copy
+
+    def fid(out):
+        return next(r for r in read_records(out / "records.jsonl") if r.get("event") == "fidelity")
+
+    assert fid(second) == {**fid(first), "cached": True}
+    other = teacher.run(
+        TeacherConfig(target=tiny_dir, precision="bf16", **{**SMALL, "suites": "alpaca"}), tmp_path / "t3"
+    )
+    assert "cached" not in fid(other) and loads[-1] == "fp32"  # other text: measured afresh
+
+
 def test_config_refuses_nonsense():
     with pytest.raises(DraftwiseError, match="nothing to score"):
         TeacherConfig(suites="none")
