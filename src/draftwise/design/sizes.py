@@ -18,7 +18,7 @@ FLOORS = {
     "refine_limit": 3,
     "headline_limit": 3,
     "accuracy_items": 10,
-    # a bf16 teacher scores ~80k tokens a minute (200k at σ = 0.5 of a 60-minute plan); a sibling's cuts' q4 teacher
+    # a bf16 teacher scores ~80k tokens a minute (240k at σ = 0.5 of a 60-minute plan); a sibling's cuts' q4 teacher
     # ~40 a second on a 2-core Zen 3, where a floor at their full 60k held 25 minutes of a 60-minute plan and left
     # no room to train: 16k is ~7 of those minutes, what the cuts' floor minutes read about twice
     "teacher_tokens": 16_000,
