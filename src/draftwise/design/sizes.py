@@ -20,7 +20,7 @@ FLOORS = {
     "accuracy_items": 10,
     # a bf16 teacher scores ~80k tokens a minute (240k at σ = 0.5 of a 60-minute plan); a sibling's cuts' q4 teacher
     # ~40 a second on a 2-core Zen 3, where a floor at their full 60k held 25 minutes of a 60-minute plan and left
-    # no room to train: 16k is ~7 of those minutes, what the cuts' floor minutes read about twice
+    # no room to train: 16k is ~7 of those minutes, the least a plan shorter than ~30 minutes scores
     "teacher_tokens": 16_000,
     "feature_minutes": 0.5,
 }
