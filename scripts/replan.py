@@ -1,0 +1,32 @@
+"""A design run's start plan at other target steps: for each step (ms), whether the `build` phase keeps training and
+the --minutes that would keep each stage it leaves out. Arithmetic over the run's config and probe record (nothing
+is loaded or run), so it shows how close a run's machine came to training its drafters. Not part of the package.
+
+    .venv/bin/python scripts/replan.py runs/pair-design 40 45 50 55 60 71
+"""
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+from draftwise.config import DesignConfig
+from draftwise.config.base import from_dict
+from draftwise.design import plan, requests
+
+run = Path(sys.argv[1])
+config = from_dict(DesignConfig, json.loads((run / "config.json").read_text()))
+records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines() if line.strip()]
+probe = next(r for r in records if r["event"] == "probe")
+pipeline = SimpleNamespace(base=config, done={}, dir=SimpleNamespace(append=lambda r: None))
+print(f"{run}: probed {probe['step_ms']:.1f} ms a step, --minutes {config.minutes:g}")
+for ms in map(float, sys.argv[2:] or [probe["step_ms"]]):
+    planner = plan.Planner(pipeline, [{**probe, "step_ms": ms}])
+    planner.before = probe["elapsed_s"]  # the plan was made after the probe
+    planner.know(**requests.outline(config))
+    sizes = planner.plan("build")
+    keep = ", ".join(f"{k} with --minutes {m:g}" for k, m in planner.plans["build"]["keep_minutes"].items())
+    print(
+        f"{ms:6.1f} ms: training {'left out' if 'training' in sizes.dropped else 'kept'}; σ {sizes.sigma:.2f}"
+        + (f"; left out, kept at: {keep}" if keep else "")
+    )
