@@ -147,6 +147,24 @@ def test_a_second_lossy_teacher_reads_its_fidelity_from_the_cache_without_the_fp
     assert "cached" not in fid(other) and loads[-1] == "fp32"  # other text: measured afresh
 
 
+def test_another_model_of_the_same_tokenizer_is_scored_not_served_from_the_cache(
+    tiny_dir, tiny_drafter_dir, tmp_path, cache
+):
+    """A family shares a tokenizer (Qwen2.5-Coder 0.5B and 1.5B): the cache keys the weights too."""
+    first = teacher.run(TeacherConfig(target=tiny_dir, precision="fp32", **SMALL), tmp_path / "t1")
+    other = teacher.run(TeacherConfig(target=tiny_drafter_dir, precision="fp32", **SMALL), tmp_path / "t2")
+    shards_of = [r for r in read_records(other / "records.jsonl") if "file" in r]
+    assert shards_of and not any(r["cached"] for r in shards_of)
+    mine, theirs = rows_of(other), rows_of(first)
+    assert [r["tokens"].tolist() for r in mine] == [r["tokens"].tolist() for r in theirs]  # the same text
+    assert any(not torch.equal(a["topk_ids"], b["topk_ids"]) for a, b in zip(mine, theirs))
+    lm = load(tiny_drafter_dir, ModelOptions("fp32", "cpu", "lean")).lm
+    ids = mine[0]["tokens"][None]
+    lm.reset(1, ids.shape[1])
+    logits = lm.forward(ids, 0, None)[0, :-1]  # text pieces: prompt_len 1
+    assert torch.equal(mine[0]["topk_ids"], logits.topk(4, -1).indices)  # the drafter's own scores
+
+
 def test_config_refuses_nonsense():
     with pytest.raises(DraftwiseError, match="nothing to score"):
         TeacherConfig(suites="none")

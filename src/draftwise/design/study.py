@@ -69,7 +69,10 @@ def decide(config: DesignConfig) -> dict:
         reason = f"{facts}: a {config.minutes:g}-minute plan at fp32 leaves out {', '.join(left_out)}"
     sibling = cuts.source(replace(config, dtype=dtype))
     if sibling:
-        reason += f"; the target's candidates are taken as they are at {dtype}, shapes cut from {sibling} trained where the time budget keeps training"
+        reason += (
+            f"; the target's candidates are taken as they are at {dtype}, shapes cut from {sibling} trained where the"
+            " time budget keeps training"
+        )
     elif dtype != "fp32":
         reason += f"; candidates are taken as they are at {dtype} (nothing pruned or distilled)"
     return {

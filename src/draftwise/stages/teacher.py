@@ -10,10 +10,10 @@ of `seq_len` tokens. Eval prompts never enter: suites by split, a user's text by
 prompt.
 
 Caching: work is cut into shards of `shard_size` sequences in a fixed order; a shard's file is named by the hash of
-what decides it (tokenizer, precision, top-k, features, its token ids) and kept under `$DRAFTWISE_CACHE/teacher`, so
-every candidate, rerun and later design on the same target and text reads it instead of computing it again. The run
-folder's records.jsonl lists its shards (source, tokens, seconds, cached) and is appended shard by shard: a killed run
-resumes where it stopped. The shard format is `shards`' (with `hidden`).
+what decides it (the model: tokenizer and weight files; precision, top-k, features, its token ids) and kept under
+`$DRAFTWISE_CACHE/teacher`, so every candidate, rerun and later design on the same target and text reads it instead
+of computing it again. The run folder's records.jsonl lists its shards (source, tokens, seconds, cached) and is
+appended shard by shard: a killed run resumes where it stopped. The shard format is `shards`' (with `hidden`).
 
 Precision: `auto` scores at bf16 where the CPU computes bf16 natively (AVX-512 BF16 or AMX: ~4× fp32 matmul speed
 measured on an EPYC Zen 5) and fp32 elsewhere; a lossy teacher is a labelled choice, so its top-1 agreement with the
@@ -41,6 +41,7 @@ from ..runtimes.base import ModelOptions
 from ..runtimes.registry import load
 from ..shards import read_shard, write_shard
 from ..targets.fingerprint import check_fingerprint, fingerprint, write_fingerprint
+from ..targets.source import key_of, stamp_of
 from ..timing import native_bf16
 
 KERNEL_ROWS = 512  # tokens a teacher pass on the int8 kernel (int8, q4) takes at most, by default
@@ -137,9 +138,17 @@ def pieces(config: TeacherConfig, target) -> list[Piece]:
     return out
 
 
-def shard_key(shard: list[Piece], tokenizer: str, prec: str, config: TeacherConfig) -> str:
-    """What decides a shard's content, hashed: its file name in the cache."""
-    h = hashlib.sha256(json.dumps([tokenizer, prec, config.topk, config.features]).encode())
+def model_key(target) -> str:
+    """Whose scores a shard holds: the tokenizer's fingerprint and the weights' files (paths, sizes, modification
+    times). Why both: models of one family share a tokenizer (the 0.5B and 1.5B Qwen2.5-Coder), and a key of the
+    tokenizer alone served one model's top-k as the other's."""
+    weights = stamp_of(target.path) if target.path else ""
+    return key_of(fingerprint(target.tokenizer), weights)
+
+
+def shard_key(shard: list[Piece], model: str, prec: str, config: TeacherConfig) -> str:
+    """What decides a shard's content, hashed: its file name in the cache (`model`: `model_key`)."""
+    h = hashlib.sha256(json.dumps([model, prec, config.topk, config.features]).encode())
     for piece in shard:
         h.update(json.dumps([piece.prompt_len, piece.tokens]).encode())
     return h.hexdigest()[:32]
@@ -197,12 +206,12 @@ def fidelity(target_path: str, lm, batch: list[Piece], config: TeacherConfig) ->
     return {"event": "fidelity", "top1_agreement": same / n, "positions": n}
 
 
-def cached_fidelity(store: Path | None, tok: str, prec: str, lm, work: list[Piece], config: TeacherConfig) -> dict:
+def cached_fidelity(store: Path | None, model: str, prec: str, lm, work: list[Piece], config: TeacherConfig) -> dict:
     """`fidelity` on the first 8 pieces, kept in the cache beside the shards under the same kind of key: a later run
     on the same target, precision and text reads it instead of loading the fp32 target again (7 GB at 1.5B, most of
     a minute on 2 cores, beside the teacher in memory)."""
     batch = work[: min(8, len(work))]
-    path = store / f"{shard_key(batch, tok, prec, config)}.fidelity.json" if store else None
+    path = store / f"{shard_key(batch, model, prec, config)}.fidelity.json" if store else None
     if path and path.exists():
         return {**json.loads(path.read_text()), "cached": True}
     record = fidelity(config.target, lm, batch, config)
@@ -222,16 +231,16 @@ def run(config: TeacherConfig, out: str | Path) -> Path:
     shards = [work[i : i + config.shard_size] for i in range(0, len(work), config.shard_size)]
     records = run_dir.records()
     done = {r["shard"] for r in records if "shard" in r}
-    tok = fingerprint(target.tokenizer)
+    model = model_key(target)
     store = cache_dir("teacher") if config.cache else run_dir.path / "shards"
     store.mkdir(parents=True, exist_ok=True)
     todo = [i for i in range(len(shards)) if i not in done]
     bar = tqdm(total=sum(p.scored for i in todo for p in shards[i]), desc="teacher", unit="tok", file=sys.stderr)
     if prec != "fp32" and not any(r.get("event") == "fidelity" for r in records):
-        run_dir.append(cached_fidelity(store if config.cache else None, tok, prec, target.lm, work, config))
+        run_dir.append(cached_fidelity(store if config.cache else None, model, prec, target.lm, work, config))
     for index in todo:
         shard = shards[index]
-        path = store / f"{shard_key(shard, tok, prec, config)}.safetensors"
+        path = store / f"{shard_key(shard, model, prec, config)}.safetensors"
         start, cached = time.perf_counter(), path.exists()
         if not cached:
             write_shard(path, compute(target.lm, shard, config, prec, bar), config.topk)
