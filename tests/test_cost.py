@@ -135,13 +135,32 @@ def test_predict_rounds_prices_each_proposer_with_its_own_draft_time():
         + [{"drafted": 1, "accepted": 0, "emitted": 1, "source": "model", "draft_s": 0.004}] * 2
         + [{"drafted": 0, "accepted": 0, "emitted": 1, "source": "", "draft_s": 0.0}] * 2
     )
-    t_verify = {0: 0.010, 1: 0.011, 2: 0.012}.get
-    # lookup: 3 tokens per 13 ms; model (3 ms a step from the profile): 1 token per 14 ms; none: 1 token per 10 ms
+    t_verify = lambda g: 0.010 + 0.001 * g  # noqa: E731
+    # lookup: 3 tokens per 13 ms; model (3 ms a step from the profile): 1 token per 14 ms; none: 1 token per 10 ms;
+    # the first model round catches up on the lookups' 6 tokens: 0.1 of a step each (`catch_up_s`)
     assert cost.predict_rounds(rounds, t_verify, t_model_step=0.003) == pytest.approx(
-        10 / (2 * (0.013 + 0.014 + 0.010))
+        10 / (2 * (0.013 + 0.014 + 0.010) + 6 * 0.1 * 0.003)
     )
     # without a profiled step the measured one (4 ms) prices the model rounds
-    assert cost.predict_rounds(rounds, t_verify) == pytest.approx(10 / (2 * (0.013 + 0.015 + 0.010)))
+    assert cost.predict_rounds(rounds, t_verify) == pytest.approx(10 / (2 * (0.013 + 0.015 + 0.010) + 6 * 0.1 * 0.004))
+
+
+def test_a_hybrids_model_pays_to_catch_up_on_what_the_lookup_emitted_since_its_last_round():
+    """Per model round: the tokens the lookup rounds before it emitted (since the model's last round, within one
+    prompt), each at the target's marginal cost a token over a 4-token pass relative to its step, times the model's
+    step; nothing for a model drafter alone or a lookup alone."""
+    t_verify = lambda g: 0.010 * (1 + 0.3 * g)  # noqa: E731  (0.3 of a step a token)
+
+    def r(source, emitted, prompt="a"):
+        return {"drafted": 1, "accepted": emitted - 1, "emitted": emitted, "source": source, "prompt_id": prompt}
+
+    step = 0.004
+    rounds = [r("ngram", 3), r("ngram", 2), r("model", 1), r("model", 2), r("ngram", 4), r("model", 1)]
+    assert cost.catch_up_s(rounds, t_verify, step) == pytest.approx((5 + 4) * 0.3 * step)
+    # a new prompt: the model was prefilled with it, so the previous prompt's lookup tokens are not owed
+    assert cost.catch_up_s([r("ngram", 3), r("model", 1, "b")], t_verify, step) == 0
+    assert cost.catch_up_s([r("model", 2)] * 3, t_verify, step) == 0
+    assert cost.catch_up_s([r("ngram", 2)] * 3, t_verify, step) == 0
 
 
 def test_budget_shapes_of_a_target_whose_width_is_not_its_attention_width():

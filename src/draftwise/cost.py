@@ -95,7 +95,7 @@ def predict_rounds(
 
     groups: dict[str, list[dict]] = {}
     for r in rounds:
-        groups.setdefault((r.get("source") or "model") if r["drafted"] else "", []).append(r)
+        groups.setdefault(source_of(r), []).append(r)
     tokens = seconds = 0.0
     for source, rs in groups.items():
         lengths: dict[int, int] = {}
@@ -108,12 +108,42 @@ def predict_rounds(
                 else float(np.median([r.get("draft_s", 0.0) / r["drafted"] for r in rs]))
             )
             draft = lambda g, step=step: g * step  # noqa: E731
+            seconds += catch_up_s(rounds, t_verify, step)
         else:
             once = float(np.median([r.get("draft_s", 0.0) for r in rs]))
             draft = lambda g, once=once: once  # noqa: E731
         t, sec = mixture_totals(lengths, metrics.acceptance_per_position(rs), draft, t_verify, cap)
         tokens, seconds = tokens + t, seconds + sec
     return tokens / seconds if seconds else 0.0
+
+
+def source_of(r: dict) -> str:
+    """Who proposed a round: "model", a lookup's name, or "" (no proposal: a plain step)."""
+    return (r.get("source") or "model") if r["drafted"] else ""
+
+
+CATCH_UP_REF = 4  # catch-up tokens are priced at the target's marginal cost a token over its pass of this many
+
+
+def catch_up_s(rounds: Sequence[dict], t_verify, step: float) -> float:
+    """Seconds a hybrid's model spends catching up (`sd.drafters.HybridSession`): its first draft step after lookup
+    rounds feeds it every token they emitted, one pass over fed + 1 tokens where a step feeds one. Each fed token is
+    priced at the target's marginal cost a token in a short pass, relative to its step ((t_verify(REF) / t_verify(0)
+    - 1) / REF), times the model's step: the target's curve past its profiled γ (extended linearly from a steeper
+    segment) priced a catch-up over 113 tokens at 66 steps where the 0.5B took 29. Rounds in order; a new `prompt_id`
+    starts afresh (the model was prefilled with the prompt). Why: on the 1.5B with its 0.5B sibling + n-gram such a
+    round took 115 ms on average against 29 for the others, ~5 % of the run."""
+    per_token = (t_verify(CATCH_UP_REF) / t_verify(0) - 1) / CATCH_UP_REF
+    total, fed, prompt = 0.0, 0, None
+    for r in rounds:
+        if r.get("prompt_id") != prompt:
+            fed, prompt = 0, r.get("prompt_id")
+        source = source_of(r)
+        if source == "model":
+            total, fed = total + step * per_token * fed, 0
+        elif source:  # a lookup's round: the model has not seen what it emitted
+            fed += r["emitted"]
+    return total
 
 
 def break_even_alpha(lengths: dict[int, float], t_draft, t_verify) -> float | None:

@@ -63,6 +63,11 @@ def _key(record: dict) -> tuple:
     return record["drafter"], record["gamma"], record["temperature"]
 
 
+def in_order(records: list[dict]) -> list[dict]:
+    """Every generation's rounds in order, each tagged with its generation (what `cost.catch_up_s` starts afresh at)."""
+    return [{**r, "prompt_id": f"{rec.get('prompt_id')}#{i}"} for i, rec in enumerate(records) for r in rec["rounds"]]
+
+
 def _point(key: tuple, records: list[dict]) -> dict:
     drafter, gamma, temperature = key
     sd = [r for r in records if r["method"] == "sd"]
@@ -77,9 +82,9 @@ def _point(key: tuple, records: list[dict]) -> dict:
         "tokens_per_s": s["tokens_per_s"],
         "decode_tokens_per_s": s.get("decode_tokens_per_s"),
         "kind": drafter_kind(drafter),
-        "rounds": [r for rec in sd for r in rec["rounds"]],
+        "rounds": in_order(sd),
         "scheduled": {
-            "rounds": [r for rec in scheduled for r in rec["rounds"]],
+            "rounds": in_order(scheduled),
             **{
                 k: v
                 for k, v in metrics.summarize_method(scheduled).items()
