@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import metrics
 from .errors import DraftwiseError
 from .shapes import Shape
 
@@ -91,11 +92,9 @@ def predict_rounds(
     acceptance go through `mixture_totals`. A lookup round's draft time is its group's median proposal; a model round's
     is g steps of `t_model_step` seconds (else the measured median step); a round without a proposal costs its
     measured median draft time (a lookup's miss) and one AR step, t_verify(0)."""
-    from . import metrics
-
     groups: dict[str, list[dict]] = {}
     for r in rounds:
-        groups.setdefault(source_of(r), []).append(r)
+        groups.setdefault(metrics.source_of(r), []).append(r)
     tokens = seconds = 0.0
     for source, rs in groups.items():
         lengths: dict[int, int] = {}
@@ -117,11 +116,6 @@ def predict_rounds(
     return tokens / seconds if seconds else 0.0
 
 
-def source_of(r: dict) -> str:
-    """Who proposed a round: "model", a lookup's name, or "" (no proposal: a plain step)."""
-    return (r.get("source") or "model") if r["drafted"] else ""
-
-
 CATCH_UP_REF = 4  # catch-up tokens are priced at the target's marginal cost a token over its pass of this many
 
 
@@ -138,7 +132,7 @@ def catch_up_s(rounds: Sequence[dict], t_verify, step: float) -> float:
     for r in rounds:
         if r.get("prompt_id") != prompt:
             fed, prompt = 0, r.get("prompt_id")
-        source = source_of(r)
+        source = metrics.source_of(r)
         if source == "model":
             total, fed = total + step * per_token * fed, 0
         elif source:  # a lookup's round: the model has not seen what it emitted

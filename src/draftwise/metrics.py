@@ -102,6 +102,11 @@ def summarize_method(generations: Sequence[dict]) -> dict:
     return out
 
 
+def source_of(r: dict) -> str:
+    """Who proposed a round: "model", a lookup's name, or "" (no proposal: a plain step)."""
+    return (r.get("source") or "model") if r["drafted"] else ""
+
+
 def proposals(rounds: Sequence[dict]) -> dict:
     """Proposed fraction, proposal lengths, per-round proposal time and per-source counts (see the definitions)."""
     drafting = [r for r in rounds if r["drafted"]]
@@ -110,7 +115,7 @@ def proposals(rounds: Sequence[dict]) -> dict:
         lengths[r["drafted"]] = lengths.get(r["drafted"], 0) + 1
     by: dict[str, list[dict]] = {}
     for r in drafting:
-        by.setdefault(r.get("source") or "model", []).append(r)
+        by.setdefault(source_of(r), []).append(r)
     return {
         "proposed_fraction": len(drafting) / len(rounds) if rounds else None,
         "proposal_lengths": dict(sorted(lengths.items())),
