@@ -315,14 +315,14 @@ class Planner:
         minute, that keeps it — the one at which this run's stages from here, at that budget's sizes (`nominal` grows
         with it) with every drop before it in `DROPS` order, fit at σ = SIGMA_KEEP, where `solve` stops dropping.
         What a user asks on being told a stage was left out; none past KEEP_MAX × the budget."""
-        out = {}
+        out, spent = {}, self.elapsed()
         for name in sizes.dropped:
             if DECIDED.get(name) != phase:
                 continue
 
             def fits(halves: int) -> bool:
                 full = nominal(replace(self.p.base, minutes=halves / 2), self.outline.trained)
-                return self.elapsed() + total(scale(full, SIGMA_KEEP, DROPS[: DROPS.index(name)])) <= 30 * halves
+                return spent + total(scale(full, SIGMA_KEEP, DROPS[: DROPS.index(name)])) <= 30 * halves
 
             lo, hi = math.floor(2 * self.p.base.minutes), math.ceil(2 * KEEP_MAX * self.p.base.minutes)
             if not fits(hi):
