@@ -3,6 +3,7 @@ the --minutes that would keep each stage it leaves out. Arithmetic over the run'
 is loaded or run), so it shows how close a run's machine came to training its drafters. Not part of the package.
 
     .venv/bin/python scripts/replan.py runs/pair-design 40 45 50 55 60 71
+    .venv/bin/python scripts/replan.py runs/pair-design --items 71   (the stages' minutes with training kept)
 """
 
 import json
@@ -19,8 +20,10 @@ config = from_dict(DesignConfig, json.loads((run / "config.json").read_text()))
 records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines() if line.strip()]
 probe = next(r for r in records if r["event"] == "probe")
 pipeline = SimpleNamespace(base=config, done={}, dir=SimpleNamespace(append=lambda r: None))
+items = "--items" in sys.argv
+steps = [a for a in sys.argv[2:] if a != "--items"]
 print(f"{run}: probed {probe['step_ms']:.1f} ms a step, --minutes {config.minutes:g}")
-for ms in map(float, sys.argv[2:] or [probe["step_ms"]]):
+for ms in map(float, steps or [probe["step_ms"]]):
     planner = plan.Planner(pipeline, [{**probe, "step_ms": ms}])
     planner.before = probe["elapsed_s"]  # the plan was made after the probe
     planner.know(**requests.outline(config))
@@ -30,3 +33,9 @@ for ms in map(float, sys.argv[2:] or [probe["step_ms"]]):
         f"{ms:6.1f} ms: training {'left out' if 'training' in sizes.dropped else 'kept'}; σ {sizes.sigma:.2f}"
         + (f"; left out, kept at: {keep}" if keep else "")
     )
+    if items:  # this plan with training kept (its other drops as they are) at σ = SIGMA_KEEP, stage by stage
+        full = plan.nominal(config, planner.outline.trained)
+        kept = plan.scale(full, plan.SIGMA_KEEP, tuple(d for d in sizes.dropped if d != "training"))
+        print(f"  with training kept: {planner.predicted_s(kept, {}) / 60:.1f} min")
+        for item in planner.remaining(kept):
+            print(f"    {item.kind:16s} x{item.count} {planner.seconds(item, {}) / 60:6.1f} min")
