@@ -283,3 +283,51 @@ def test_a_stage_the_budget_leaves_out_comes_with_the_minutes_that_would_keep_it
     kept = planner(keep["training"])
     assert "training" not in kept.plan("build").dropped and "training" not in kept.plans["build"]["keep_minutes"]
     assert "training" in planner(keep["training"] - 0.5).plan("build").dropped  # the least such budget
+
+
+def _teacher_after(overrun: float) -> tuple[int, int]:
+    """The teacher's tokens in the build plan and in the teacher's own (after a gen-data that took `overrun` × its
+    prediction), for the default target at 50 ms a step in 60 minutes (the build plan at σ = 0.5)."""
+    from types import SimpleNamespace
+
+    from draftwise.design import requests
+
+    config, step_ms = DesignConfig(minutes=60), 50.0
+    p = SimpleNamespace(base=config, done={}, dir=SimpleNamespace(append=lambda r: None))
+    planner = plan.Planner(p, [{"event": "probe", "step_ms": step_ms}])
+    planner.know(**requests.outline(config))
+    planner.know(trained=2, untrained=1, features=0, benched=2, built=True)
+    built = planner.plan("build")
+    steps = next(i.steps for i in costs.items(planner.outline, built, config) if i.kind == "gen-data")
+    seconds = overrun * steps * step_ms / 1e3
+    p.done["gen-data"] = {"kind": "gen-data", "predicted_steps": steps, "predicted_exact_s": 0.0, "seconds": seconds}
+    planner.before = seconds  # the clock moved on by gen-data's time
+    return built.teacher_tokens, planner.plan("teacher").teacher_tokens
+
+
+def test_a_gen_data_that_overran_shrinks_the_teacher_planned_after_it():
+    """`build` plans the teacher's phase between gen-data and the teacher: a gen-data twice as slow as predicted (a
+    host slower than its probe) leaves the teacher fewer tokens, so it does not eat the distillation's minutes (a
+    Zen 3 design: the teacher at its build-plan size, then 0.9 minutes of distillation); one on time leaves them."""
+    from types import SimpleNamespace
+
+    from draftwise.design import build
+
+    before, after = _teacher_after(2.0)
+    assert after < before
+    before, after = _teacher_after(1.0)
+    assert after == before
+    events = []
+
+    class Stop(Exception):
+        pass
+
+    def stage(name, work):
+        events.append(name)
+        if name == "teacher":
+            raise Stop
+
+    p = SimpleNamespace(config=DesignConfig(), stage=stage, replan=lambda phase, **k: events.append(f"plan {phase}"))
+    with pytest.raises(Stop):
+        build.build(p, [SimpleNamespace(trained=True, role="shape")])
+    assert events == ["gen-data", "plan teacher", "teacher"]
