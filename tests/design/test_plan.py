@@ -327,7 +327,15 @@ def test_a_gen_data_that_overran_shrinks_the_teacher_planned_after_it():
         if name == "teacher":
             raise Stop
 
-    p = SimpleNamespace(config=DesignConfig(), stage=stage, replan=lambda phase, **k: events.append(f"plan {phase}"))
+    def replan(phase, **outline):
+        events.append(f"plan {phase}")
+
+    p = SimpleNamespace(config=DesignConfig(), stage=stage, replan=replan, done={})
     with pytest.raises(Stop):
         build.build(p, [SimpleNamespace(trained=True, role="shape")])
     assert events == ["gen-data", "plan teacher", "teacher"]
+    events.clear()
+    p.done = {"teacher": {}}  # resumed after the teacher: its plan is not made again
+    with pytest.raises(Stop):
+        build.build(p, [SimpleNamespace(trained=True, role="shape")])
+    assert events == ["gen-data", "teacher"]

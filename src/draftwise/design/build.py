@@ -190,7 +190,8 @@ def build(p: Pipeline, cands: list[Candidate]) -> dict[str, str]:
     if any(x.trained or x.role == FEATURE for x in cands):
         # sized again once gen-data's time is known: where it overran (a host slower than the probe found it) the
         # build plan's teacher ate the minutes its distillation was to have (a Zen 3 run: 0.9 minutes of it left)
-        p.replan("teacher")
+        if "teacher" not in p.done:
+            p.replan("teacher")
         p.stage("teacher", lambda f: teacher.run(teacher_config(p), f))
     p.replan("train")
     todo = [cand for cand in cands if f"agree-{cand.name}" not in p.done]
