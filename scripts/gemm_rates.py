@@ -1,8 +1,9 @@
 """The int8 kernel's rate per weight format of one lean target: each distinct matrix (format, shape) timed alone at
-several row counts (a step, verify passes, a prompt chunk) on the route the ladder chose here, rounds interleaved,
-medians; then per format the time a decoding step spends in it and how close its one-row pass comes to the memory
+several row counts (a step, verify passes, a prompt chunk) on the route the ladder chose here, streamed from memory
+as a model's pass reads it (`rates.streamed`: copies past twice the last-level cache), rounds interleaved, medians;
+then per format the time a decoding step spends in it and how close its one-row pass comes to the memory
 bandwidth. What it is for: a format whose one-row pass is far below the bandwidth (on a Zen 3, Q6_K's: 28 % of the
-1.5B's weights, 45 % of its step's products) is where a step's time goes. Not part of the package.
+1.5B's weights, 42 % of its step's products) is where a step's time goes. Not part of the package.
 
     .venv/bin/python scripts/gemm_rates.py qwen2.5-coder-1.5b --threads 2
     .venv/bin/python scripts/gemm_rates.py default --dtype int8 --rows 1,4,64
@@ -10,13 +11,12 @@ bandwidth. What it is for: a format whose one-row pass is far below the bandwidt
 
 import argparse
 import statistics
-import time
 
 import torch
 
 from draftwise import machine
 from draftwise.runtimes.base import ModelOptions
-from draftwise.runtimes.lean import kernels, ladder
+from draftwise.runtimes.lean import kernels, ladder, rates
 from draftwise.runtimes.lean.int8 import Int8Weight
 from draftwise.runtimes.registry import load
 
@@ -38,25 +38,12 @@ def nbytes(w: Int8Weight) -> int:
     return sum(getattr(w, b).numel() * getattr(w, b).element_size() for b in Int8Weight.BUFFERS)
 
 
-def timed(w: Int8Weight, x: torch.Tensor, seconds: float) -> float:
-    """Median seconds of one product, repeated for about `seconds`."""
-    kernels.int8_gemm(x, w)  # warm-up
-    times: list[float] = []
-    end = time.perf_counter() + seconds
-    while len(times) < 3 or time.perf_counter() < end:
-        start = time.perf_counter()
-        kernels.int8_gemm(x, w)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def parser() -> argparse.ArgumentParser:
     """The command line (docs checks parse the commands they show with it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("target")
     parser.add_argument("--dtype", default="q4", help="a lean integer precision: q4 (the file's blocks) or int8")
     parser.add_argument("--rows", default="1,2,4,8,64", help="rows of each product (tokens of a pass)")
-    parser.add_argument("--seconds", type=float, default=0.3, help="timing of each cell in each round")
     parser.add_argument("--threads", type=int, default=2)
     return parser
 
@@ -72,7 +59,8 @@ def main() -> None:
     for _ in range(ROUNDS):  # every cell once a round: drift on a shared host spreads over all of them
         for key, ws in groups.items():
             for m in rows:
-                got[key][m].append(timed(ws[0], xs[key, m], args.seconds))
+                x = xs[key, m]
+                got[key][m].append(rates.streamed(lambda w: kernels.int8_gemm(x, w), ws[0]))
     bandwidth = machine.bandwidth(args.threads)["read_gb_per_s"]
     print(f"matrix route here: {kernels.route().label()}; memory read {bandwidth:g} GB/s")
     step: dict[str, list[float]] = {}
