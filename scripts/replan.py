@@ -49,12 +49,11 @@ def built_planner(done: dict) -> plan.Planner:
     build = next(r for r in records if r["event"] == "plan" and r["phase"] == "build")
     sizes = plan.Sizes(**{k: tuple(v) if k == "dropped" else v for k, v in build["sizes"].items()})
     for trained, untrained, features in itertools.product(range(4), range(6), range(2)):
-        p = SimpleNamespace(base=config, done=done, dir=SimpleNamespace(append=lambda r: None))
+        p = SimpleNamespace(base=config, done={}, dir=SimpleNamespace(append=lambda r: None))
         planner = plan.Planner(p, [probe])
         planner.know(**requests.outline(config))
         benched = trained + features + bool(config.drafter)
         planner.know(trained=trained, untrained=untrained, features=features, benched=benched, built=True)
-        p.done = {}
         if abs(planner.predicted_s(sizes, {}) - build["predicted_s"]) < 1e-3:
             p.done = done
             return planner
