@@ -299,3 +299,26 @@ def test_a_native_crash_in_a_llama_cpp_bench_ends_it_in_one_line(capsys, tmp_pat
     )
     assert code == 2
     assert err.startswith("draftwise: error: llama.cpp (") and "the engine died with SIGSEGV in llama_decode" in err
+
+
+def test_a_resumed_distillation_trains_on_with_its_sources_settings(tmp_path):
+    """`distill --resume-from RUN` with only the added budget: every setting the line leaves out is the source's (the
+    design's loss, learning rate, head and held-out set), not the command's defaults; the budget, stop rule and where
+    it runs are the line's; a given setting that would make it another run is refused in one line."""
+    from draftwise.rundir import RunDir
+
+    source = cfg.DistillConfig(
+        drafter="p", data="g,t", loss="fkl", lr=5e-5, minutes=0.86, draft_vocab=16384, vocab_data="g",
+        eval_prompts=8, eval_tokens=32, stop_below=0.09, target_dtype="q4", threads=2,
+    )  # fmt: skip
+    RunDir(tmp_path / "src", source)
+    line = ["distill", "--drafter", "p", "--data", "g,t", "--resume-from", str(tmp_path / "src")]
+    got = config_of([*line, "--minutes", "25", "--lr", "1e-4", "--out", "o"])
+    assert got == dataclasses.replace(
+        source, minutes=25.0, lr=1e-4, stop_below=0.0, threads=None, resume_from=str(tmp_path / "src")
+    )
+    assert config_of([*line, "--out", "o"]).minutes == 10.0  # the command's default: the budget is never the source's
+    with pytest.raises(DraftwiseError, match=r"trains on as it did: drop --draft-vocab 0 \(it trained with 16384\)"):
+        config_of([*line, "--draft-vocab", "0", "--out", "o"])
+    with pytest.raises(DraftwiseError, match="not a distill run folder"):
+        config_of([*line[:-1], str(tmp_path), "--out", "o"])

@@ -57,6 +57,36 @@ def test_a_prefill_beyond_the_reference_is_priced_wherever_prompts_are_prefilled
     assert plan.excess_prefill({"step_ms": 10, "prefill_ms": 20}) == 0.0 == plan.excess_prefill({"step_ms": 10})
 
 
+def test_a_cuts_teacher_is_priced_at_the_token_its_probe_timed(tiny_dir, monkeypatch):
+    """A sibling's cuts learn from the target as studied: its teacher token is timed on this machine (a real pass of
+    the teacher's scoring), read back from the probe record on a resume, and priced per planned teacher token."""
+    from types import SimpleNamespace
+
+    from draftwise.runtimes.base import ModelOptions
+    from draftwise.runtimes.registry import load
+    from draftwise.stages import teacher
+
+    target = load(tiny_dir, ModelOptions("fp32", "cpu", "lean"))
+    scored = []
+    real = teacher.score
+    monkeypatch.setattr(teacher, "score", lambda lm, batch, k, f: scored.append(batch) or real(lm, batch, k, f))
+    assert plan.probe_teacher(target, tokens=40, rows=2) > 0
+    assert [[len(x.tokens) for x in b] for b in scored] == [[40, 40]] and scored[0][0] != scored[0][1]
+
+    config = DesignConfig(minutes=30)
+    outline, sizes = replace(costs.Outline.of(config), cuts=True), plan.nominal(config, 2)
+    priced = plan.Planner(
+        SimpleNamespace(base=config, done={}), [{"event": "probe", "step_ms": 20.0, "teacher_ms": 14.0}]
+    )
+    assert priced.outline.teacher == pytest.approx(0.7)
+    steps = {
+        o.teacher: next(i.steps for i in costs.items(o, sizes, config) if i.kind == "teacher")
+        for o in (outline, replace(outline, teacher=0.7))
+    }
+    assert steps[0.7] - steps[0.0] == pytest.approx((0.7 - costs.TEACHER_STEPS) * sizes.teacher_tokens)
+    assert sizes.teacher_tokens > 0
+
+
 def test_a_lean_row_is_priced_at_its_precision_beside_the_studys():
     """A 1.7B target studied at q4: its lean-int8 row reads more bytes a step than the study (a third of an fp32
     study's step was the rule, and the row's grid ran 9.8 × its prediction)."""

@@ -14,6 +14,7 @@ from ..config import (
     TeacherConfig,
     TrainFeatureConfig,
 )
+from . import options
 from .command import Command, executor, executor_args, out_arg, run_stage, simple, subparser
 
 # command: (config, help), in the order `draftwise --help` lists them
@@ -57,7 +58,15 @@ def add(sub) -> dict[str, Command]:
         else:
             out_arg(p)
         commands[name] = simple(config, _predict if name == "predict" else _run_stage, p)
+    commands["distill"] = Command(DistillConfig, _distill_config, _run_stage, commands["distill"].parser)
     return commands
+
+
+def _distill_config(args) -> DistillConfig:
+    """`distill`'s options; with --resume-from, those left out are the source run's (`resume.settings`)."""
+    from ..stages import resume
+
+    return DistillConfig(**resume.settings(options.values(DistillConfig, args)))
 
 
 def _run_stage(config, args) -> None:

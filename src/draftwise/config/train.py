@@ -180,8 +180,9 @@ class DistillConfig:
     checkpoint_every: int = opt(25, "steps between checkpoints (a rerun resumes from the last)")
     resume_from: str | None = opt(
         None,
-        "a finished distill run folder to train further: its weights, optimizer, data order and learning curve go "
-        "on here, --minutes / --tokens count what this run adds, and the curve's projection is checked at the end",
+        "a finished distill run folder to train further: its weights, optimizer, data order, learning curve and "
+        "the settings this line leaves out go on here, --minutes / --tokens count what this run adds, and the "
+        "curve's projection is checked at the end",
     )
     eval_prompts: int = opt(32, "held-out eval prompts of the agreement evaluation")
     eval_tokens: int = opt(48, "target tokens per eval prompt")

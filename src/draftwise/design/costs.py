@@ -28,6 +28,9 @@ AGREE_STEPS = 8.0
 # at fp32 (where a prompt's prefill is REF_PREFILL_STEPS); a target whose prefill costs more steps pays its items in
 # proportion: a 1.5B at q4 on 2 AVX2 cores, whose 220-token prefill is 97 steps, ~6× as many
 ACCURACY_ITEM_STEPS = 9.2
+# a cut's teacher token in the studied target's decode steps until the probe times one (`Outline.teacher`): a 1.5B
+# at q4, ~160 tokens/s on 2 Zen 5 cores
+TEACHER_STEPS = 0.35
 LEAN_FLOOR = 0.35  # a lean row's step beside an fp32 study's (the default target): about a third, with overheads
 STAGE_S = 0.5  # per stage beyond loading the target (the probe times that: `Planner.stage_s`): files, imports
 # the families whose stages share one correction (measured ÷ predicted); any other kind is a family of its own
@@ -72,6 +75,7 @@ class Outline:
     answer: float = 0.0  # the traffic's mean answer tokens (its file's max_tokens; 0: --max-new-tokens)
     temperatures: int = 0  # the traffic's temperatures, each measured in the last grid (0: --temperatures')
     cuts: bool = False  # the trained shapes are cut from the sibling: no sweep; their teacher is the studied target
+    teacher: float = 0.0  # a cut's teacher token in decode steps, the probe's (`plan.probe_teacher`; 0: TEACHER_STEPS)
 
     @classmethod
     def of(cls, config: DesignConfig) -> Outline:
@@ -156,8 +160,8 @@ def _building(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) -> 
         # each prompt at two temperatures from one prefill (`sd.batched.prefill`)
         Item("gen-data", 1, 100 + (52 + o.prefill) * s.gen_prompts),
         # teacher-forced scoring: ~1,300 tokens/s at bf16 on 2 cores, about 40 tokens per fp32 AR step; a cut's
-        # teacher is the target as studied: ~160 tokens/s at q4 on a 1.5B, about 0.35 of its AR step a token
-        Item("teacher", learns, 300 + (0.35 if o.cuts else 0.025) * s.teacher_tokens),
+        # teacher is the target as studied, its token timed by the probe (`plan.probe_teacher`)
+        Item("teacher", learns, 300 + ((o.teacher or TEACHER_STEPS) if o.cuts else 0.025) * s.teacher_tokens),
         Item("prune", n.trained, 600 + 1100 * math.ceil(s.elimination_tokens / 64)),  # per calibration row
         # its minutes, then loading and evaluations; a sibling's cuts share theirs with the first-ranked one's more
         Item("distill", n.trained + focus, 400, 60 * s.distill_minutes * n.trained / max(1, n.trained + focus)),

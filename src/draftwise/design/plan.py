@@ -7,6 +7,8 @@ on this machine by a probe at the start (`probe`), times a correction learnt fro
 (measured ÷ predicted, per family of stages; `Planner.kappa`). The probe also times one prefill of the selection
 prompts' mean length: a benchmark prices each prompt's prefill beyond what its per-token factors include
 (`costs.REF_PREFILL_STEPS`), which a big target needs (its prefill is compute-bound while its step reads weights).
+Where the design trains a sibling's cuts, it times one teacher pass too (`probe_teacher`): their teacher is the target
+as studied, and its price a token differs by CPU more than the step does.
 
 The plan then picks the sizes (`Sizes`) that fill the time left: one scale σ for every prompt count and for the data
 and distillation (σ > 1 grows only these two), each count kept at or above its floor (`FLOORS`). When even
@@ -39,6 +41,8 @@ SIGMA_MAX = 4.0  # above 1 only data and distillation grow: the benchmarks keep 
 PRIOR_S = 30.0  # the weight of the prior in a correction, in seconds of predicted time
 PROBE_S = 8.0  # the probe decodes at least this long (`probe`): a few seconds of a design's minutes
 PROBE_MAX = 12  # ... in at most this many generations (a tiny target's take milliseconds)
+# the probe's teacher pass: the teacher stage's own on the int8 kernel (`teacher.KERNEL_ROWS` ÷ its 256-token pieces)
+TEACHER_LEN, TEACHER_ROWS, TEACHER_TOPK = 256, 2, 32
 KEEP_MAX = 8  # a stage left out is said to need at most this many times the budget (`keep_minutes`)
 # optional stages, first dropped first: what a verdict on this machine can do without
 DROPS = (
@@ -107,6 +111,27 @@ def probe_prefill(target, tokens: int, repeats: int = 2) -> float:
     )
 
 
+def probe_teacher(target, tokens: int = TEACHER_LEN, rows: int = TEACHER_ROWS) -> float:
+    """Seconds per scored token of one teacher pass of the target on this machine (`stages.teacher.score`: every
+    position teacher-forced, the head and its top-k at each). Why measured: a cut's teacher was priced at a Zen 5
+    figure, 0.35 of a decode step a token, where a pass over many rows is the matrix units' work and a step the
+    memory's: the ratio is the CPU's, and its error comes out of the distillation's minutes."""
+    from ..stages.teacher import Piece, score
+
+    ids = min(1000, target.vocab_size - 1)
+    batch = [Piece("probe", tuple(1 + (i * 7 + r) % ids for i in range(tokens))) for r in range(rows)]
+    return timed(lambda: score(target.lm, batch, TEACHER_TOPK, False)) / sum(x.scored for x in batch)
+
+
+def probed_outline(probed: dict) -> dict:
+    """What a probe record tells the plan's outline: a prompt's prefill beyond the costs' factors and, where it was
+    timed, a cut's teacher token, both in decode steps."""
+    out = {"prefill": excess_prefill(probed)}
+    if "teacher_ms" in probed:
+        out["teacher"] = probed["teacher_ms"] / probed["step_ms"]
+    return out
+
+
 def timed(work) -> float:
     """Seconds `work()` takes (what it returns is dropped at once: a second copy of a target is not kept)."""
     start = time.perf_counter()
@@ -172,7 +197,7 @@ class Planner:
         self.plans = {r["phase"]: r for r in records if r.get("event") == "plan"}
         self.outline = Outline.of(pipeline.base)
         if probed:
-            self.know(prefill=excess_prefill(probed))
+            self.know(**probed_outline(probed))
         self.current: Sizes | None = None
 
     @property
@@ -196,8 +221,10 @@ class Planner:
                 "prefill_ms": 1e3 * probe_prefill(target, tokens),
                 "load_ms": 1e3 * timed(load) if load else 0.0,
             }
+            if self.outline.cuts:
+                record["teacher_ms"] = 1e3 * probe_teacher(target)
             self.stage_s = STAGE_S + record["load_ms"] / 1e3
-            self.know(prefill=excess_prefill(record))
+            self.know(**probed_outline(record))
             self.p.dir.append({**record, "elapsed_s": self.elapsed()})
 
     def families(self) -> dict[str, dict[str, float]]:

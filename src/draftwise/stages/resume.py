@@ -7,10 +7,16 @@ the rule made, which training further overrides) and its held-out set; its `--mi
 adds. A `projection` record holds the source's fitted curve and what it predicts at the end of the added budget; at
 the end, a `projection-check` record sets the agreement measured there beside the curve's value at the tokens
 actually reached.
+
+A continuation trains on as its source did: `settings` fills every setting the command line leaves out from the
+source's config.json, so `distill --resume-from RUN --drafter D --data G --minutes 20` does not fall back to the
+defaults (another loss, learning rate, head or held-out set). Its own are only the added budget, the stop rule (which
+training further overrides) and where it runs; a given setting that would make it another run is refused.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -18,10 +24,44 @@ from pathlib import Path
 from safetensors import safe_open
 
 from .. import learning
+from ..config import DistillConfig
 from ..errors import DraftwiseError
 from ..rundir import RunDir, read_records
 
 KEPT = ("train", "eval")  # the source's records a continuation carries on
+OWN = ("minutes", "tokens", "resume_from", "stop_below", "threads", "device")  # never taken from the source
+# settings whose change would break the continuation: its data order, its head's rows, its held-out set and curve
+FIXED = (
+    "target",
+    "drafter",
+    "data",
+    "loss",
+    "draft_vocab",
+    "vocab_data",
+    "eval_prompts",
+    "eval_tokens",
+    "eval_suites",
+    "seed",
+)
+
+
+def settings(given: dict) -> dict:
+    """The settings of `distill --resume-from`: those `given` on the command line, the rest the source's."""
+    if not given.get("resume_from"):
+        return given
+    path = Path(given["resume_from"]) / "config.json"
+    if not path.exists():
+        raise DraftwiseError(f"{path.parent}: not a distill run folder to resume from (no config.json)")
+    saved = json.loads(path.read_text())
+    if saved.get("stage") != "DistillConfig":
+        raise DraftwiseError(f"{path.parent} is a {saved.get('stage')} run, not a distillation to resume from")
+    changed = [k for k in FIXED if k in given and k in saved and given[k] != saved[k]]
+    if changed:
+        said = ", ".join(f"--{k.replace('_', '-')} {given[k]} (it trained with {saved[k]})" for k in changed)
+        raise DraftwiseError(f"a continuation of {path.parent} trains on as it did: drop {said}")
+    fields = {f.name for f in dataclasses.fields(DistillConfig)} - set(OWN) - set(given)
+    inherited = {k: v for k, v in saved.items() if k in fields}
+    return {**inherited, **given}
 
 
 def seed(run_dir: RunDir, source: Path, config) -> dict:

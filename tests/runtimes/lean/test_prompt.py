@@ -4,6 +4,8 @@ never take it; a chunk of a continuous batch that
 takes it runs apart with the same result; it stays off where its copies would not fit in memory and on a file
 measured to miss the bar."""
 
+import json
+
 import pytest
 import torch
 
@@ -131,6 +133,9 @@ def test_a_file_measured_to_miss_the_bar_keeps_the_exact_path(small_q4_gguf, rou
     lm.reset(1, 64)
     lm.forward(ids, 0, n_logits=0)
     assert prompt.copies_bytes(lm) == 0
+    record = prompt._record(small_q4_gguf)  # a record written before its key was named for every lossy path
+    record.write_text(json.dumps({"file": str(small_q4_gguf), "bf16": False, "agreement": 0.98, "nll_delta": 0.0}))
+    assert not prompt.allowed(small_q4_gguf)
 
 
 @pytest.mark.parametrize("fmt", ["q4k", "q6k"])

@@ -107,20 +107,22 @@ def linear(x: torch.Tensor, w, b: torch.Tensor | None = None) -> torch.Tensor:
 
 
 def keep(gguf: Path, agreement: float, nll_delta: float) -> bool:
-    """Keep this machine's measurement of the next tokens after a bf16 prefill on `gguf` (`draftwise quality`):
-    whether it kept the bar; where it did not, prompt passes on that file keep the exact path from its next load
-    (`allowed`). Keyed by the file's path, size and modification time, as `activations.keep` is."""
+    """Keep this machine's measurement of the next tokens after a prefill on `gguf`'s lossy prompt paths (q8k, bf16;
+    `draftwise quality`): whether it kept the bar; where it did not, prompt passes on that file keep the exact path
+    from its next load (`allowed`). Keyed by the file's path, size and modification time, as `activations.keep` is."""
     ok = keeps_bar(agreement, nll_delta)
     write_atomic(
-        _record(gguf), json.dumps({"file": str(gguf), "bf16": ok, "agreement": agreement, "nll_delta": nll_delta})
+        _record(gguf), json.dumps({"file": str(gguf), "lossy": ok, "agreement": agreement, "nll_delta": nll_delta})
     )
     return ok
 
 
 def allowed(gguf: Path) -> bool:
-    """Whether prompt passes on `gguf` may take the bf16 product: unless this machine measured it to miss the bar."""
+    """Whether prompt passes on `gguf` may take a lossy path: unless this machine measured it to miss the bar (a
+    record from before the key was named for every lossy path reads as it was written, under "bf16")."""
     try:
-        return bool(json.loads(_record(gguf).read_text())["bf16"])
+        record = json.loads(_record(gguf).read_text())
+        return bool(record["lossy"] if "lossy" in record else record["bf16"])
     except (OSError, ValueError, KeyError):
         return True
 
