@@ -49,19 +49,25 @@ def settings(given: dict) -> dict:
     """The settings of `distill --resume-from`: those `given` on the command line, the rest the source's."""
     if not given.get("resume_from"):
         return given
-    path = Path(given["resume_from"]) / "config.json"
-    if not path.exists():
-        raise DraftwiseError(f"{path.parent}: not a distill run folder to resume from (no config.json)")
-    saved = json.loads(path.read_text())
-    if saved.get("stage") != "DistillConfig":
-        raise DraftwiseError(f"{path.parent} is a {saved.get('stage')} run, not a distillation to resume from")
+    saved = source_config(Path(given["resume_from"]))
     changed = [k for k in FIXED if k in given and k in saved and given[k] != saved[k]]
     if changed:
         said = ", ".join(f"--{k.replace('_', '-')} {given[k]} (it trained with {saved[k]})" for k in changed)
-        raise DraftwiseError(f"a continuation of {path.parent} trains on as it did: drop {said}")
+        raise DraftwiseError(f"a continuation of {given['resume_from']} trains on as it did: drop {said}")
     fields = {f.name for f in dataclasses.fields(DistillConfig)} - set(OWN) - set(given)
     inherited = {k: v for k, v in saved.items() if k in fields}
     return {**inherited, **given}
+
+
+def source_config(source: Path) -> dict:
+    """The config a distill run folder to resume from was trained with (refused if it is no such folder)."""
+    path = source / "config.json"
+    if not path.exists():
+        raise DraftwiseError(f"{source}: not a distill run folder to resume from (no config.json)")
+    saved = json.loads(path.read_text())
+    if saved.get("stage") != "DistillConfig":
+        raise DraftwiseError(f"{source} is a {saved.get('stage')} run, not a distillation to resume from")
+    return saved
 
 
 def seed(run_dir: RunDir, source: Path, config) -> dict:
@@ -71,8 +77,7 @@ def seed(run_dir: RunDir, source: Path, config) -> dict:
     state = source / "state" / "state.safetensors"
     if not state.exists():
         raise DraftwiseError(f"{source}: no distillation state to resume from ({state.relative_to(source)} missing)")
-    saved = json.loads((source / "config.json").read_text())
-    if saved.get("stage") != "DistillConfig" or saved.get("drafter") != config.drafter:
+    if source_config(source).get("drafter") != config.drafter:
         raise DraftwiseError(f"{source} is not a distillation of {config.drafter}: resume from the run that trained it")
     if done is None:
         records = [r for r in read_records(source / "records.jsonl") if r.get("event") in KEPT]
