@@ -87,6 +87,22 @@ def test_a_build_that_fails_to_compile_steps_down_too_and_none_passing_stops_set
     assert "baseline: llama-bench failed (exit 3): cannot load model" in message
 
 
+def test_a_full_disk_stops_the_ladder_at_once_saying_how_much_is_free(tmp_path):
+    full = stand_in(tmp_path, "full", 'echo "ERROR: [Errno 28] No space left on device"; exit 1')
+    built = []
+
+    def build(f):
+        built.append(f.name)
+        lb._step([full], "installing the llama.cpp bindings", tmp_path / "logs" / "bindings.log")
+
+    with pytest.raises(lb.NotTheRung) as e:
+        lb.choose(lb.ladder(SAPPHIRE_RAPIDS, "x86_64", "refused"), build, lambda f: {})
+    message = str(e.value)
+    assert built == ["native"]  # no rung lower is built: it would fill the same disk
+    assert "\n" not in message and message.startswith("installing the llama.cpp bindings ran out of disk space (")
+    assert f"MB free in {tmp_path / 'logs'}" in message and "free some and run setup again" in message
+
+
 def test_a_smoke_step_that_hangs_is_stopped():
     with pytest.raises(DraftwiseError, match="did not finish in 1 s"):
         smoke_steps.run_checked(["sleep", "5"], "a hanging smoke test", timeout=1)

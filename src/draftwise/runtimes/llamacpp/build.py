@@ -103,6 +103,10 @@ def ladder(flags: set[str], arch: str, amx_state: str) -> list[Flavour]:
     return list({f.options: f for f in reversed(out)}.values())[::-1]  # a rung equal to a better one goes
 
 
+class NotTheRung(DraftwiseError):
+    """A failure that no rung lower would mend (a full disk, the bindings' install): setup stops at once."""
+
+
 @dataclass
 class Attempt:
     flavour: str
@@ -116,12 +120,14 @@ def choose(
 ) -> tuple[Flavour, list[Attempt]]:
     """The first flavour that builds and passes its smoke test, and every attempt up to it. `build` raises
     DraftwiseError when the build fails; `smoke` raises `SmokeFailed` with the reason, or returns its figures.
-    None passing: one DraftwiseError naming each rung's cause."""
+    None passing: one DraftwiseError naming each rung's cause. A `NotTheRung` failure stops at once."""
     attempts = []
     for f in flavours:
         try:
             build(f)
             figures = smoke(f)
+        except NotTheRung:
+            raise
         except DraftwiseError as e:
             attempts.append(Attempt(f.name, False, str(e)))
             print(f"setup: llama.cpp {f.name} build: {e}; trying the next", file=sys.stderr, flush=True)
@@ -205,16 +211,25 @@ class Build:
 
     def install(self) -> None:
         """The bindings (once, with their Python dependencies — the smoke test imports them; they load whichever
-        libraries sit in their lib/), then this build's libraries copied there and the tools linked into .venv/bin."""
+        libraries sit in their lib/), then this build's libraries copied there and the tools linked into .venv/bin.
+        The bindings build from the unpacked source in place, their temporary files in .venv/tmp, not /tmp: a
+        second 200 MB copy of the source in /tmp is likely what ran a CI machine out of disk."""
         if _bindings_dir() is None:
-            env = {**os.environ, "CMAKE_ARGS": "-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF"}
-            tarball = self.source.with_name(self.source.name + ".tar.gz")
-            _step(
-                [sys.executable, "-m", "pip", "install", "-q", str(tarball)],
-                "installing the llama.cpp bindings",
-                self.dir.with_name("llama.cpp.bindings.log"),
-                env,
-            )
+            self.fetch()
+            tmp = self.venv / "tmp"
+            tmp.mkdir(exist_ok=True)
+            env = {**os.environ, "CMAKE_ARGS": "-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF", "TMPDIR": str(tmp)}
+            try:
+                _step(
+                    [sys.executable, "-m", "pip", "install", "-q", "--no-cache-dir", str(self.source)],
+                    "installing the llama.cpp bindings",
+                    self.dir.with_name("llama.cpp.bindings.log"),
+                    env,
+                )
+            except DraftwiseError as e:
+                raise NotTheRung(str(e)) from None
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
         lib = _bindings_dir() / "lib"
         lib.mkdir(parents=True, exist_ok=True)
         for so in sorted((self.dir / "bin").glob("lib*.so*")):
@@ -247,14 +262,26 @@ def _bindings_dir() -> Path | None:
 
 
 def _step(cmd: list[str], what: str, log: Path, env: dict | None = None) -> None:
-    """A build step with its output in `log`; a failure is a DraftwiseError with the log's last lines' gist."""
+    """A build step with its output in `log`; a failure is a DraftwiseError with the log's last lines' gist, and a
+    full disk a `NotTheRung` that says how much is free where."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as f:
         done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
     if done.returncode:
-        tail = log.read_text().strip().splitlines()[-20:]
-        print("\n".join(tail), file=sys.stderr)
+        text = log.read_text()
+        print("\n".join(text.strip().splitlines()[-20:]), file=sys.stderr)
+        if "No space left on device" in text:
+            where = _free(log.parent)
+            raise NotTheRung(f"{what} ran out of disk space ({where}; log: {log}); free some and run setup again")
         raise DraftwiseError(f"{what} failed (exit {done.returncode}; log: {log})")
+
+
+def _free(*where: Path) -> str:
+    """How much is free on each folder's disk, and in the temporary folder, in one phrase."""
+    import tempfile
+
+    places = {str(p): p for p in (*where, Path(os.environ.get("TMPDIR") or tempfile.gettempdir()))}
+    return ", ".join(f"{shutil.disk_usage(p).free / 2**20:.0f} MB free in {name}" for name, p in places.items())
 
 
 def fingerprint() -> dict:
