@@ -3,6 +3,8 @@ before training, the stages' configs."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from draftwise import cost
@@ -80,7 +82,43 @@ def test_the_plan_counts_the_cuts_without_a_sweep_and_their_teacher_at_the_studi
     assert nominal(config, 2).teacher_tokens == 60 * CUT_TEACHER_TOKENS  # scored at q4, not bf16's 8k a minute
     items = {i.kind: i for i in costs.items(outline, nominal(config, 2), config)}
     assert items["sweep"].count == 0 and items["teacher"].count == 1
-    assert items["teacher"].steps == pytest.approx(300 + 0.35 * 60 * CUT_TEACHER_TOKENS)
+    assert items["teacher"].steps == pytest.approx(costs.FIDELITY_STEPS + 0.35 * 60 * CUT_TEACHER_TOKENS)
+
+
+def test_a_dropped_control_cut_is_priced_as_pruned_and_ranked_but_not_trained():
+    """With `control` dropped, the deep-narrow cut is still pruned and given a few seconds' pilot (`prerank`): the plan
+    counts two prunes and three distillations (two pilots, the first-ranked trained on) sharing one cut's minutes."""
+    config = DesignConfig(target="qwen2.5-coder-1.5b", dtype="q4", minutes=60)
+    outline, sizes = Outline.of(config), nominal(config, 1)
+
+    def priced(dropped: tuple[str, ...], **known) -> dict:
+        s = replace(sizes, dropped=dropped)
+        return {i.kind: i for i in costs.items(replace(outline, **known), s, config)}
+
+    ranked = priced(("control",))
+    assert ranked["prune"].count == 2 and ranked["distill"].count == 3
+    assert ranked["distill"].count * ranked["distill"].exact_s == pytest.approx(60 * sizes.distill_minutes)
+    built = priced((), trained=1, built=True, prerank=True)  # once built, the ranking is the outline's
+    assert (built["prune"].count, built["distill"].count) == (2, 3)
+    piloted = priced(())  # both cuts trained: two pilots of half their minutes, then the first-ranked's other halves
+    assert (piloted["prune"].count, piloted["distill"].count) == (2, 3)
+    assert piloted["distill"].count * piloted["distill"].exact_s == pytest.approx(2 * 60 * sizes.distill_minutes)
+
+
+def test_cuts_ranked_untrained_give_the_first_all_the_minutes_even_where_no_curve_predicts_it_pays():
+    """`prerank`: the pilots are a few seconds each (no curve: each is priced at its agreement now), the first-ranked
+    cut is chosen whatever its price (its stop rule decides later), and the other is passed over in later stages."""
+    assert cuts.pilot_minutes(6.0, 2, prerank=True) == cuts.PRERANK_MINUTES and cuts.pilot_minutes(6.0, 1, True) == 6.0
+    wide = [{"event": "eval", "step": 0, "tokens": 0, "agreement": 0.14}, {"event": "eval", "step": 2, "tokens": 900,
+            "agreement": 0.15}]  # fmt: skip
+    narrow = [{**r, "agreement": a} for r, a in zip(wide, (0.32, 0.33))]
+    decision = cuts.focus({"cut-wide-L8": (0.15, wide), "cut-narrow-L24": (0.9, narrow)}, minutes=6, prerank=True)
+    first, second = decision["ranking"]
+    assert not first["curve_valid"] and first["predicted_agreement"] == first["agreement_now"]
+    assert first["predicted_speedup"] <= 1.0 and decision["chosen"] == first["name"]  # dear, chosen all the same
+    assert decision["prerank"] and cuts.passed_over(decision) == {second["name"]}
+    piloted = cuts.focus({"cut-wide-L8": (0.15, wide), "cut-narrow-L24": (0.9, narrow)}, minutes=6)
+    assert piloted["chosen"] is None and cuts.passed_over(piloted) == set() and cuts.passed_over(None) == set()
 
 
 def test_a_cut_drafts_with_its_reduced_head(tmp_path):

@@ -13,7 +13,7 @@ import torch
 from draftwise import cost, design
 from draftwise import stages as stage_modules
 from draftwise.config import DesignConfig
-from draftwise.design import build, estimate
+from draftwise.design import build, cuts, estimate
 from draftwise.design.candidates import (
     Candidate,
     candidates,
@@ -1179,3 +1179,35 @@ def test_a_study_at_q4_cuts_its_siblings_shapes_and_distills_them(
     report = (out / "report.md").read_text()
     assert "cut-wide-L2" in report and "Wide-shallow vs deep-narrow" in report
     assert f"{first['name']} was trained on from its pilot" in report
+
+
+@pytest.mark.slow
+def test_where_one_cut_fits_both_are_ranked_untrained_and_the_first_gets_all_the_minutes(
+    small_q4_gguf, stand_in_sibling, tmp_path, monkeypatch
+):
+    """The plan drops `control` (one cut's minutes): both cuts are still pruned and given a few seconds' pilot, the
+    one ranked first at its agreement then trains for all the minutes under the stop rule, and the other is passed
+    over: no agreement, benchmark or verdict of its own."""
+    sibling = lambda spec, default: ("sibling", stand_in_sibling)  # noqa: E731
+    monkeypatch.setattr(sys.modules["draftwise.design.candidates"], "FAMILY_RATIO", 0.0)
+    monkeypatch.setattr(sys.modules["draftwise.design.cuts"], "family_model", sibling)
+    monkeypatch.setattr(design, "family_model", sibling)
+    monkeypatch.setattr(design.Pipeline, "dropped", lambda self, name: name == "control" or name in self.sizes.dropped)
+    config = _small_q4_design(small_q4_gguf, dtype="q4", feature_drafter=False, narrow_factor=2)
+    out = tmp_path / "design"
+    design.run(config, out)
+    done = design.Pipeline(config, out).done
+    focus = done["focus-cuts"]
+    first, second = focus["ranking"]
+    assert focus["prerank"] and focus["chosen"] == first["name"]
+    assert first["predicted_speedup"] >= second["predicted_speedup"]
+    for name in ("cut-wide-L2", "cut-narrow-L4"):
+        pilot = json.loads((out / "stages" / f"distill-{name}" / "config.json").read_text())
+        assert pilot["minutes"] == cuts.PRERANK_MINUTES and pilot["stop_below"] == 0
+    more = json.loads((out / "stages" / f"distill-more-{first['name']}" / "config.json").read_text())
+    assert more["minutes"] == pytest.approx(focus["minutes"]) == pytest.approx(config.minutes * 0.22, abs=0.01)
+    assert more["stop_below"] == pytest.approx(cost.optimistic_break_even(first["c"]))
+    assert f"agree-{first['name']}" in done and f"agree-{second['name']}" not in done
+    assert second["name"] not in done["select-drafter"]["speedup"]
+    assert second["name"] not in done["verdict"]["candidates"]
+    assert "was trained for all" in (out / "report.md").read_text()

@@ -292,6 +292,20 @@ def test_a_run_resumed_from_a_finished_one_continues_its_learning_curve(tiny_dir
         distill.run(distill_config(tiny_dir, data_dir, resume_from=str(tmp_path)), tmp_path / "none")
 
 
+def test_a_resumed_run_keeps_the_stop_rule_over_what_it_adds(tiny_dir, data_dir, tmp_path):
+    """`--stop-below` on a resumed run: its pilot share is of the tokens it adds, the curve is fitted on the whole
+    (the source's evaluations carried on), and the budget's end it predicts at is the source's tokens plus its own."""
+    first = distill.run(distill_config(tiny_dir, data_dir, tokens=150), tmp_path / "first")
+    base = [json.loads(line) for line in (first / "records.jsonl").read_text().splitlines()]
+    reached = max(r["tokens"] for r in base if r["event"] == "train")
+    config = distill_config(tiny_dir, data_dir, tokens=600, stop_below=1.0, pilot=0.1, resume_from=str(first))
+    more = distill.run(config, tmp_path / "more")
+    records = [json.loads(line) for line in (more / "records.jsonl").read_text().splitlines()]
+    stop = [r for r in records if r["event"] == "stopped"]
+    assert len(stop) == 1 and reached + 60 <= stop[0]["tokens"] < reached + 600
+    assert stop[0]["tokens_at_end"] == reached + 600 and stop[0]["predicted"] < stop[0]["needed"] == 1.0
+
+
 def _rows(lengths: list[int], vocab: int = 64, k: int = 4, seed: int = 0) -> list[dict]:
     gen = torch.Generator().manual_seed(seed)
     out = []

@@ -135,16 +135,20 @@ def model_candidates(p: Pipeline, target, shape: Shape) -> Pool:
     cands = candidates(shape, c.wide_layers if trains else (), c.narrow_factor, c.drafter, shapes, feature, family)
     if family and cuts.source(c) == family[1] and not p.dropped("training"):  # the paper's recipe on the sibling
         small = Shape.of(parse(family[1]).model_config())
-        cands = cuts.candidates(small, family[1], c.narrow_factor, not p.dropped("control")) + cands
-    n_trained, n_feature = sum(x.trained for x in cands), sum(x.role == FEATURE for x in cands)
+        cands = cuts.candidates(small, family[1], c.narrow_factor) + cands  # both (`prerank`)
+    n_cut = sum(1 for x in cands if x.source)
+    prerank = n_cut > 1 and p.dropped("control")  # one cut's minutes: the cuts ranked before training (`cuts`)
+    n_trained, n_feature = sum(x.trained for x in cands) - prerank, sum(x.role == FEATURE for x in cands)
     p.know(
         trained=n_trained,
-        untrained=len(cands) - n_trained - n_feature,
+        untrained=len(cands) - n_trained - prerank - n_feature,
         features=n_feature,
         benched=n_trained + n_feature + bool(c.drafter),
         built=True,
+        prerank=prerank,
     )
-    specs = build.build(p, cands)
+    specs = build.build(p, cands, prerank)
+    cands = [x for x in cands if x.name in specs]  # less a cut passed over untrained
     build.measure_costs(p, target, shape, specs, cands)
     best = {x.name: best_gamma(p, specs[x.name], x.name) for x in cands}
     return Pool(cands, specs, {x.name: best[x.name][0] for x in cands}, build.screen(cands, best), best=best)

@@ -54,15 +54,16 @@ def spec_of(p: Stages, cand: Candidate) -> str:
     return str(p.folder(f"distill-{cand.name}")) if cand.trained else cand.spec
 
 
-def candidate_stages(p: Stages, cand: Candidate, phase: str, n_cuts: int) -> None:
+def candidate_stages(p: Stages, cand: Candidate, phase: str, n_cuts: int, prerank: bool = False) -> None:
     """One candidate's own stages of a `phase`: "train", prune and distill (trained shapes; a cut's pilot where
-    `n_cuts` > 1) or the feature head's training, each on the teacher data; "agree", teacher-forced agreement."""
+    `n_cuts` > 1, untrained with `prerank`) or the feature head's training, each on the teacher data; "agree",
+    teacher-forced agreement."""
     if phase == "agree":
         p.stage(f"agree-{cand.name}", lambda f: agree.run(agree_config(p, spec_of(p, cand)), f))
     elif cand.role == FEATURE:
         feature_stage(p, cand)
     elif cand.source:
-        cut_stages.distill_cut(p, cand, n_cuts)
+        cut_stages.distill_cut(p, cand, n_cuts, prerank)
     elif cand.trained:
         prune_distill(p, cand)
 
@@ -149,6 +150,7 @@ class CandidateWork:
     sizes: Sizes
     phase: str  # "train" | "agree" (`candidate_stages`)
     n_cuts: int
+    prerank: bool = False  # the cuts are ranked before training, not piloted (`cuts`)
 
     def __call__(self):
         if self.config.threads:
@@ -158,7 +160,7 @@ class CandidateWork:
             cand, done = item
             records: list[dict] = []
             stages = Stages(self.config, Path(self.stages), dict(done), records.append, self.sizes)
-            candidate_stages(stages, cand, self.phase, self.n_cuts)
+            candidate_stages(stages, cand, self.phase, self.n_cuts, self.prerank)
             return records
 
         return run_candidate
@@ -183,8 +185,9 @@ def teacher_config(p: Pipeline) -> TeacherConfig:
     )
 
 
-def build(p: Pipeline, cands: list[Candidate]) -> dict[str, str]:
-    """Target data, then every candidate's own stages (each candidate an executor item); {name: drafter spec}."""
+def build(p: Pipeline, cands: list[Candidate], prerank: bool = False) -> dict[str, str]:
+    """Target data, then every candidate's own stages (each candidate an executor item); {name: drafter spec}, less
+    the cut ranked second before training (`prerank`: `cuts.passed_over`)."""
     opts = runtime_options(p.config)
     p.stage("gen-data", lambda f: gen_data.run(lookup.gen_data_config(p, opts, p.sizes.gen_prompts), f))
     if any(x.trained or x.role == FEATURE for x in cands):
@@ -198,10 +201,12 @@ def build(p: Pipeline, cands: list[Candidate]) -> dict[str, str]:
     if todo:  # the target's continuations, generated once for every candidate's agreement
         p.stage("continuations", lambda f: agree.share(agree_config(p, spec_of(p, todo[0])), f))
     n_cuts = sum(1 for x in cands if x.source)
-    run_items(p, CandidateWork(p.config, str(p.stages), p.sizes, "train", n_cuts), todo)
+    run_items(p, CandidateWork(p.config, str(p.stages), p.sizes, "train", n_cuts, prerank), todo)
     if todo:
-        cut_stages.focus(p, cands)
-    run_items(p, CandidateWork(p.config, str(p.stages), p.sizes, "agree", n_cuts), todo)
+        cut_stages.focus(p, cands, prerank)
+    out = cuts.passed_over(p.done.get("focus-cuts"))
+    todo, cands = [x for x in todo if x.name not in out], [x for x in cands if x.name not in out]
+    run_items(p, CandidateWork(p.config, str(p.stages), p.sizes, "agree", n_cuts, prerank), todo)
     return {cand.name: spec_of(p, cand) for cand in cands}
 
 

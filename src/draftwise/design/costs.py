@@ -31,6 +31,11 @@ ACCURACY_ITEM_STEPS = 9.2
 # a cut's teacher token in the studied target's decode steps until the probe times one (`Outline.teacher`): a 1.5B
 # at q4, ~160 tokens/s on 2 Zen 5 cores
 TEACHER_STEPS = 0.35
+# a lossy teacher's fidelity check (`stages.teacher.fidelity`: the fp32 target loaded, 8 pieces scored at both
+# precisions) for a cut's teacher, in its decode steps: the fp32 load and passes and the q4 step all grow with the
+# target's size. The 1.5B at q4: 172 s at a 60-76 ms step (Zen 3), ~80 s at a 33 ms step (Zen 4: the teacher stage's
+# 348 s less its shards' 262 s and the q4 load); priced 300 steps before, the stage ran 21 % over its plan on Zen 4
+FIDELITY_STEPS = 2600
 LEAN_FLOOR = 0.35  # a lean row's step beside an fp32 study's (the default target): about a third, with overheads
 STAGE_S = 0.5  # per stage beyond loading the target (the probe times that: `Planner.stage_s`): files, imports
 # the families whose stages share one correction (measured ÷ predicted); any other kind is a family of its own
@@ -66,6 +71,7 @@ class Outline:
     lean_rows: tuple[str, ...] = ()  # the lean engine's rows of their own (lean-int8, lean-q4)
     chosen_model: bool = False  # the chosen drafter is a model (reduced heads follow)
     trained_control: bool = True  # the trained count includes the deep-narrow control (`control` drops it)
+    prerank: bool = False  # a dropped control cut is still pruned and ranked untrained beside the other (`cuts`)
     built: bool = False  # the candidates are known: `training` and `control` no longer change anything
     serve: bool = True  # the deploy command is measured through `draftwise serve` (`served`; False once settled)
     serve_token_s: float | None = None  # its seconds per new token, served and llama-server's, from the last grid
@@ -154,17 +160,27 @@ def _building(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) -> 
     t = c.max_new_tokens / REF_TOKENS
     learns = int(o.trained + o.features > 0 and (o.built or "training" not in d))  # a study at int8/q4 trains none
     learns_target = learns and not o.cuts  # a sibling's cuts need no sweep of the target's shapes
-    focus = int(o.cuts and n.trained > 1)  # the first-ranked cut trained on from its pilot (`cut_stages.focus`)
+    # cuts ranked untrained (a dropped control: the cut passed over is pruned and evaluated, never trained)
+    prerank = int(o.prerank if o.built else o.cuts and o.trained_control and "control" in d and "training" not in d)
+    # the first-ranked cut trained on from its pilot or its untrained ranking (`cut_stages.focus`)
+    focus = int(o.cuts and n.trained + prerank > 1)
     out = [
         Item("sweep", learns_target, 300),
         # each prompt at two temperatures from one prefill (`sd.batched.prefill`)
         Item("gen-data", 1, 100 + (52 + o.prefill) * s.gen_prompts),
         # teacher-forced scoring: ~1,300 tokens/s at bf16 on 2 cores, about 40 tokens per fp32 AR step; a cut's
         # teacher is the target as studied, its token timed by the probe (`plan.probe_teacher`)
-        Item("teacher", learns, 300 + ((o.teacher or TEACHER_STEPS) if o.cuts else 0.025) * s.teacher_tokens),
-        Item("prune", n.trained, 600 + 1100 * math.ceil(s.elimination_tokens / 64)),  # per calibration row
+        Item("teacher", learns, FIDELITY_STEPS + (o.teacher or TEACHER_STEPS) * s.teacher_tokens)
+        if o.cuts
+        else Item("teacher", learns, 300 + 0.025 * s.teacher_tokens),
+        Item("prune", n.trained + prerank, 600 + 1100 * math.ceil(s.elimination_tokens / 64)),  # per calibration row
         # its minutes, then loading and evaluations; a sibling's cuts share theirs with the first-ranked one's more
-        Item("distill", n.trained + focus, 400, 60 * s.distill_minutes * n.trained / max(1, n.trained + focus)),
+        Item(
+            "distill",
+            n.trained + prerank + focus,
+            400,
+            60 * s.distill_minutes * n.trained / max(1, n.trained + prerank + focus),
+        ),
         Item("feature", n.features, 400, 60 * s.feature_minutes),
         # the target's continuations once (generation and prefill), then each candidate teacher-forced on them
         Item("continuations", int(n.cands > 0), 100 + (32 * t + o.prefill) * s.agree_limit),

@@ -16,14 +16,15 @@ from .pipeline import Pipeline, Stages
 from .target import target_of
 
 
-def distill_cut(p: Stages, cand: Candidate, n_cuts: int) -> None:
+def distill_cut(p: Stages, cand: Candidate, n_cuts: int, prerank: bool = False) -> None:
     """A shape cut from the sibling at fp32 (calibrated on the target's continuations) and distilled on those
     continuations' top-k (gen-data's) and the train text the target scored teacher-forced as studied (`cuts`): all its
-    minutes, or a pilot's where `n_cuts` compete for the rest (no stop rule then: the ranking after decides)."""
+    minutes, or a pilot's where `n_cuts` compete for the rest (none where they are ranked untrained, `prerank`; no
+    stop rule then: the ranking after decides)."""
     prune_config = cuts.prune_config(p.config, cand, str(p.folder("gen-data")), p.sizes.elimination_tokens)
     p.stage(f"prune-{cand.name}", lambda f: prune.run(prune_config, f))
     c = cuts.predicted_c(cand.shape, Shape.of(target_of(p.config).model_config()))  # a worker holds no target
-    minutes = cuts.pilot_minutes(p.sizes.distill_minutes, n_cuts)
+    minutes = cuts.pilot_minutes(p.sizes.distill_minutes, n_cuts, prerank)
     config = distill_config(p, cand, minutes, 0.0 if n_cuts > 1 else cost.optimistic_break_even(c))
     p.stage(f"distill-{cand.name}", lambda f: distill.run(config, f), predicted_c=round(c, 4))
 
@@ -34,13 +35,14 @@ def distill_config(p: Stages, cand: Candidate, minutes: float, stop_below: float
     return cuts.distill_config(p.config, str(p.folder(f"prune-{cand.name}")), teacher_data, data, minutes, stop_below)
 
 
-def focus(p: Pipeline, cands: list[Candidate]) -> None:
+def focus(p: Pipeline, cands: list[Candidate], prerank: bool = False) -> None:
     """After the cuts' pilots: the cut their learning curves rank first trains on from its pilot for the minutes the
-    others leave (`cuts.focus`; a decision record, then `cuts.more_stage`)."""
+    others leave, or, ranked untrained (`prerank`), for all the training minutes (`cuts.focus`; a decision record,
+    then `cuts.more_stage`). Ranked untrained, it keeps a single cut's stop rule: it trains on where its curve pays."""
     cut = [x for x in cands if x.source]
     if len(cut) < 2:
         return
-    minutes = p.sizes.distill_minutes * (1 - cuts.PILOT_SHARE) * len(cut)
+    minutes = p.sizes.distill_minutes * (1 if prerank else (1 - cuts.PILOT_SHARE) * len(cut))
 
     def decide(folder) -> dict:  # the pilots' records read once, when the decision is made (a rerun reads its record)
         pilots = {
@@ -50,12 +52,13 @@ def focus(p: Pipeline, cands: list[Candidate]) -> None:
             )
             for x in cut
         }
-        return cuts.focus(pilots, minutes)
+        return cuts.focus(pilots, minutes, prerank)
 
-    chosen = p.stage("focus-cuts", decide)["chosen"]
+    decision = p.stage("focus-cuts", decide)
+    chosen = decision["chosen"]
     if chosen:
-        source = p.folder(f"distill-{chosen}")
-        config = replace(
-            distill_config(p, next(x for x in cut if x.name == chosen), minutes, 0.0), resume_from=str(source)
-        )
+        cand = next(x for x in cut if x.name == chosen)
+        c = next(r["c"] for r in decision["ranking"] if r["name"] == chosen)
+        stop = cost.optimistic_break_even(c) if decision.get("prerank") else 0.0
+        config = replace(distill_config(p, cand, minutes, stop), resume_from=str(p.folder(f"distill-{chosen}")))
         p.stage(cuts.more_stage(chosen), lambda f: distill.run(config, f))

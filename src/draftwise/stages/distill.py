@@ -243,15 +243,18 @@ def _step(
     return total, tokens
 
 
-def stopped(config: DistillConfig, run_dir: RunDir, meta: dict, record) -> bool:
+def stopped(config: DistillConfig, run_dir: RunDir, meta: dict, record, base: dict | None = None) -> bool:
     """The stop rule (`learning.pilot`), once the pilot share of the budget is trained: whether the learning curve
-    predicts an agreement below `stop_below` at the budget's end (a `stopped` record says what it predicted)."""
-    if not config.stop_below or config.resume_from:  # training further is asked for: no rule stops it
+    predicts an agreement below `stop_below` at the budget's end (a `stopped` record says what it predicted). In a
+    resumed run (`base`: the source's totals) the share and the budget are this run's own part, the curve the whole."""
+    if not config.stop_below:
         return False
-    done = meta["tokens"] / config.tokens if config.tokens else meta["seconds"] / (60 * config.minutes)
+    base = base or {"tokens": 0, "seconds": 0.0}
+    tokens, seconds = meta["tokens"] - base["tokens"], meta["seconds"] - base["seconds"]
+    done = tokens / config.tokens if config.tokens else seconds / (60 * config.minutes)
     if done < config.pilot:
         return False
-    at_end = config.tokens or meta["tokens"] / done  # at the rate measured so far
+    at_end = base["tokens"] + (config.tokens or tokens / done)  # at the rate measured so far
     verdict = learning.pilot(run_dir.records(), config.stop_below, at_end)
     if verdict is None or not verdict["stop"]:
         return False
@@ -339,7 +342,7 @@ def run(config: DistillConfig, out: str | Path) -> Path:
                     **evaluate(model, eval_seqs, head=head),
                 }
             )
-            if stopped(config, run_dir, meta, record):
+            if stopped(config, run_dir, meta, record, proj and proj["base"]):
                 break
         if meta["step"] % config.checkpoint_every == 0:
             _save_state(run_dir.path / "state", model, opt, gen, meta)

@@ -197,13 +197,16 @@ def compute(lm, shard: list[Piece], config: TeacherConfig, prec: str, bar) -> li
 
 
 def fidelity(target_path: str, lm, batch: list[Piece], config: TeacherConfig) -> dict:
-    """Top-1 agreement of the teacher (a lossy precision) with the fp32 target on one batch."""
+    """Top-1 agreement of the teacher (a lossy precision) with the fp32 target on one batch, and its seconds (what a
+    design's plan prices: `design.costs.FIDELITY_STEPS`)."""
+    start = time.perf_counter()
     ref = load(target_path, ModelOptions("fp32", config.device)).lm
     a = score(lm, batch, 1, False)
     b = score(ref, batch, 1, False)
     same = sum(int((x["topk_ids"] == y["topk_ids"]).sum()) for x, y in zip(a, b))
     n = sum(len(x["topk_ids"]) for x in a)
-    return {"event": "fidelity", "top1_agreement": same / n, "positions": n}
+    seconds = round(time.perf_counter() - start, 2)
+    return {"event": "fidelity", "top1_agreement": same / n, "positions": n, "seconds": seconds}
 
 
 def cached_fidelity(store: Path | None, model: str, prec: str, lm, work: list[Piece], config: TeacherConfig) -> dict:

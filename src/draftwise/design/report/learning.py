@@ -70,6 +70,8 @@ def focus_sentence(decision: dict | None) -> str:
     """Which cut the pilots' learning curves ranked first and were trained on (`cut_stages.focus`)."""
     if not decision:
         return ""
+    if decision.get("prerank"):
+        return prerank_sentence(decision)
     ranked = "; ".join(
         f"{x['name']} {x['agreement_now']:.2f} now → {x['predicted_agreement']:.2f} predicted at "
         f"{learning.tokens_text(x['tokens_at_end'])} tokens ({x['predicted_speedup']:.2f}× at c {x['c']:.2f})"
@@ -83,6 +85,19 @@ def focus_sentence(decision: dict | None) -> str:
     return (
         f"The cuts trained a pilot each, then were ranked by what their learning curves predict if one alone trained "
         f"on (the cost model's speedup at that agreement, a verify pass at one AR step): {ranked}. {then}."
+    )
+
+
+def prerank_sentence(decision: dict) -> str:
+    """Which cut its agreement before training ranked first, where the budget trained one (`cuts`, `prerank`)."""
+    ranked = "; ".join(
+        f"{x['name']} {x['agreement_now']:.2f} ({x['predicted_speedup']:.2f}× at c {x['c']:.2f})"
+        for x in decision["ranking"]
+    )
+    return (
+        f"The minutes fitted one cut's training, so both cuts were pruned and ranked by held-out agreement before "
+        f"any training, priced by the cost model: {ranked}. {decision['chosen']} was trained for all "
+        f"{decision['minutes']:g} minutes; the other was not trained."
     )
 
 
