@@ -96,7 +96,9 @@ def test_a_dropped_control_cut_is_priced_as_pruned_and_ranked_but_not_trained():
         return {i.kind: i for i in costs.items(replace(outline, **known), s, config)}
 
     ranked = priced(("control",))
-    assert ranked["prune"].count == 2 and ranked["distill"].count == 3
+    assert (
+        ranked["prune"].count == 2 and ranked["distill"].count == 3 and ranked["prune"].steps == costs.CUT_PRUNE_STEPS
+    )
     assert ranked["distill"].count * ranked["distill"].exact_s == pytest.approx(60 * sizes.distill_minutes)
     built = priced((), trained=1, built=True, prerank=True)  # once built, the ranking is the outline's
     assert (built["prune"].count, built["distill"].count) == (2, 3)

@@ -36,6 +36,10 @@ TEACHER_STEPS = 0.35
 # target's size. The 1.5B at q4: 172 s at a 60-76 ms step (Zen 3), ~80 s at a 33 ms step (Zen 4: the teacher stage's
 # 348 s less its shards' 262 s and the q4 load); priced 300 steps before, the stage ran 21 % over its plan on Zen 4
 FIDELITY_STEPS = 2600
+# a cut of the sibling pruned at fp32 (loaded from its file, calibrated, layers eliminated, written with its reduced
+# head), in the studied target's decode steps: on Zen 4 at a 33 ms step the 0.5B's wide cut took 164 s, its
+# deep-narrow twin (no elimination) 70 s — priced 1,700 steps (56 s) before
+CUT_PRUNE_STEPS = 3500
 LEAN_FLOOR = 0.35  # a lean row's step beside an fp32 study's (the default target): about a third, with overheads
 STAGE_S = 0.5  # per stage beyond loading the target (the probe times that: `Planner.stage_s`): files, imports
 # the families whose stages share one correction (measured ÷ predicted); any other kind is a family of its own
@@ -173,7 +177,11 @@ def _building(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) -> 
         Item("teacher", learns, FIDELITY_STEPS + (o.teacher or TEACHER_STEPS) * s.teacher_tokens)
         if o.cuts
         else Item("teacher", learns, 300 + 0.025 * s.teacher_tokens),
-        Item("prune", n.trained + prerank, 600 + 1100 * math.ceil(s.elimination_tokens / 64)),  # per calibration row
+        Item(
+            "prune",
+            n.trained + prerank,
+            CUT_PRUNE_STEPS if o.cuts else 600 + 1100 * math.ceil(s.elimination_tokens / 64),  # per calibration row
+        ),
         # its minutes, then loading and evaluations; a sibling's cuts share theirs with the first-ranked one's more
         Item(
             "distill",
