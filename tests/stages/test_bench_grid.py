@@ -143,3 +143,12 @@ def test_only_the_drafters_a_grid_names_run_the_scheduler(tiny_dir, tmp_path):
         BenchGridConfig(bench=bench, drafters=("layers:0",), scheduled=("ngram",))
     with pytest.raises(DraftwiseError, match="needs bench.schedule"):
         BenchGridConfig(bench=BenchConfig(target=tiny_dir, drafter="ngram"), drafters=("ngram",), scheduled=("ngram",))
+
+
+def test_a_drafter_is_labelled_by_its_folder_and_a_generic_one_by_its_run_too():
+    """Two distillations' reduced heads in one bench are told apart in its table and progress bar."""
+    assert bench_grid.label("runs/a/distill-narrow/reduced") == "distill-narrow/reduced"
+    assert bench_grid.label("runs/a/distill-wide/reduced/", width=64) == "distill-wide/reduced"
+    assert bench_grid.label("runs/a/prune-cut") == "prune-cut"
+    assert bench_grid.label("ngram:min=2,max=4") == "ngram:min=2,max=4"
+    assert bench_grid.label("suffix:runs/x/suffix-index,factor=2") == "suffix:suffix-index,factor=2"

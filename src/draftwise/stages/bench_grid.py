@@ -121,8 +121,12 @@ def run(grid: BenchGridConfig, out: str | Path, executor: Executor | None = None
     return run_dir.path
 
 
+GENERIC = ("reduced", "checkpoint")  # folders every distillation writes: named with the run folder above them
+
+
 def label(spec: str | None, width: int = 32) -> str:
-    """A drafter spec short enough for a progress bar or a table: folders by their last part."""
+    """A drafter spec short enough for a progress bar or a table: folders by their last part (two where the last is
+    one every run has, so that two runs' `reduced/` heads are told apart)."""
     if not spec:
         return ""
 
@@ -131,7 +135,9 @@ def label(spec: str | None, width: int = 32) -> str:
         if not colon or head not in REGISTRY:  # a family head, else a path (model drafters)
             head, colon, rest = "", "", part
         first, comma, options = rest.partition(",")
-        return head + colon + first.rstrip("/").rsplit("/", 1)[-1] + comma + options
+        folders = first.rstrip("/").split("/")
+        name = "/".join(folders[-2:]) if folders[-1] in GENERIC else folders[-1]
+        return head + colon + name + comma + options
 
     text = "+".join(short(x) for x in spec.split("+"))
     return text if len(text) <= width else text[: width - 1] + "…"
