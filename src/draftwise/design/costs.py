@@ -174,9 +174,13 @@ def _building(o: Outline, s: Sizes, c: DesignConfig, d: set[str], n: Counts) -> 
         Item("gen-data", 1, 100 + (52 + o.prefill) * s.gen_prompts),
         # teacher-forced scoring: ~1,300 tokens/s at bf16 on 2 cores, about 40 tokens per fp32 AR step; a cut's
         # teacher is the target as studied, its token timed by the probe (`plan.probe_teacher`)
-        Item("teacher", learns, FIDELITY_STEPS + (o.teacher or TEACHER_STEPS) * s.teacher_tokens)
-        if o.cuts
-        else Item("teacher", learns, 300 + 0.025 * s.teacher_tokens),
+        Item(
+            "teacher",
+            learns,
+            FIDELITY_STEPS + (o.teacher or TEACHER_STEPS) * s.teacher_tokens
+            if o.cuts
+            else 300 + 0.025 * s.teacher_tokens,
+        ),
         Item(
             "prune",
             n.trained + prerank,
