@@ -206,7 +206,9 @@ def test_a_planned_design_killed_and_resumed_reuses_its_plans(tiny_dir, tmp_path
     report = (out / "report.md").read_text()
     assert "## Time budget" in report and "Left out by the budget: " in report and "nothing." not in report
     top = max((r for r in done if "peak_gb" in r), key=lambda r: r["peak_gb"])  # each stage's own peak memory
-    assert f"peaked at {top['peak_gb']:.1f} GB resident" in report and f"{top['stage']} {top['peak_gb']:.1f} GB" in report
+    assert (
+        f"peaked at {top['peak_gb']:.1f} GB resident" in report and f"{top['stage']} {top['peak_gb']:.1f} GB" in report
+    )
     for r in plans:  # each drop that took effect says the budget that would have kept it
         assert set(r["keep_minutes"]) == {d for d in r["sizes"]["dropped"] if plan.DECIDED.get(d) == r["phase"]}
         assert all(f"`--minutes {m:g}` would keep it" in report for m in r["keep_minutes"].values())
