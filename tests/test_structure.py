@@ -22,7 +22,7 @@ LAYERS = [
     # what a spec names and GGUF files (one layer: a spec may name a file, a file is written from a spec), the peer
     # servers' processes, the models of cost and the data
     ("targets", "gguf", "peers", "data", "cost", "learning", "traffic", "shapes", "shards", "metrics", "timing"),
-    ("config", "rundir", "paths", "machine", "isolate"),
+    ("config", "rundir", "paths", "machine", "isolate", "memory"),
     ("errors", "units", "__init__"),
 ]
 

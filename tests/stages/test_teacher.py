@@ -2,7 +2,9 @@
 forward, a killed run resumes to the uninterrupted one's shards, text of another tokenizer is refused in one line, a
 user's text is scored with eval prompts held out, and a lossy teacher's fidelity is recorded."""
 
+import gc
 import json
+import weakref
 
 import pytest
 import torch
@@ -144,7 +146,24 @@ def test_a_second_lossy_teacher_reads_its_fidelity_from_the_cache_without_the_fp
     other = teacher.run(
         TeacherConfig(target=tiny_dir, precision="bf16", **{**SMALL, "suites": "alpaca"}), tmp_path / "t3"
     )
-    assert "cached" not in fid(other) and loads[-1] == "fp32"  # other text: measured afresh
+    assert "cached" not in fid(other) and loads[-3:] == ["bf16", "fp32", "bf16"]  # other text: measured afresh
+
+
+def test_the_fp32_target_never_sits_beside_the_teacher(tiny_dir, tmp_path, cache, monkeypatch):
+    """The fidelity check puts the teacher down while the fp32 target runs (the 1.5B: 2.4 + 7.2 GB together)."""
+    alive, real = [], teacher.load
+
+    def load(path, options):
+        if options.dtype == "fp32":
+            gc.collect()
+            assert all(ref() is None for ref in alive), "the teacher is still held beside the fp32 target"
+        model = real(path, options)
+        alive.append(weakref.ref(model.lm))
+        return model
+
+    monkeypatch.setattr(teacher, "load", load)
+    out = teacher.run(TeacherConfig(target=tiny_dir, precision="bf16", **SMALL), tmp_path / "t")
+    assert len(alive) == 3 and any(r.get("event") == "fidelity" for r in read_records(out / "records.jsonl"))
 
 
 def test_another_model_of_the_same_tokenizer_is_scored_not_served_from_the_cache(

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .. import continuations, data
+from .. import continuations, data, memory
 from ..config import INTEGER, TeacherConfig
 from ..errors import DraftwiseError
 from ..paths import cache_dir
@@ -196,31 +196,31 @@ def compute(lm, shard: list[Piece], config: TeacherConfig, prec: str, bar) -> li
     return [rows[i] for i in range(len(shard))]
 
 
-def fidelity(target_path: str, lm, batch: list[Piece], config: TeacherConfig) -> dict:
-    """Top-1 agreement of the teacher (a lossy precision) with the fp32 target on one batch, and its seconds (what a
-    design's plan prices: `design.costs.FIDELITY_STEPS`)."""
+def top1(lm, batch: list[Piece], config: TeacherConfig, prec: str) -> list[torch.Tensor]:
+    """Each piece's greedy token at its scored positions, in passes of the teacher's batch size (a pass over all 8
+    fidelity pieces held 1.2 GB of logits at Qwen's 152k vocabulary)."""
+    n = batch_size(config, prec)
+    return [row["topk_ids"] for i in range(0, len(batch), n) for row in score(lm, batch[i : i + n], 1, False)]
+
+
+def fidelity(config: TeacherConfig, batch: list[Piece], teacher: list[torch.Tensor], prec: str) -> dict:
+    """Top-1 agreement of the teacher (a lossy precision; `teacher`: its `top1` on `batch`) with the fp32 target, and
+    the seconds the fp32 target took (what a design's plan prices: `design.costs.FIDELITY_STEPS`)."""
     start = time.perf_counter()
-    ref = load(target_path, ModelOptions("fp32", config.device)).lm
-    a = score(lm, batch, 1, False)
-    b = score(ref, batch, 1, False)
-    same = sum(int((x["topk_ids"] == y["topk_ids"]).sum()) for x, y in zip(a, b))
-    n = sum(len(x["topk_ids"]) for x in a)
+    ref = load(config.target, ModelOptions("fp32", config.device)).lm
+    fp32 = top1(ref, batch, config, prec)
+    del ref
+    memory.release()
+    same = sum(int((x == y).sum()) for x, y in zip(teacher, fp32))
+    n = sum(len(x) for x in teacher)
     seconds = round(time.perf_counter() - start, 2)
     return {"event": "fidelity", "top1_agreement": same / n, "positions": n, "seconds": seconds}
 
 
-def cached_fidelity(store: Path | None, model: str, prec: str, lm, work: list[Piece], config: TeacherConfig) -> dict:
-    """`fidelity` on the first 8 pieces, kept in the cache beside the shards under the same kind of key: a later run
-    on the same target, precision and text reads it instead of loading the fp32 target again (7 GB at 1.5B, most of
-    a minute on 2 cores, beside the teacher in memory)."""
-    batch = work[: min(8, len(work))]
-    path = store / f"{shard_key(batch, model, prec, config)}.fidelity.json" if store else None
-    if path and path.exists():
-        return {**json.loads(path.read_text()), "cached": True}
-    record = fidelity(config.target, lm, batch, config)
-    if path:
-        write_atomic(path, json.dumps(record))
-    return record
+def fidelity_path(store: Path | None, model: str, prec: str, batch: list[Piece], config: TeacherConfig) -> Path | None:
+    """Where `fidelity` on `batch` is kept beside the shards, under the same kind of key: a later run on the same
+    target, precision and text reads it instead of loading the fp32 target again (most of a minute on 2 cores)."""
+    return store / f"{shard_key(batch, model, prec, config)}.fidelity.json" if store else None
 
 
 def run(config: TeacherConfig, out: str | Path) -> Path:
@@ -240,7 +240,21 @@ def run(config: TeacherConfig, out: str | Path) -> Path:
     todo = [i for i in range(len(shards)) if i not in done]
     bar = tqdm(total=sum(p.scored for i in todo for p in shards[i]), desc="teacher", unit="tok", file=sys.stderr)
     if prec != "fp32" and not any(r.get("event") == "fidelity" for r in records):
-        run_dir.append(cached_fidelity(store if config.cache else None, model, prec, target.lm, work, config))
+        batch = work[: min(8, len(work))]
+        path = fidelity_path(store if config.cache else None, model, prec, batch, config)
+        if path and path.exists():
+            record = {**json.loads(path.read_text()), "cached": True}
+        else:
+            # the teacher is put down while the fp32 target runs, then loaded again: the 1.5B at fp32 is 7.2 GB, and
+            # beside its q4 teacher (2.4 GB) a design's teacher stage peaked at 17.7 GB
+            mine = top1(target.lm, batch, config, prec)
+            del target
+            memory.release()
+            record = fidelity(config, batch, mine, prec)
+            if path:
+                write_atomic(path, json.dumps(record))
+            target = load(config.target, ModelOptions(prec, config.device, "lean"))
+        run_dir.append(record)
     for index in todo:
         shard = shards[index]
         path = store / f"{shard_key(shard, model, prec, config)}.safetensors"
