@@ -1,3 +1,4 @@
+import mmap
 import os
 import time
 
@@ -10,9 +11,10 @@ linux = pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="read
 
 
 def _held(mb: int, seconds: float = 0.3) -> None:
-    block = np.ones(mb * 2**20 // 8)  # touched: resident
+    block = mmap.mmap(-1, mb * 2**20)  # fresh pages: a malloc may reuse pages a process freed but still holds
+    np.frombuffer(block, np.uint8)[:] = 1  # touched: resident
     time.sleep(seconds)  # long enough for the sampler on the slowest machine to see it
-    del block
+    block.close()
 
 
 @linux

@@ -1,4 +1,5 @@
 import json
+import mmap
 import os
 import time
 
@@ -10,9 +11,10 @@ from draftwise.config import DesignConfig
 
 
 def _held(mb: int) -> None:
-    block = np.ones(mb * 2**20 // 8)  # touched: resident
+    block = mmap.mmap(-1, mb * 2**20)  # fresh pages: a malloc may reuse pages a process freed but still holds
+    np.frombuffer(block, np.uint8)[:] = 1  # touched: resident
     time.sleep(0.3)  # long enough for the stage's sampler on the slowest machine to see it
-    del block
+    block.close()
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads Linux's /proc/self/status")
