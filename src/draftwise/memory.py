@@ -31,10 +31,13 @@ def _status_kb(field: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def _gb(kb: int | None) -> float | None:
+    return None if kb is None else kb * 1024 / 1e9
+
+
 def resident_gb() -> float | None:
     """This process's resident set now, in GB (None where the OS does not say)."""
-    kb = _status_kb("VmRSS")
-    return None if kb is None else kb * 1024 / 1e9
+    return _gb(_status_kb("VmRSS"))
 
 
 def release() -> None:
@@ -47,11 +50,11 @@ def release() -> None:
 
 
 class Peak:
-    """`with Peak() as p:` ... `p.gb`: the process's highest resident set inside the block, in GB (None where the OS
-    does not say); it counts what the process held when the block began."""
+    """`with Peak() as p:` ... `p.kb`: the process's highest resident set inside the block, as the OS counts it
+    (`p.gb` in GB; None where the OS does not say); it counts what the process held when the block began."""
 
     def __init__(self):
-        self.gb: float | None = None
+        self.kb: int | None = None
         self._sampled = 0
         self._done = threading.Event()
 
@@ -72,5 +75,8 @@ class Peak:
         after = _status_kb("VmHWM")
         if after is None or self._before is None:
             return
-        kb = after if after > self._before else max(self._sampled, _status_kb("VmRSS") or 0)
-        self.gb = kb * 1024 / 1e9
+        self.kb = after if after > self._before else max(self._sampled, _status_kb("VmRSS") or 0)
+
+    @property
+    def gb(self) -> float | None:
+        return _gb(self.kb)

@@ -228,7 +228,8 @@ def run(config: TeacherConfig, out: str | Path) -> Path:
         torch.set_num_threads(config.threads)
     run_dir = RunDir(out, config)
     prec = precision(config)
-    target = load(config.target, ModelOptions(prec, config.device, "lean"))
+    options = ModelOptions(prec, config.device, "lean")
+    target = load(config.target, options)
     write_fingerprint(run_dir.path, target.tokenizer)
     work = pieces(config, target)
     shards = [work[i : i + config.shard_size] for i in range(0, len(work), config.shard_size)]
@@ -253,7 +254,7 @@ def run(config: TeacherConfig, out: str | Path) -> Path:
             record = fidelity(config, batch, mine, prec)
             if path:
                 write_atomic(path, json.dumps(record))
-            target = load(config.target, ModelOptions(prec, config.device, "lean"))
+            target = load(config.target, options)
         run_dir.append(record)
     for index in todo:
         shard = shards[index]
