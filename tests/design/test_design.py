@@ -141,16 +141,23 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     )
     out = tmp_path / "design"
 
-    distill_run = stage_modules.distill.run
+    distill_run, design_load, loaded = stage_modules.distill.run, design.load, []
+
+    def load(*a):
+        loaded.append(design_load(*a))
+        return loaded[-1]
 
     def killed(distill_config, folder, *a, **k):  # the second candidate's training item dies after its prune finished
+        assert loaded[0].lm is None  # the design's own target is put down while the stages load theirs
         if "narrow" in Path(folder).name:
             raise RuntimeError("killed")
         return distill_run(distill_config, folder, *a, **k)
 
     monkeypatch.setattr(stage_modules.distill, "run", killed)
+    monkeypatch.setattr(design, "load", load)
     with pytest.raises(RuntimeError, match="killed"):
         design.run(config, out)
+    assert loaded[0].lm is not None  # and picked up again, the stages killed or not
     monkeypatch.undo()
     appended = [json.loads(line)["stage"] for line in (out / "records.jsonl").read_text().splitlines()]
     assert "distill-wide-L1" in appended and "prune-narrow-L2" not in appended  # its item never returned ...

@@ -20,7 +20,9 @@ left, from timings measured as the run goes; each phase's plan is a record too.
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +32,7 @@ from .. import machine
 from ..config import DesignConfig, QualityConfig
 from ..executors import Executor
 from ..isolate import NativeCrash
-from ..runtimes.base import ModelOptions
+from ..runtimes.base import Model, ModelOptions
 from ..runtimes.registry import load, runtime
 from ..sd.families import drafter_kind
 from ..shapes import Shape
@@ -59,6 +61,7 @@ from .candidates import FEATURE, Candidate, candidates, family_drafter
 from .estimate import best_gamma
 from .measure import batch_dividend, feasible_batch  # noqa: F401  (the design's API)
 from .pipeline import DesignFolder, Pipeline  # noqa: F401  (the design's API)
+from .target import put_down
 
 FAMILY = ("smollm2-135m", "default")  # the family candidate's name and spec: the packaged default model
 
@@ -94,12 +97,13 @@ def run(
     machine_facts(p)
     rows.forget(p)  # rows that died in an earlier run are not planned for
     options = ModelOptions(config.dtype, config.device)
-    target = load(config.target, options)
+    reload = functools.partial(load, config.target, options)
+    target = reload()
     if p.planner:
-        p.planner.measure(target, lambda: load(config.target, options))
+        p.planner.measure(target, reload)
     p.replan("start")  # a budget too small is refused here, before any stage
     shape = Shape.of(target.config)
-    pool = model_candidates(p, target, shape)
+    pool = model_candidates(p, target, shape, reload)
     lookup_candidates(p, target, pool)
     chosen, gamma = select(p, pool, shape)
     outcome = p.stage("verdict", lambda f: verdict.decide(p, gamma))
@@ -120,8 +124,9 @@ def run(
     return p.path
 
 
-def model_candidates(p: Pipeline, target, shape: Shape) -> Pool:
-    """The sweep and the shapes it picks, then every model candidate built, profiled and screened by prediction."""
+def model_candidates(p: Pipeline, target, shape: Shape, reload: Callable[[], Model]) -> Pool:
+    """The sweep and the shapes it picks, then every model candidate built (the target's weights put down meanwhile,
+    `reload()` them after), profiled and screened by prediction."""
     c = p.base
     shapes = build.sweep_shapes(p, shape) if c.trains and not p.dropped("training") else None
     p.replan("build")
@@ -147,7 +152,8 @@ def model_candidates(p: Pipeline, target, shape: Shape) -> Pool:
         built=True,
         prerank=prerank,
     )
-    specs = build.build(p, cands, prerank)
+    with put_down(target, reload):
+        specs = build.build(p, cands, prerank)
     cands = [x for x in cands if x.name in specs]  # less a cut passed over untrained
     build.measure_costs(p, target, shape, specs, cands)
     best = {x.name: best_gamma(p, specs[x.name], x.name) for x in cands}
