@@ -138,8 +138,18 @@ def requests_of(prompts: Sequence, temperatures: Sequence[float], own: bool) -> 
     temperature (a line without one at OPENAI_TEMPERATURE); with the packaged suites, every prompt at every
     temperature."""
     if own:
-        return {(float(p.extra.get("temperature", OPENAI_TEMPERATURE)), p.id) for p in prompts}
+        return {(temperature_of(p), p.id) for p in prompts}
     return {(float(t), p.id) for p in prompts for t in temperatures}
+
+
+def temperature_of(prompt) -> float:
+    """A line of the user's file decoded at its own temperature: its `temperature`, else OPENAI_TEMPERATURE."""
+    return float(prompt.extra.get("temperature", OPENAI_TEMPERATURE))
+
+
+def sets_temperatures(prompts: Sequence) -> bool:
+    """Whether any line of the user's file sets its own temperature (a file of bare prompts sets none)."""
+    return any("temperature" in p.extra for p in prompts)
 
 
 def temperatures_of(prompts: Sequence, temperatures: Sequence[float], own: bool) -> tuple[float, ...]:

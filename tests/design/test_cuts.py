@@ -207,3 +207,26 @@ def test_a_row_whose_engine_cannot_draft_with_a_reduced_head_runs_the_cuts_full_
     assert row_spec(str(reduced), runtime("lean")) == str(reduced)
     assert row_spec(str(reduced), runtime("llama.cpp")) == str(reduced.parent)
     assert row_spec("qwen2.5-coder-0.5b", runtime("llama.cpp")) == "qwen2.5-coder-0.5b"
+
+
+def test_competing_cuts_are_ranked_at_their_timed_step_not_their_bytes(tiny_dir, tmp_path):
+    """Two cuts of equal parameters read the same bytes a step, so `predicted_c` prices them alike whatever their
+    depth; where the plan probed the target's step, each cut is priced at its own draft step, timed as that probe."""
+    import shutil
+
+    from draftwise.design import cut_stages
+    from draftwise.design.pipeline import Stages
+
+    shutil.copytree(tiny_dir, tmp_path / "prune-cut-wide-L1" / "reduced")
+    p = Stages(DesignConfig(target=tiny_dir, dtype="fp32"), tmp_path, {}, lambda record: None, None)
+    cut_stages.time_step(p, Candidate("cut-wide-L1", "wide-shallow", QWEN_05B, source="sibling"))
+    draft_ms = p.done["step-cut-wide-L1"]["draft_ms"]
+    assert draft_ms > 0
+
+    class Planned:
+        done = {**p.done, "distill-cut-wide-L1": {"predicted_c": 0.0868}}
+        planner = type("Planner", (), {"step_s": 2e-3 * draft_ms})()
+
+    assert cut_stages.cut_c(Planned(), "cut-wide-L1") == pytest.approx(0.5)  # a step half the target's
+    Planned.planner = None  # no probe of the target (`--no-plan`): the bytes' price
+    assert cut_stages.cut_c(Planned(), "cut-wide-L1") == 0.0868

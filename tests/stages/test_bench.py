@@ -133,7 +133,7 @@ def test_a_learning_suffix_corpus_never_holds_the_output_of_the_prompt_being_dec
     seen = []  # (prompt id being decoded, prompt ids whose outputs are in the corpus) at every SD call
     start = lookup.start
     lookup.start = lambda prompts, *a, **k: (seen.append((current[0], set(lookup.learned))), start(prompts, *a, **k))[1]
-    units = bench.units(cfg, runner.encoded)
+    units = bench.units(cfg, runner.prompts, runner.encoded)
     for unit in units + units[:1]:  # the first prompt again: its own earlier output must be out of the corpus
         current = [runner.prompts[unit[0]].id]
         runner((unit, "ar"))
@@ -198,7 +198,7 @@ def test_scheduled_sd_beside_static_sd_and_a_resume_that_relearns_the_same_calib
         len(rd["schedule"]["observed"]) for rd in rounds
     )
     fresh = bench.Runner(c, *bench.load_models(c))  # the run again, in memory (warm-up runs teach nothing)
-    for unit in bench.units(c, fresh.encoded):
+    for unit in bench.units(c, fresh.prompts, fresh.encoded):
         fresh((unit, bench.SCHEDULED))
     resumed = bench.Runner(c, *bench.load_models(c), records)  # what a resumed run starts from
     assert (

@@ -152,3 +152,33 @@ def test_a_drafter_is_labelled_by_its_folder_and_a_generic_one_by_its_run_too():
     assert bench_grid.label("runs/a/prune-cut") == "prune-cut"
     assert bench_grid.label("ngram:min=2,max=4") == "ngram:min=2,max=4"
     assert bench_grid.label("suffix:runs/x/suffix-index,factor=2") == "suffix:suffix-index,factor=2"
+
+
+def test_a_prompt_files_requests_are_each_decoded_at_their_own_temperature(tiny_dir, tmp_path, capsys):
+    """`bench --prompts FILE` without `--temperature`: a point per temperature the file's lines set (a line without
+    one at the OpenAI default, 1), each decoding only its own lines; `--temperature` decodes every line at it, and a
+    file that sets none keeps `--temperature`'s default."""
+    from draftwise.cli import main
+
+    traffic = tmp_path / "traffic.jsonl"
+    lines = [{"prompt": "w1 w2 w3", "temperature": 0}, {"prompt": "w4 w5", "temperature": 1}, {"prompt": "w6 w7"}]
+    traffic.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    args = ["bench", "--target", tiny_dir, "--drafter", "layers:0", "--max-new-tokens", "4", "--warmup", "0"]
+    assert main([*args, "--prompts", str(traffic), "--out", str(tmp_path / "own")]) == 0
+    assert "at its own temperature: T = 0, 1" in capsys.readouterr().err
+    records = [json.loads(x) for x in (tmp_path / "own" / "records.jsonl").read_text().splitlines()]
+
+    def ids(method: str, t: float) -> list[str]:
+        return sorted(r["prompt_id"] for r in records if r["method"] == method and r["temperature"] == t)
+
+    assert ids("sd", 0.0) == ids("ar", 0.0) == ["user/1"]
+    assert ids("sd", 1.0) == ids("ar", 1.0) == ["user/2", "user/3"]
+
+    assert main([*args, "--prompts", str(traffic), "--temperature", "0", "--out", str(tmp_path / "all0")]) == 0
+    records = [json.loads(x) for x in (tmp_path / "all0" / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 2 * 3 and all(r.get("temperature", 0.0) == 0.0 for r in records)
+
+    bare = tmp_path / "bare.txt"
+    bare.write_text("w1 w2\nw3 w4\n")
+    config = bench_grid.by_request(BenchConfig(target=tiny_dir, prompts=str(bare), own_temperatures=True))
+    assert isinstance(config, BenchConfig) and (config.temperature, config.own_temperatures) == (0.0, False)

@@ -358,3 +358,25 @@ def test_a_step_over_length_groups_takes_the_padded_batchs_gradient():
     assert len(distill.length_groups(rows)) > 1 and a_n == b_n
     assert b_value == pytest.approx(a_value, rel=1e-5)
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=1e-4, atol=1e-6) for k in a)
+
+
+@pytest.mark.parametrize("on_policy_every", [0, 3])
+def test_the_target_is_put_down_while_the_student_trains_unless_it_scores_on_policy(
+    tiny_dir, data_dir, tmp_path, monkeypatch, on_policy_every
+):
+    """Once the held-out continuations are made, only on-policy steps run the target: without them the target's
+    weights are let go before the first step (its tokenizer kept), with them it stays loaded."""
+    loaded, real_load, real_step = [], distill.load, distill._step
+
+    def load(spec, options):
+        loaded.append(real_load(spec, options))
+        return loaded[-1]
+
+    def step(*args):
+        assert (loaded[0].lm is None) == (not on_policy_every) and loaded[0].tokenizer is not None
+        return real_step(*args)
+
+    monkeypatch.setattr(distill, "load", load)
+    monkeypatch.setattr(distill, "_step", step)
+    out = distill.run(distill_config(tiny_dir, data_dir, tokens=200, on_policy_every=on_policy_every), tmp_path / "d")
+    assert (out / "checkpoint" / "config.json").exists()

@@ -33,7 +33,8 @@ def make(args) -> BenchConfig | BenchGridConfig:
     first = {name: values[0] for name, values in axes.items() if values}
     if "drafter" in first:
         first["drafter"] = _own_gamma(first["drafter"])[0]
-    config = BenchConfig(**given, **first)
+    own = bool(given.get("prompts")) and "temperature" not in axes  # the file's own (`bench_grid.by_request`)
+    config = BenchConfig(**given, **first, own_temperatures=own)
     drafters = axes.get("drafter", ())
     own = [_own_gamma(d) for d in drafters]  # SPEC@γ: that drafter at its own γ
 
@@ -64,6 +65,7 @@ def make(args) -> BenchConfig | BenchGridConfig:
 def _run(config: BenchConfig | BenchGridConfig, args) -> None:
     from ..stages import bench, bench_grid
 
+    config = bench_grid.by_request(config)
     stage = bench_grid if isinstance(config, BenchGridConfig) else bench
     run_stage(stage.run, config, args, executor(args) if args.executor != "inprocess" else None)
 

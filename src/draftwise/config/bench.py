@@ -140,12 +140,13 @@ class BenchConfig:
         "adaptive lookahead: stop a round's drafting once the drafter's probability of its "
         "token is below this (0 = always γ)",
     )
-    temperature: float = opt(0.0, "0 = greedy (a comma list: a grid)")
+    temperature: float = opt(0.0, "0 = greedy (a comma list: a grid); unset: --prompts lines at their own (docs)")
+    own_temperatures: bool = internal(False, "bench: only the --prompts lines at this temperature (`by_request`)")
     top_p: float = opt(1.0, "nucleus sampling: keep the most likely tokens holding this much probability")
     suite: str = opt("spec_bench", "packaged suite(s): a name, a comma list or 'all'")
     split: str = opt("eval", "the suites' split", choices=("train", "eval", "all"))
     prompts: str | None = opt(
-        None, "your own prompts instead of the suites: JSONL (prompt or turns per line) or text, one per line"
+        None, "your own prompts instead of the suites: JSONL (prompt or turns, max_tokens, temperature) or text lines"
     )
     limit: int | None = opt(10, "number of prompts, spread round-robin over categories (0 = all)", parse=all_if_zero)
     max_new_tokens: int = opt(128, "tokens generated per prompt")
@@ -253,6 +254,8 @@ class BenchConfig:
             raise DraftwiseError(f"limit must be >= 1, got {self.limit}")
         if self.max_new_tokens < 1:
             raise DraftwiseError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.own_temperatures and not self.prompts:
+            raise DraftwiseError("own_temperatures decodes the lines of a --prompts file at their own temperatures")
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise DraftwiseError(f"need temperature >= 0 and 0 < top_p <= 1, got {self.temperature}, {self.top_p}")
         if self.threads is not None and self.threads < 1:

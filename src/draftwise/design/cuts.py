@@ -11,8 +11,10 @@ tokens/s, against gen-data's ~50 in batches of 16 and 10 one sequence at a time 
 will run it.
 
 Priced before anything is trained (`predicted_c`): a draft step reads its weights once, so its cost beside a target
-step is about their byte ratio at the same precision; the distillation's learning-curve stop rule asks for the
-agreement that such a step needs (`cost.optimistic_break_even`).
+step is about their byte ratio at the same precision; a single cut's learning-curve stop rule asks for the agreement
+that such a step needs (`cost.optimistic_break_even`). Where cuts compete, each one's pruned step is timed instead
+(`cut_stages.time_step`): the byte ratio leaves out the layers' own cost, and cuts of equal parameters but different
+depths price alike by it.
 
 The budget goes to the cut the curves favour (`rank`): each cut first trains a pilot, PILOT_SHARE of its minutes; then
 each one's learning curve is read at the tokens it would reach if it alone trained on for all the minutes left, and
@@ -137,7 +139,7 @@ def pilot_minutes(minutes: float, n_cuts: int, prerank: bool = False) -> float:
 
 
 def rank(pilots: dict[str, tuple[float, list[dict]]], minutes: float) -> list[dict]:
-    """The cuts best first: each one's (`pilots`: name -> predicted c, its pilot distillation's records) agreement
+    """The cuts best first: each one's (`pilots`: name -> c, its pilot distillation's records) agreement
     as its learning curve predicts it after `minutes` more of training at its own measured rate, priced by the cost
     model (`cost.optimistic_speedup`). An invalid curve (too few evaluations, no rise) predicts its last agreement."""
     out = []

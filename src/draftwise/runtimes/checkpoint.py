@@ -105,7 +105,7 @@ def _q4_source(path: Path, options: ModelOptions) -> Path | None:
     return gguf
 
 
-def _drafter_q4(spec: str, options: ModelOptions) -> ModelOptions:
+def drafter_options(spec: str, options: ModelOptions) -> ModelOptions:
     """A q4 target's drafter: its own file's 4-bit blocks where it is a GGUF file with some, else int8 (a pruned or
     distilled checkpoint, a random shape: no blocks of a file to run)."""
     if options.dtype != q4.NAME or (spec.endswith(".gguf") and bank.has_blocks(Path(spec))):
@@ -186,8 +186,8 @@ def load_drafter(spec: str, target: Model, options: ModelOptions) -> Model:
     if kind == "layers":
         return _layers_drafter(spec, target, options)
     if kind == "random":
-        return _random_model(spec, target, _drafter_q4(spec, options))
-    return load(spec, _drafter_q4(spec, options))
+        return _random_model(spec, target, drafter_options(spec, options))
+    return load(spec, drafter_options(spec, options))
 
 
 def random_lm(

@@ -25,6 +25,7 @@ from ..executors import Executor, InProcess, exclusive
 from ..rundir import RunDir
 from ..runtimes.base import Model
 from ..runtimes.registry import describe, load
+from ..traffic import temperature_of
 from .bench_methods import SCHEDULED, method_names, methods, model_options, plain_bytes
 
 
@@ -34,10 +35,12 @@ def select_prompts(config: BenchConfig) -> list[data.Prompt]:
     return data.load_prompts(config.suite, config.split, config.limit)
 
 
-def units(config: BenchConfig, encoded: list[list[int]]) -> list[tuple[int, ...]]:
-    """Work units: single prompts, or batches of B decoded together (similar lengths together: less padded prefill)."""
+def units(config: BenchConfig, prompts: list[data.Prompt], encoded: list[list[int]]) -> list[tuple[int, ...]]:
+    """Work units: single prompts, or batches of B decoded together (similar lengths together: less padded prefill);
+    with `own_temperatures`, of the prompts at this config's temperature only (`traffic.temperature_of`)."""
     B = config.batch_size
-    order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), i)) if B > 1 else list(range(len(encoded)))
+    mine = [i for i, p in enumerate(prompts) if not config.own_temperatures or temperature_of(p) == config.temperature]
+    order = sorted(mine, key=lambda i: (len(encoded[i]), i)) if B > 1 else mine
     return [tuple(order[i : i + B]) for i in range(0, len(order), B)]
 
 
@@ -165,7 +168,7 @@ def run(config: BenchConfig, out: str | Path, executor: Executor | None = None) 
     names = method_names(config)
     unit_id = lambda u: "+".join(prompts[i].id for i in u)  # noqa: E731
     done = {(r["method"], r["prompt_id"]) for r in run_dir.records()}
-    todo = [(u, name) for u in units(config, encoded) for name in names if (name, unit_id(u)) not in done]
+    todo = [(u, name) for u in units(config, prompts, encoded) for name in names if (name, unit_id(u)) not in done]
     bar = tqdm(total=len(todo), desc="bench", unit="gen", file=sys.stderr, dynamic_ncols=True, disable=not todo)
     try:
         for _, rec in (executor or InProcess()).map(work, todo, exclusive(config.device, config.threads), runner):

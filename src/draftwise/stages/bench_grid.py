@@ -11,13 +11,13 @@ there. grid.json holds one bench summary per SD point, derived from the records.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from .. import isolate, machine, specs
+from .. import isolate, machine, specs, traffic
 from ..config import BenchConfig, BenchGridConfig
 from ..executors import Executor, InProcess, exclusive
 from ..rundir import RunDir
@@ -80,6 +80,31 @@ def _key(record: dict) -> tuple:
     return tuple(record.get(a) for a in AXES) + (record["method"], record["prompt_id"])
 
 
+def by_request(config: BenchConfig | BenchGridConfig) -> BenchConfig | BenchGridConfig:
+    """`config` where its bench asks for the lines of a --prompts file at their own temperatures (`own_temperatures`:
+    the CLI's `--prompts` without `--temperature`): the file's temperatures become the temperature axis, each point
+    decoding the lines at its own (one temperature: a single bench at it). A file whose lines set none decodes every
+    line at `--temperature`, as it always did. Why: a user's traffic of code at T = 0 and chat at T = 1 measured all at
+    T = 0 reports greedy speedups the chat requests never see."""
+    grid = config if isinstance(config, BenchGridConfig) else None
+    b = grid.bench if grid else config
+    if not b.own_temperatures:
+        return config
+    prompts = bench.select_prompts(b)
+    if not traffic.sets_temperatures(prompts):
+        b = replace(b, own_temperatures=False)
+        return replace(grid, bench=b) if grid else b
+    temps = traffic.temperatures_of(prompts, (), own=True)
+    print(
+        f"[bench] each request of {b.prompts} at its own temperature: T = {', '.join(f'{t:g}' for t in temps)} "
+        "(--temperature T decodes every one at T)",
+        file=sys.stderr,
+    )
+    if grid is None and len(temps) == 1:
+        return replace(b, temperature=temps[0])
+    return replace(grid or BenchGridConfig(bench=b), temperatures=temps)
+
+
 def run(grid: BenchGridConfig, out: str | Path, executor: Executor | None = None) -> Path:
     points = specs.points(grid)  # each checked against its drafter's kind before the run folder exists
     run_dir = RunDir(out, grid)
@@ -92,7 +117,7 @@ def run(grid: BenchGridConfig, out: str | Path, executor: Executor | None = None
     done = {_key(r) for r in run_dir.records()}
     items = []
     for index, config in enumerate(points):
-        for order, unit in enumerate(bench.units(config, encoded)):
+        for order, unit in enumerate(bench.units(config, prompts, encoded)):
             for method in bench_methods.method_names(config):
                 rec = {**runner.point(index), "method": method, "prompt_id": "+".join(prompts[i].id for i in unit)}
                 if _key(rec) not in done:

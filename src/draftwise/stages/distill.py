@@ -21,7 +21,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from .. import continuations, learning
+from .. import continuations, learning, memory
 from ..config import DistillConfig
 from ..rundir import RunDir
 from ..runtimes.base import ModelOptions
@@ -291,6 +291,9 @@ def run(config: DistillConfig, out: str | Path) -> Path:
     eval_seqs = continuations.held_out(
         run_dir.path / "eval.jsonl", target, config.eval_suites, config.eval_prompts, config.eval_tokens
     )
+    if not config.on_policy_every:  # its held-out text made, only on-policy steps run the target: its weights go
+        target.lm = None  # (a q4 1.5B: 2.4 GB beside the student and its optimizer; its tokenizer stays)
+        memory.release()
     gen = torch.Generator().manual_seed(config.seed)
     meta = {"step": 0, "tokens": 0, "seconds": 0.0}
     if (run_dir.path / "state" / "state.safetensors").exists():
