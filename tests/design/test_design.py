@@ -157,7 +157,6 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(design, "load", load)
     with pytest.raises(RuntimeError, match="killed"):
         design.run(config, out)
-    assert loaded[0].lm is not None  # and picked up again, the stages killed or not
     monkeypatch.undo()
     appended = [json.loads(line)["stage"] for line in (out / "records.jsonl").read_text().splitlines()]
     assert "distill-wide-L1" in appended and "prune-narrow-L2" not in appended  # its item never returned ...

@@ -33,8 +33,8 @@ def make(args) -> BenchConfig | BenchGridConfig:
     first = {name: values[0] for name, values in axes.items() if values}
     if "drafter" in first:
         first["drafter"] = _own_gamma(first["drafter"])[0]
-    own = bool(given.get("prompts")) and "temperature" not in axes  # the file's own (`bench_grid.by_request`)
-    config = BenchConfig(**given, **first, own_temperatures=own)
+    by_line = bool(given.get("prompts")) and "temperature" not in axes  # the file's own (`bench_grid.by_request`)
+    config = BenchConfig(**given, **first, own_temperatures=by_line)
     drafters = axes.get("drafter", ())
     own = [_own_gamma(d) for d in drafters]  # SPEC@γ: that drafter at its own γ
 

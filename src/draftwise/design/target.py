@@ -36,10 +36,8 @@ def put_down(model: Model, load: Callable[[], Model]) -> Iterator[None]:
     """The design's loaded target without its weights inside the block, `load()`'s after it: the stages that build
     drafters (gen-data, teacher, prune, distill) each load the target they need, so the design's own copy (2.4 GB at
     q4 for the 1.5B) would only stack on their peaks. Loading it again costs seconds (its pack:
-    `runtimes.lean.packed`)."""
+    `runtimes.lean.packed`); a block that raises leaves them down (the design ends there)."""
     model.lm = None
     memory.release()
-    try:
-        yield
-    finally:
-        model.lm = load().lm
+    yield
+    model.lm = load().lm
