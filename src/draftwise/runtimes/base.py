@@ -1,14 +1,18 @@
-"""What every runtime shares: the options a model loads with, the loaded `Model`, the `LM` Protocol the decoding loop
-calls, and the `Runtime` Protocol each runtime package meets (`runtimes.registry.RUNTIMES` registers them)."""
+"""What every runtime shares: the options a model loads with, the loaded `Model` (and its weights put down while
+others use the memory: `put_down`), the `LM` Protocol the decoding loop calls, and the `Runtime` Protocol each runtime
+package meets (`runtimes.registry.RUNTIMES` registers them)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import torch
+
+from .. import memory
 
 
 class LM(Protocol):
@@ -120,3 +124,19 @@ class Model:
 
         model = self.lm.model if isinstance(self.lm, HFCausalLM) else self.hf_model()
         return sum(p.numel() for p in model.parameters())
+
+    def put_down(self) -> None:
+        """Let go of the weights (`lm` is None after; the tokenizer and config stay) and hand what they held back to
+        the OS (`memory.release`): for a caller that needs no forward from here on, or one that loads them again
+        (`put_down`)."""
+        self.lm = None
+        memory.release()
+
+
+@contextmanager
+def put_down(model: Model, load: Callable[[], Model]) -> Iterator[None]:
+    """`model` without its weights inside the block (`Model.put_down`), `load()`'s after it, so that what runs inside
+    does not stack its peak on them; a block that raises leaves them down (its caller ends there)."""
+    model.put_down()
+    yield
+    model.lm = load().lm

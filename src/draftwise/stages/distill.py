@@ -21,7 +21,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from .. import continuations, learning, memory
+from .. import continuations, learning
 from ..config import DistillConfig
 from ..rundir import RunDir
 from ..runtimes.base import ModelOptions
@@ -292,8 +292,7 @@ def run(config: DistillConfig, out: str | Path) -> Path:
         run_dir.path / "eval.jsonl", target, config.eval_suites, config.eval_prompts, config.eval_tokens
     )
     if not config.on_policy_every:  # its held-out text made, only on-policy steps run the target: its weights go
-        target.lm = None  # (a q4 1.5B: 2.4 GB beside the student and its optimizer; its tokenizer stays)
-        memory.release()
+        target.put_down()  # (a q4 1.5B: 2.4 GB beside the student and its optimizer; its tokenizer stays)
     gen = torch.Generator().manual_seed(config.seed)
     meta = {"step": 0, "tokens": 0, "seconds": 0.0}
     if (run_dir.path / "state" / "state.safetensors").exists():

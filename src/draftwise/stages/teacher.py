@@ -37,7 +37,7 @@ from ..config import INTEGER, TeacherConfig
 from ..errors import DraftwiseError
 from ..paths import cache_dir
 from ..rundir import RunDir, read_records, write_atomic
-from ..runtimes.base import ModelOptions
+from ..runtimes.base import ModelOptions, put_down
 from ..runtimes.registry import load
 from ..shards import read_shard, write_shard
 from ..targets.fingerprint import check_fingerprint, fingerprint, write_fingerprint
@@ -249,12 +249,10 @@ def run(config: TeacherConfig, out: str | Path) -> Path:
             # the teacher is put down while the fp32 target runs, then loaded again: the 1.5B at fp32 is 7.2 GB, and
             # beside its q4 teacher (2.4 GB) a design's teacher stage peaked at 17.7 GB
             mine = top1(target.lm, batch, config, prec)
-            del target
-            memory.release()
-            record = fidelity(config, batch, mine, prec)
+            with put_down(target, lambda: load(config.target, options)):
+                record = fidelity(config, batch, mine, prec)
             if path:
                 write_atomic(path, json.dumps(record))
-            target = load(config.target, options)
         run_dir.append(record)
     for index in todo:
         shard = shards[index]
