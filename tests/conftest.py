@@ -7,8 +7,11 @@ neither uniform nor one-hot: acceptance tests then exercise accepted, recovered 
 from __future__ import annotations
 
 import json
+import mmap
 import os
+import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -181,6 +184,15 @@ def tiny_drafter_gguf(tiny_dir, tiny_drafter_dir, tmp_path_factory):
             tiny_drafter_dir, tmp_path_factory.mktemp("tiny-drafter-gguf") / "tiny-drafter.gguf", "f32", target=tiny_dir
         )
     )
+
+
+def held(mb: int, seconds: float = 0.3) -> None:
+    """`mb` MB resident for `seconds` (the memory tests' stage): fresh pages, as a malloc may reuse pages a process
+    freed but still holds; long enough by default for a sampler on the slowest machine to see them."""
+    block = mmap.mmap(-1, mb * 2**20)
+    np.frombuffer(block, np.uint8)[:] = 1  # touched: resident
+    time.sleep(seconds)
+    block.close()
 
 
 def raw_rows(qtype: str, n: int, k: int, seed: int):

@@ -1,26 +1,17 @@
-import mmap
 import os
-import time
 
-import numpy as np
 import pytest
 
+from conftest import held
 from draftwise import memory
 
 linux = pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads Linux's /proc/self/status")
 
 
-def _held(mb: int, seconds: float = 0.3) -> None:
-    block = mmap.mmap(-1, mb * 2**20)  # fresh pages: a malloc may reuse pages a process freed but still holds
-    np.frombuffer(block, np.uint8)[:] = 1  # touched: resident
-    time.sleep(seconds)  # long enough for the sampler on the slowest machine to see it
-    block.close()
-
-
 @linux
 def test_a_stage_below_the_high_water_mark_is_sampled():
     with memory.Peak() as first:
-        _held(256)
+        held(256)
     with memory.Peak() as second:
         pass
     assert first.gb - second.gb > 0.2
@@ -34,7 +25,7 @@ def test_the_stage_that_raises_the_high_water_mark_reads_it_exactly():
     if need > 2 * 2**20:
         pytest.skip("this process once held 2 GB more than it does now")
     with memory.Peak() as peak:
-        _held(need // 1024, seconds=0.0)  # no time to sample: only VmHWM can see it
+        held(need // 1024, seconds=0.0)  # no time to sample: only VmHWM can see it
     assert peak.kb == memory._status_kb("VmHWM") > hwm
     assert peak.kb >= hwm + 100 * 1024
 
