@@ -21,7 +21,10 @@ from draftwise.design.candidates import (
     narrow_twin,
     self_speculative_layers,
 )
+from draftwise.design.measure import held_weights
 from draftwise.errors import DraftwiseError
+from draftwise.runtimes.base import ModelOptions
+from draftwise.runtimes.registry import load, load_drafter
 from draftwise.sd.families import drafter_kind
 from draftwise.shapes import Shape
 from draftwise.stages import agree, bench, distill, gen_data, prune  # noqa: F401  (loaded for monkeypatching)
@@ -86,27 +89,32 @@ def _shape(path) -> Shape:
     return Shape.of(AutoConfig.from_pretrained(path, local_files_only=True))
 
 
-def _expected_max_batch(memory: int, target: Shape, drafter: Shape, context: int) -> int:
-    """The footprint with SD on, from the shapes' own byte counts (fp32): weights of both, then KV per sequence."""
-    free = memory - target.weight_bytes(4) - drafter.weight_bytes(4)
-    return max(0, free // (target.kv_bytes(context, 1, 4) + drafter.kv_bytes(context, 1, 4)))
+def _expected_max_batch(memory: int, weights: int, target: Shape, drafter: Shape, context: int) -> int:
+    """The footprint with SD on: the weights both models hold, then their KV per sequence (fp32)."""
+    return max(0, (memory - weights) // (target.kv_bytes(context, 1, 4) + drafter.kv_bytes(context, 1, 4)))
 
 
 def test_batch_dividend_skips_the_bench_when_not_even_one_sequence_fits(
     tiny_dir, tiny_drafter_dir, tmp_path, monkeypatch
 ):
     target, drafter = _shape(tiny_dir), _shape(tiny_drafter_dir)
-    memory = target.weight_bytes(4) + drafter.weight_bytes(4) - 1  # the weights alone do not fit
-    p = design.Pipeline(DesignConfig(target=tiny_dir, memory=str(memory), context=64), tmp_path / "design")
+    loaded = load(tiny_dir, ModelOptions(dtype="bf16"))
+    held = loaded.held_bytes() + load_drafter(tiny_drafter_dir, loaded, ModelOptions(dtype="bf16")).held_bytes()
+    assert held == (target.weight_bytes(4) + drafter.weight_bytes(4)) // 2  # bf16: as loaded, not fp32's bytes
+    memory = held - 1  # the weights alone do not fit
+    config = DesignConfig(target=tiny_dir, memory=str(memory), context=64, dtype="bf16")
+    p = design.Pipeline(config, tmp_path / "design")
     monkeypatch.setattr(
         stage_modules.bench, "run", lambda *a, **k: pytest.fail("benchmarked a batch that does not fit")
     )
     cands = [Candidate("wide-L1", "wide-shallow", drafter)]
+    assert held_weights(p, loaded, {"wide-L1": tiny_drafter_dir}, cands) == p.done["weights-held"]["bytes"]
     design.batch_dividend(p, target, {"wide-L1": tiny_drafter_dir}, cands)
     record = p.done["max-batch-wide-L1"]
+    assert record["weight_bytes_target"] + record["weight_bytes_drafter"] == held
     assert record["max_batch"] == 0 == record["batch"] and "bench-wide-L1-batch" not in p.done
-    assert record["kv_bytes_per_seq_target"] == target.kv_bytes(64)
-    assert record["kv_bytes_per_seq_drafter"] == drafter.kv_bytes(64)
+    assert record["kv_bytes_per_seq_target"] == target.kv_bytes(64, 1, 2)  # bf16 values
+    assert record["kv_bytes_per_seq_drafter"] == drafter.kv_bytes(64, 1, 2)
     from draftwise.design.report import models
     from draftwise.report.doc import Doc
 
@@ -208,7 +216,9 @@ def test_design_end_to_end_killed_and_resumed(tiny_dir, tmp_path, monkeypatch):
     for name in ("wide-L1", "narrow-L2"):  # the batch each trained candidate's SD footprint allows, then benchmarked
         decision = next(r for r in records if r["stage"] == f"max-batch-{name}")
         drafter = _shape(out / "stages" / f"distill-{name}" / "checkpoint")
-        assert decision["max_batch"] == _expected_max_batch(memory, target, drafter, context) >= 3
+        weights = decision["weight_bytes_target"] + decision["weight_bytes_drafter"]
+        assert weights == target.weight_bytes(4) + drafter.weight_bytes(4)  # fp32: the loaded models hold their shapes
+        assert decision["max_batch"] == _expected_max_batch(memory, weights, target, drafter, context) >= 3
         assert decision["batch"] == min(decision["max_batch"], config.batch_cap) == 2
         bench_folder = out / "stages" / f"bench-{name}-batch"
         batched = [json.loads(line) for line in (bench_folder / "records.jsonl").read_text().splitlines()]

@@ -188,3 +188,16 @@ def test_lazy_weights_read_each_tensor_when_asked_and_let_it_go(tiny_dir):
     assert torch.equal(lazy[key], full[key]) and lazy[key] is lazy[key]  # read once, then held
     del lazy[key]
     assert key not in lazy and key not in lazy._held and lazy.get(key) is None
+
+
+def test_held_bytes_are_the_weights_as_loaded_each_storage_once(tiny_dir):
+    from draftwise.shapes import Shape
+
+    fp32 = load(tiny_dir)
+    shape = Shape.of(fp32.config)
+    assert fp32.held_bytes() == shape.weight_bytes(4)  # the tied head is the embedding's storage: counted once
+    assert load(tiny_dir, ModelOptions(dtype="bf16")).held_bytes() == shape.weight_bytes(2)
+    int8 = load(tiny_dir, ModelOptions(dtype="int8")).held_bytes()
+    assert int8 < shape.weight_bytes(4) and int8 != shape.weight_bytes(1)  # a byte a weight, plus scales and padding
+    view = load_drafter("layers:0,3", fp32)
+    assert view.held_bytes(beside=fp32) == 0 < view.held_bytes()  # its layers are the target's own tensors

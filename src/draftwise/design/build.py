@@ -38,7 +38,7 @@ from ..units import parse_count
 from . import cut_stages, cuts, lookup, requests
 from .candidates import FAMILY, FEATURE, Candidate, budget_shapes, choose_shapes
 from .estimate import GAMMAS, SCREEN
-from .measure import feasible_batch
+from .measure import feasible_batch, held_weights
 from .pipeline import CANDIDATES, Pipeline, Stages, runtime_options
 from .sizes import Sizes
 
@@ -278,13 +278,14 @@ def measure_costs(p: Pipeline, target, target_shape: Shape, specs: dict[str, str
     """Profile at batch 1 and at each trained candidate's feasible batch (for γ* there), at the traffic's context."""
     c, opts = p.config, runtime_options(p.config)
     depths = tuple(k for k in (1, 2, 4, 8) if k < target_shape.layers)
+    held = held_weights(p, target, specs, cands)
     batches = (1,) + tuple(
         sorted(
             {
                 b
                 for x in cands
-                if x.trained and not p.dropped("batch")
-                for b in [feasible_batch(c, target_shape, x.shape)[1]]
+                if x.name in held
+                for b in [feasible_batch(c, held["target"] + held[x.name], target_shape, x.shape)[1]]
                 if b > 1
             }
         )

@@ -22,9 +22,11 @@ import json
 from pathlib import Path
 
 from ..config import BenchConfig, BenchGridConfig
+from ..runtimes.base import ModelOptions
 from ..runtimes.hf import model as hf
+from ..runtimes.registry import load_drafter
 from ..sd.families import drafter_kind
-from ..shapes import Shape, max_batch
+from ..shapes import Shape
 from ..stages import bench, bench_grid
 from ..stages.draft_vocab import write_reduced
 from ..units import parse_count
@@ -238,34 +240,55 @@ def headline(p, spec: str, gamma: int, method: str = "sd") -> None:
     p.stage("bench-headline", lambda f: bench.run(config, f, p.executor), drafter=spec, gamma=gamma, method=method)
 
 
-def feasible_batch(config, target: Shape, drafter: Shape) -> tuple[int, int]:
-    """(largest batch whose SD footprint fits `memory`, the batch benchmarked: that capped at `batch_cap`)."""
-    largest = int(
-        max_batch(parse_count(config.memory), target, drafter, config.context, hf.bytes_per_value(config.dtype))
-    )
+def held_weights(p, target, specs: dict[str, str], cands: list[Candidate]) -> dict[str, int]:
+    """Bytes of weights the target and each trained candidate hold as the verdicts run them (`Model.held_bytes`:
+    measured on the loaded models, at the design's precision, a q4 target's drafter at its own), {} where the batch
+    dividend does not run. A record (`weights-held`): the profile's batches and the dividend's decisions read it."""
+    trained = [x for x in cands if x.trained]
+    if p.dropped("batch") or not trained:
+        return {}
+
+    def measure(folder) -> dict:
+        options = ModelOptions(p.config.dtype, p.config.device)
+        held = {"target": target.held_bytes()}
+        for x in trained:
+            held[x.name] = load_drafter(specs[x.name], target, options).held_bytes(beside=target)
+        return {"bytes": held}
+
+    return p.stage("weights-held", measure)["bytes"]
+
+
+def feasible_batch(config, weights: int, target: Shape, drafter: Shape) -> tuple[int, int]:
+    """(largest batch whose SD footprint fits `memory` beside `weights`, the bytes both models hold; the batch
+    benchmarked: that capped at `batch_cap`). KV at the design's precision's bytes a value (fp32 around integer
+    weights)."""
+    bpv = hf.bytes_per_value(config.dtype)
+    per_seq = target.kv_bytes(config.context, 1, bpv) + drafter.kv_bytes(config.context, 1, bpv)
+    largest = max(0, (parse_count(config.memory) - weights) // per_seq)
     return largest, min(largest, config.batch_cap)
 
 
 def batch_dividend(p, target_shape: Shape, specs: dict[str, str], cands: list[Candidate]) -> None:
-    """Each trained candidate at the largest batch whose footprint with SD on fits `memory`: target + drafter
-    weights, plus target + drafter KV of `context` positions per sequence (capped at `batch_cap`), SD beside AR.
+    """Each trained candidate at the largest batch whose footprint with SD on fits `memory`: the weights target and
+    drafter hold (`weights-held`), plus target + drafter KV of `context` positions per sequence (capped at
+    `batch_cap`), SD beside AR.
 
     The decision (`max-batch-<name>`) is a record; the bench (`bench-<name>-batch`) decodes about `refine_limit`
     spec_bench eval prompts in full batches of that size at T = 0 and the γ* predicted at that batch (`estimate`:
     the profile at that batch, the candidate's greedy TAR; its batch-1 γ when the profile lacks the batch)."""
     c = p.config
-    memory, bpv = parse_count(c.memory), hf.bytes_per_value(c.dtype)
+    memory, bpv, held = parse_count(c.memory), hf.bytes_per_value(c.dtype), p.done["weights-held"]["bytes"]
     for cand in (x for x in cands if x.trained):
         spec, shape = specs[cand.name], cand.shape
 
-        def decide(folder, shape=shape) -> dict:
-            largest, batch = feasible_batch(c, target_shape, shape)
+        def decide(folder, shape=shape, name=cand.name) -> dict:
+            largest, batch = feasible_batch(c, held["target"] + held[name], target_shape, shape)
             return {
                 "memory": memory,
                 "context": c.context,
                 "bytes_per_value": bpv,
-                "weight_bytes_target": target_shape.weight_bytes(bpv),
-                "weight_bytes_drafter": shape.weight_bytes(bpv),
+                "weight_bytes_target": held["target"],
+                "weight_bytes_drafter": held[name],
                 "kv_bytes_per_seq_target": target_shape.kv_bytes(c.context, 1, bpv),
                 "kv_bytes_per_seq_drafter": shape.kv_bytes(c.context, 1, bpv),
                 "max_batch": largest,

@@ -118,6 +118,16 @@ class Model:
         """Bytes of weights one plain decoding step reads on this runtime (the bandwidth limit's denominator)."""
         return self.lm.weight_bytes()
 
+    def held_bytes(self, beside: Model | None = None) -> int:
+        """Bytes of weights this model holds in memory, as loaded (a memory budget's figure, where `weight_bytes` is a
+        step's reads): every tensor of its forward, the embedding table included, each storage once, less those it
+        shares with `beside` (a drafter's with its target: `layers:` views hold none of their own). A runtime outside
+        torch (llama.cpp) counts its file's tensors."""
+        if not isinstance(self.lm, torch.nn.Module):
+            return self.lm.weight_bytes()
+        shared = set(_storages(beside.lm)) if beside is not None and isinstance(beside.lm, torch.nn.Module) else set()
+        return sum(n for at, n in _storages(self.lm).items() if at not in shared)
+
     def parameter_count(self) -> int:
         """Total parameters, a tied head counted once (the convention used in every draftwise table)."""
         from .hf.model import HFCausalLM
@@ -131,6 +141,12 @@ class Model:
         (`put_down`)."""
         self.lm = None
         memory.release()
+
+
+def _storages(module: torch.nn.Module) -> dict[int, int]:
+    """{address: bytes} of each storage behind `module`'s parameters and buffers (a view, a tied head: once)."""
+    tensors = [*module.parameters(), *(t for _, t in module.named_buffers(remove_duplicate=False) if t is not None)]
+    return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
 
 
 @contextmanager

@@ -179,6 +179,7 @@ def batch_dividend(doc: Doc, p: DesignFolder, cands) -> None:
         [
             "candidate",
             "role",
+            "weights held MB, target + drafter",
             "drafter KV MB/seq",
             "target KV MB/seq",
             f"largest batch in {c.memory} at context {c.context}",
@@ -194,7 +195,8 @@ def batch_dividend(doc: Doc, p: DesignFolder, cands) -> None:
     )
     doc.p(
         f"Largest batch = (memory − target weights − drafter weights) // (target + drafter KV of {c.context} "
-        f"positions per sequence), at {c.dtype}. Tokens/s is the total across the batch: new tokens of all its "
+        f"positions per sequence), at {c.dtype}: the weights as the loaded models hold them (measured, the embedding "
+        "table included), the KV at its precision. Tokens/s is the total across the batch: new tokens of all its "
         "sequences over the wall time of the batched generation without (decode) and with its prefill, which pads "
         "every prompt to the batch's longest (a batch runs until its last sequence finishes); SD "
         f"and AR decode the same spec_bench eval prompts (T=0, at least two full batches, {c.max_new_tokens} new "
@@ -220,6 +222,7 @@ def _batch_row(p: DesignFolder, cand) -> list:
     return [
         cand.name,
         cand.role,
+        f"{d['weight_bytes_target'] / 1e6:.0f} + {d['weight_bytes_drafter'] / 1e6:.0f}",
         _f(d["kv_bytes_per_seq_drafter"] / 1e6, ".2f"),
         _f(d["kv_bytes_per_seq_target"] / 1e6, ".2f"),
         d["max_batch"] or "does not fit",
