@@ -83,6 +83,15 @@ def test_bad_design_config_is_refused():
         DesignConfig(memory="lots")
 
 
+def test_the_memory_budget_is_this_machines_unless_given():
+    from draftwise.design.measure import memory_bytes
+
+    assert DesignConfig().memory == "auto"
+    total = int(next(x for x in Path("/proc/meminfo").read_text().splitlines() if x.startswith("MemTotal")).split()[1])
+    assert abs(memory_bytes(DesignConfig()) - total * 1024) < 2**30  # the kernel's own count, give or take its reserve
+    assert memory_bytes(DesignConfig(memory="1GiB")) == 2**30
+
+
 def _shape(path) -> Shape:
     from transformers import AutoConfig
 

@@ -88,7 +88,9 @@ class DesignConfig:
     adaptive: bool = opt(True, "do not measure adaptive lookahead against the static γ*")
     select_repeats: int = opt(1, "extra interleaved passes over the same prompts when candidates tie within noise")
     memory: str = opt(
-        "1GiB", "budget for target + drafter weights and KV caches: the largest batch that fits with SD on"
+        "auto",
+        "budget for target + drafter weights and KV caches: the largest batch that fits with SD on (auto: this "
+        "machine's memory)",
     )
     context: int = opt(1024, "KV positions per sequence in that footprint")
     batch_cap: int = opt(
@@ -184,7 +186,7 @@ class DesignConfig:
             raise DraftwiseError(f"corpus_gain must be >= 0, got {self.corpus_gain}")
         if self.budget and parse_count(self.budget) < 1:
             raise DraftwiseError(f"budget must be a positive count (e.g. 7M), got {self.budget!r}")
-        if parse_count(self.memory) < 1 or min(self.context, self.batch_cap) < 1:
+        if (self.memory != "auto" and parse_count(self.memory) < 1) or min(self.context, self.batch_cap) < 1:
             raise DraftwiseError(
                 f"memory, context and batch_cap must be >= 1, got {self.memory}, {self.context}, {self.batch_cap}"
             )

@@ -19,6 +19,7 @@ drafter is a model
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from ..config import BenchConfig, BenchGridConfig
@@ -258,13 +259,20 @@ def held_weights(p, target, specs: dict[str, str], cands: list[Candidate]) -> di
     return p.stage("weights-held", measure)["bytes"]
 
 
+def memory_bytes(config) -> int:
+    """`--memory` in bytes; auto: this machine's physical memory (what a server alone on it could hold)."""
+    if config.memory == "auto":
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return parse_count(config.memory)
+
+
 def feasible_batch(config, weights: int, target: Shape, drafter: Shape) -> tuple[int, int]:
     """(largest batch whose SD footprint fits `memory` beside `weights`, the bytes both models hold; the batch
     benchmarked: that capped at `batch_cap`). KV at the design's precision's bytes a value (fp32 around integer
     weights)."""
     bpv = hf.bytes_per_value(config.dtype)
     per_seq = target.kv_bytes(config.context, 1, bpv) + drafter.kv_bytes(config.context, 1, bpv)
-    largest = max(0, (parse_count(config.memory) - weights) // per_seq)
+    largest = max(0, (memory_bytes(config) - weights) // per_seq)
     return largest, min(largest, config.batch_cap)
 
 
@@ -277,7 +285,7 @@ def batch_dividend(p, target_shape: Shape, specs: dict[str, str], cands: list[Ca
     spec_bench eval prompts in full batches of that size at T = 0 and the γ* predicted at that batch (`estimate`:
     the profile at that batch, the candidate's greedy TAR; its batch-1 γ when the profile lacks the batch)."""
     c = p.config
-    memory, bpv, held = parse_count(c.memory), hf.bytes_per_value(c.dtype), p.done["weights-held"]["bytes"]
+    memory, bpv, held = memory_bytes(c), hf.bytes_per_value(c.dtype), p.done["weights-held"]["bytes"]
     for cand in (x for x in cands if x.trained):
         spec, shape = specs[cand.name], cand.shape
 

@@ -182,7 +182,7 @@ def batch_dividend(doc: Doc, p: DesignFolder, cands) -> None:
             "weights held MB, target + drafter",
             "drafter KV MB/seq",
             "target KV MB/seq",
-            f"largest batch in {c.memory} at context {c.context}",
+            f"largest batch in {budget(c, p.done[f'max-batch-{measured[0].name}']['memory'])} at context {c.context}",
             "benchmarked batch",
             "γ",
             "SD decode tokens/s",
@@ -211,6 +211,11 @@ def batch_dividend(doc: Doc, p: DesignFolder, cands) -> None:
             else ""
         )
     )
+
+
+def budget(config, memory: int) -> str:
+    """`--memory` as the report names it: auto as the bytes it stood for here."""
+    return f"{memory / 2**30:.1f} GiB (this machine's memory)" if config.memory == "auto" else config.memory
 
 
 def _batch_row(p: DesignFolder, cand) -> list:
