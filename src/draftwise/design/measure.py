@@ -285,8 +285,9 @@ def batch_dividend(p, target_shape: Shape, specs: dict[str, str], cands: list[Ca
     spec_bench eval prompts in full batches of that size at T = 0 and the γ* predicted at that batch (`estimate`:
     the profile at that batch, the candidate's greedy TAR; its batch-1 γ when the profile lacks the batch)."""
     c = p.config
-    memory, bpv, held = memory_bytes(c), hf.bytes_per_value(c.dtype), p.done["weights-held"]["bytes"]
-    for cand in (x for x in cands if x.trained):
+    memory, bpv = memory_bytes(c), hf.bytes_per_value(c.dtype)
+    held = p.done.get("weights-held", {}).get("bytes", {})  # none where no candidate was trained
+    for cand in (x for x in cands if x.name in held):
         spec, shape = specs[cand.name], cand.shape
 
         def decide(folder, shape=shape, name=cand.name) -> dict:
