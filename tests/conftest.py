@@ -32,6 +32,22 @@ def c_paths() -> list[int]:
     return [code for code in ladder.NAMES if code and ladder.RUNS_ON[code] <= best]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_cache(tmp_path_factory):
+    """One draftwise cache per test session, under pytest's own temporary folders (it keeps the last three). Tests
+    write models into temporary paths and the cache is keyed by path, so in the user's cache their conversions, packs
+    and GGUF files would pile up run after run (~1 GB a CI run: it filled a disk). Compiled kernels and the verdicts
+    of their timed ladder are keyed by source and CPU, not by path: those are shared."""
+    from draftwise.paths import cache_dir
+
+    kernels = cache_dir("kernels")  # the user's, before the variable below points elsewhere
+    root = tmp_path_factory.mktemp("draftwise-cache")
+    (root / "kernels").symlink_to(kernels, target_is_directory=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DRAFTWISE_CACHE", str(root))
+        yield root
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked `cuda` skip cleanly on machines without a CUDA GPU (CI has none)."""
     if torch.cuda.is_available():
