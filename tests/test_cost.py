@@ -96,6 +96,9 @@ def test_max_batch():
     per_seq = t.kv_bytes(1024) + d.kv_bytes(1024)
     mem = t.weight_bytes() + d.weight_bytes() + 10 * per_seq + 5
     assert max_batch(mem, t, d, 1024) == 10
+    # weights measured as loaded (a q4 target holds far less than 4 bytes a parameter) leave room for more sequences
+    held = (t.weight_bytes() + d.weight_bytes()) // 8
+    assert max_batch(mem, t, d, 1024, weights=held) == (mem - held) // per_seq > 10
 
 
 def test_step_model_fit_recovers_known_coefficients():

@@ -123,8 +123,14 @@ def shape_for_budget(template: Shape, layers: int, budget: int, multiple: int = 
     )
 
 
-def max_batch(memory: int, target: Shape, drafter: Shape, context: int, bytes_per_value: int = 4) -> int:
-    """Largest batch whose KV caches (target + drafter, `context` positions each) fit beside both models' weights."""
-    free = memory - target.weight_bytes(bytes_per_value) - drafter.weight_bytes(bytes_per_value)
+def max_batch(
+    memory: int, target: Shape, drafter: Shape, context: int, bytes_per_value: int = 4, weights: int | None = None
+) -> int:
+    """Largest batch whose KV caches (target + drafter, `context` positions each, `bytes_per_value` a value) fit
+    beside both models' weights: `weights` bytes where they were measured as loaded, else their shapes' at
+    `bytes_per_value`."""
+    if weights is None:
+        weights = target.weight_bytes(bytes_per_value) + drafter.weight_bytes(bytes_per_value)
+    free = memory - weights
     per_seq = target.kv_bytes(context, 1, bytes_per_value) + drafter.kv_bytes(context, 1, bytes_per_value)
     return max(0, free // per_seq)

@@ -3,6 +3,8 @@ both read them)."""
 
 from __future__ import annotations
 
+import os
+
 from .errors import DraftwiseError
 
 _UNITS = {
@@ -32,3 +34,11 @@ def parse_count(text: str) -> int:
         return int(float(t))
     except ValueError:
         raise DraftwiseError(f"not a count: {text!r} (e.g. 15M, 1.5B, 16GiB)") from None
+
+
+def memory_budget(text: str) -> int:
+    """A `--memory` budget in bytes: a size ('16GiB'), or auto: this machine's physical memory (what a server alone
+    on it could hold)."""
+    if text == "auto":
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return parse_count(text)

@@ -84,12 +84,15 @@ def test_bad_design_config_is_refused():
 
 
 def test_the_memory_budget_is_this_machines_unless_given():
-    from draftwise.design.measure import memory_bytes
+    from draftwise.config import SweepConfig
+    from draftwise.units import memory_budget
 
-    assert DesignConfig().memory == "auto"
+    assert DesignConfig().memory == SweepConfig().memory == "auto"  # the design and the sweep price batches alike
     total = int(next(x for x in Path("/proc/meminfo").read_text().splitlines() if x.startswith("MemTotal")).split()[1])
-    assert abs(memory_bytes(DesignConfig()) - total * 1024) < 2**30  # the kernel's own count, give or take its reserve
-    assert memory_bytes(DesignConfig(memory="1GiB")) == 2**30
+    assert abs(memory_budget("auto") - total * 1024) < 2**30  # the kernel's own count, give or take its reserve
+    assert memory_budget("1GiB") == 2**30
+    with pytest.raises(DraftwiseError, match="not a count"):
+        SweepConfig(memory="lots")
 
 
 def _shape(path) -> Shape:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import DraftwiseError
+from ..units import memory_budget
 from .base import (
     check_gguf_quant,
     check_positive,
@@ -67,7 +68,7 @@ class SweepConfig:
     truncations: tuple[int, ...] = opt((1, 2, 4, 8), "full-width k-layer truncations of the target")
     vocabs: tuple[int, ...] = opt((0,), "LM-head sizes to time each shape with (0 = the target's)", flag="--vocab")
     context: int = opt(1024, "KV cache positions (timing, KV bytes and the batch that fits)")
-    memory: str = opt("16GiB", "memory budget for the largest batch beside the target")
+    memory: str = opt("auto", "memory budget for the largest batch beside the target (auto: this machine's memory)")
     batches: tuple[int, ...] = opt((1, 4), "batch sizes timed", flag="--batch")
     warmup: int = opt(3, "untimed runs before each timing")
     repeats: int = opt(10, "timed runs of each shape (the median is kept)")
@@ -88,8 +89,10 @@ class SweepConfig:
             check_positive(name, getattr(self, name))
         if any(w < 1 for w in self.widths) or any(v < 0 for v in self.vocabs) or self.width_depth < 1:
             raise DraftwiseError("widths and width_depth must be >= 1, vocabs >= 0 (0 = the target's)")
-        if self.context < 1 or self.repeats < 1:
-            raise DraftwiseError("context and repeats must be >= 1")
+        if self.context < 1 or self.repeats < 1 or memory_budget(self.memory) < 1:
+            raise DraftwiseError(
+                f"context, repeats and memory must be >= 1, got {self.context}, {self.repeats}, {self.memory}"
+            )
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ drafter is a model
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from ..config import BenchConfig, BenchGridConfig
@@ -27,10 +26,10 @@ from ..runtimes.base import ModelOptions
 from ..runtimes.hf import model as hf
 from ..runtimes.registry import load_drafter
 from ..sd.families import drafter_kind
-from ..shapes import Shape
+from ..shapes import Shape, max_batch
 from ..stages import bench, bench_grid
 from ..stages.draft_vocab import write_reduced
-from ..units import parse_count
+from ..units import memory_budget
 from . import decide, estimate, requests
 from .candidates import Candidate
 from .pipeline import runtime_options
@@ -259,20 +258,12 @@ def held_weights(p, target, specs: dict[str, str], cands: list[Candidate]) -> di
     return p.stage("weights-held", measure)["bytes"]
 
 
-def memory_bytes(config) -> int:
-    """`--memory` in bytes; auto: this machine's physical memory (what a server alone on it could hold)."""
-    if config.memory == "auto":
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return parse_count(config.memory)
-
-
 def feasible_batch(config, weights: int, target: Shape, drafter: Shape) -> tuple[int, int]:
     """(largest batch whose SD footprint fits `memory` beside `weights`, the bytes both models hold; the batch
     benchmarked: that capped at `batch_cap`). KV at the design's precision's bytes a value (fp32 around integer
     weights)."""
     bpv = hf.bytes_per_value(config.dtype)
-    per_seq = target.kv_bytes(config.context, 1, bpv) + drafter.kv_bytes(config.context, 1, bpv)
-    largest = max(0, (memory_bytes(config) - weights) // per_seq)
+    largest = max_batch(memory_budget(config.memory), target, drafter, config.context, bpv, weights=weights)
     return largest, min(largest, config.batch_cap)
 
 
@@ -285,7 +276,7 @@ def batch_dividend(p, target_shape: Shape, specs: dict[str, str], cands: list[Ca
     spec_bench eval prompts in full batches of that size at T = 0 and the γ* predicted at that batch (`estimate`:
     the profile at that batch, the candidate's greedy TAR; its batch-1 γ when the profile lacks the batch)."""
     c = p.config
-    memory, bpv = memory_bytes(c), hf.bytes_per_value(c.dtype)
+    memory, bpv = memory_budget(c.memory), hf.bytes_per_value(c.dtype)
     held = p.done.get("weights-held", {}).get("bytes", {})  # none where no candidate was trained
     for cand in (x for x in cands if x.name in held):
         spec, shape = specs[cand.name], cand.shape

@@ -35,7 +35,7 @@ from ..shapes import Shape, max_batch, shape_for_budget
 from ..targets.layers import layer_subset
 from ..targets.random import llama_config
 from ..timing import check_machine, measure_interleaved, median
-from ..units import parse_count
+from ..units import memory_budget, parse_count
 
 DEFINITIONS = """\
 step_ms: one drafter step (1 token per sequence, `context` positions cached), median of repeats. \
@@ -192,7 +192,7 @@ def run(config: SweepConfig, out: str | Path, executor: Executor | None = None) 
 
 
 def summarize(records: list[dict], target: Shape, config: SweepConfig) -> dict:
-    memory = parse_count(config.memory)
+    memory = memory_budget(config.memory)
     bpv = runtime(config.backend).bytes_per_value(options_of(config))
     rows = []
     for r in records:
@@ -313,6 +313,10 @@ def format_sweep(summary: dict) -> str:
             f"{r['family']:<13}{r['batch']:>3} {r['label']:<34}{r['params']['non_embedding'] / 1e6:>9.1f}M"
             f"{r['step_ms']:>8.2f}{r['c']:>7.3f}{r['kv_bytes_per_seq'] / 1e6:>11.1f}{r['max_batch']:>10}"
         )
+    lines.append(
+        f"max batch: target + drafter KV of the context beside both models' weights in "
+        f"{summary['memory'] / 2**30:.1f} GiB"
+    )
     for b, f in summary["fits"].items():
         lines.append(
             f"fit (batch {b}): {f['fixed_ms']:.2f} ms + layers·({f['layer_overhead_ms']:.3f} ms + "
