@@ -188,3 +188,15 @@ def test_predicted_speedup_is_one_at_the_break_even_alpha_and_grows_with_alpha()
     # α = 1: every round of 3 emits 4 tokens for 0.3 + 1.15 steps, a round of none 1 token for 1 step
     assert at[-1] == pytest.approx((8 * 4 + 2) / (8 * 1.45 + 2))
     assert cost.alpha_for_speedup(lengths, t_draft, t_verify, at[1]) == pytest.approx(0.5, abs=1e-9)
+
+
+def test_a_drafter_step_is_priced_on_the_verify_curves_footing():
+    """The AR step and a drafter's step are timed at different moments: the step is priced as its ratio to the
+    target step timed beside it (c) times the entry's AR step, as verify passes are, not at its own milliseconds."""
+    from draftwise.cost import drafter_step_ms
+
+    entry = {"ar_step_ms": 60.0, "drafters": {"d": {"step_ms": 10.0, "catch_up_ms": 12.0, "c": 0.3}}}
+    step, catch_up = drafter_step_ms(entry, "d")
+    assert step == pytest.approx(18.0) and catch_up == pytest.approx(21.6)  # the host ran faster when d was timed
+    entry["drafters"]["d"] = {"step_ms": 10.0, "c": 10.0 / 60.0}
+    assert drafter_step_ms(entry, "d") == pytest.approx((10.0, 10.0))  # the same moment: its own milliseconds

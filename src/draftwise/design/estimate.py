@@ -24,8 +24,7 @@ def predicted(
         return {}
     tar = json.loads((p.folder(f"agree-{name}") / "agree.json").read_text())["predicted_greedy_tar"]
     verify = cost.verify_curve(prof)  # side-by-side ratios × the AR step
-    d = prof["drafters"][spec]
-    step, catch_up = d["step_ms"], d.get("catch_up_ms") or d["step_ms"]
+    step, catch_up = cost.drafter_step_ms(prof, spec)  # on the verify curve's footing
     out = {}
     for g in GAMMAS:
         if tar.get(str(g)):

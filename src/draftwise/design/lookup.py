@@ -221,7 +221,7 @@ def hybrid_row(p, target, model: tuple[str, str, int], lookup: dict, docs: list[
     drafter = families.load(spec, target)
     seqs = [continuations.Sequence(d["prompt_id"], d["prompt"] + d["continuation"], len(d["prompt"])) for d in docs]
     matches = first_step_matches(drafter, seqs)
-    step = json.loads((p.folder(profile) / "profile.json").read_text())["batches"]["1"]["drafters"][spec]["step_ms"]
+    step, _ = cost.drafter_step_ms(json.loads((p.folder(profile) / "profile.json").read_text())["batches"]["1"], spec)
     rounds = replay(docs, families.lookup(lookup["spec"], target), lookup["gamma"], matches, g_model)
     return row(
         hybrid.compose(spec, lookup["spec"], g_model), hybrid.FAMILY.name, lookup["gamma"], rounds, t_verify, step / 1e3

@@ -113,13 +113,14 @@ def predict(
     t_verify = cost.verify_curve(entry)  # γ = 0: a plain AR step
     gammas = gammas or sorted(int(g) for g in entry["verify_ms"] if int(g))
     rows, skipped, checks = [], [], []
-    for spec, d in entry["drafters"].items():
+    for spec in entry["drafters"]:
         mine = sorted((x for x in points if x["drafter"] == spec), key=lambda x: (x["temperature"], -x["gamma"]))
         per_position = mine[0]["acceptance_per_position"] if mine else None
         if per_position is None and alpha is None:
             skipped.append(spec)
             continue
-        rows += [model_row(spec, g, d["step_ms"], t_verify, ar, alpha, per_position) for g in gammas]
+        step = cost.drafter_step_ms(entry, spec)[0]
+        rows += [model_row(spec, g, step, t_verify, ar, alpha, per_position) for g in gammas]
     for x in points:  # each point's own rows, and its prediction beside what it measured
         predicted = None
         if x.get("kind", "model") != "model":
@@ -127,7 +128,7 @@ def predict(
             rows += own
             predicted = next(r for r in own if r["gamma"] == x["gamma"])["tokens_per_s"]
         elif x["drafter"] in entry["drafters"]:  # a model drafter the profile timed: at its own acceptance
-            step = entry["drafters"][x["drafter"]]["step_ms"]
+            step = cost.drafter_step_ms(entry, x["drafter"])[0]
             own = model_row(x["drafter"], x["gamma"], step, t_verify, ar, None, x["acceptance_per_position"])
             predicted = own["tokens_per_s"]
         if predicted is not None:
@@ -190,8 +191,7 @@ def model_step_s(bench: dict, entry: dict) -> float | None:
     """The profiled step (seconds) of the bench drafter's model part (a model drafter, or a hybrid's); None else."""
     kind = bench.get("kind", "model")
     spec = split_hybrid(bench["drafter"])[0] if kind == "hybrid" else bench["drafter"] if kind == "model" else None
-    profiled = entry["drafters"].get(spec) if spec else None
-    return profiled["step_ms"] / 1e3 if profiled else None
+    return cost.drafter_step_ms(entry, spec)[0] / 1e3 if spec in entry["drafters"] else None
 
 
 def scheduled_row(bench: dict, entry: dict, t_verify, ar_ms: float) -> dict:

@@ -189,9 +189,10 @@ def _predictions(doc: Doc, p: DesignFolder, v: dict) -> None:
     )
     doc.p(
         "Predicted: the tuned setting's rounds replayed over the target's greedy text and priced with this engine's "
-        "profiled verify curve; its ratio to the profile's AR step is anchored on the AR decode speed measured in this "
-        "same grid, as a profile's absolute milliseconds, taken in another process, move by 5–10 % from run to run "
-        "while ratios measured side by side hold."
+        "profiled verify curve (a model drafter's step, the hybrid's, likewise: its ratio to the target step timed "
+        "beside it); its ratio to the profile's AR step is anchored on the AR decode speed measured in this same "
+        "grid, as a profile's absolute milliseconds, taken in another process, move by 5–10 % from run to run while "
+        "ratios measured side by side hold."
     )
 
 
