@@ -19,7 +19,7 @@ from ..targets import random, vocab_map
 from ..targets.checkpoint import config_and_tokenizer, read_weights
 from ..targets.fingerprint import check_compatible
 from ..targets.layers import checkpoint_of
-from ..targets.source import converted_from, key_of, resolve, stamp_of
+from ..targets.source import converted_from, digest, key_of, resolve, stamp_of
 from ..targets.spec import parse
 from .read import note, source
 from .write import QUANTS, unsupported, write_gguf
@@ -86,7 +86,7 @@ def written(spec: str, target_spec: str, quant: str) -> Path:
     sources = [spec, target_spec, quant]
     for named in map(parse, (spec, target_spec)):
         if not named.built:
-            sources.append(stamp_of(named.file or named.directory()))
+            sources.append(digest(named.file) if named.file else stamp_of(named.directory()))
     name = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in Path(spec.rstrip("/")).name)[:48]
     out = cache_dir("gguf") / f"{name}-{quant}-{key_of(*sources)}.gguf"
     if not out.is_file():

@@ -103,11 +103,15 @@ def check_hf_dir(path: Path) -> None:
 
 
 def _cached_gguf(gguf: Path, name: str) -> Path:
-    """Dequantise a GGUF file into `<cache>/models/<name>-<key>/` once; the key changes when the file does."""
+    """Dequantise a GGUF file into `<cache>/models/<name>-<key>/` once, keyed by its bytes (`digest`): the same file
+    elsewhere (the default target in another clone's venv, a copy) reuses the conversion and its packs, where a key of
+    path and time converted ~0.5 GB more for the default target at every fresh install. The folder records which
+    file it came from (the q4 runtime reads that file's blocks); one whose file is gone is pointed at this one."""
     stat = gguf.stat()
-    key = hashlib.sha256(f"{gguf}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    out = cache_dir("models") / f"{name}-{key}"
+    out = cache_dir("models") / f"{name}-{digest(gguf)[:12]}"
+    _adopt_legacy(gguf, name, out)
     if (out / "config.json").is_file():
+        _point_at(out, gguf)
         return out
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -126,6 +130,35 @@ def _cached_gguf(gguf: Path, name: str) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def _adopt_legacy(gguf: Path, name: str, out: Path) -> None:
+    """A conversion of this very file under the key draftwise used before keys were by bytes (path, size, time) is
+    moved to `out` rather than converted again (minutes and ~7 GB for a 1.5B); its packs, named after the old folder,
+    are removed (the next load builds them under the new name)."""
+    stat = gguf.stat()
+    old = out.with_name(f"{name}-{_legacy_key(gguf, stat)}")
+    if not (old / "config.json").is_file() or out.exists():
+        return
+    try:
+        os.replace(old, out)
+    except OSError:
+        return  # another process moved or converted it first
+    for pack in cache_dir("packed").glob(f"{old.name}-*.safetensors"):
+        pack.unlink(missing_ok=True)
+
+
+def _legacy_key(gguf: Path, stat: os.stat_result) -> str:
+    return hashlib.sha256(f"{gguf}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+
+
+def _point_at(directory: Path, gguf: Path) -> None:
+    """Record `gguf` as the file `directory` was converted from where the recorded one is gone (same bytes)."""
+    was = converted_from(directory)
+    if was is None or not was.is_file():
+        tmp = directory / f"{SOURCE_FILE}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"gguf": str(gguf), "size": gguf.stat().st_size}, indent=1))
+        os.replace(tmp, directory / SOURCE_FILE)
 
 
 def converted_from(directory: Path) -> Path | None:
@@ -184,6 +217,28 @@ def stamp_of(path: Path) -> str:
 
 def key_of(*parts: str) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
+
+
+def digest(path: Path) -> str:
+    """What a file is by its bytes (sha256, 16 hex digits), for the keys of what is built from it. Read once per
+    version of the file on this machine (~1 s a GB), then kept under `<cache>/digests` by path, size and time."""
+    return _digest(str(Path(path).resolve()), stamp_of(Path(path).resolve()))
+
+
+@functools.cache
+def _digest(path: str, stamp: str) -> str:
+    memo = cache_dir("digests") / f"{key_of(stamp)}.txt"
+    if memo.is_file() and len(kept := memo.read_text().strip()) == 16:
+        return kept
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    value = h.hexdigest()[:16]
+    tmp = memo.with_name(f"{memo.name}.{os.getpid()}.tmp")
+    tmp.write_text(value + "\n")
+    os.replace(tmp, memo)
+    return value
 
 
 def metadata(gguf: Path, tokenizer: bool = True):

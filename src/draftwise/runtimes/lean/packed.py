@@ -5,7 +5,7 @@ file and finds each row of each matrix among the file's blocks (a 1.7B Q4_1 file
 its target afresh in every stage, so at 1.7B the building was most of each small stage (an agree stage took 47–65 s
 for about 8 s of work). A pack holds every tensor of the built model as the engine holds it (packed matrices, norms,
 embedding) in one safetensors file under `$DRAFTWISE_CACHE/packed`, named by what it was built from: the checkpoint's
-files (path, size, modification time), the precision, the GGUF file whose blocks q4 runs, and the source of the code
+files (path, size, modification time), the precision, the bytes of the GGUF file whose blocks q4 runs, and the code
 that lays the tensors out (`LAYOUT`: a change there is a new name, never a stale pack). Reading one reads its tensors
 (1.7B q4: about 1.2 GB), nothing more. A newer pack of the same model and precision replaces the older ones.
 """
@@ -25,6 +25,7 @@ from safetensors.torch import save_file
 from ...paths import cache_dir
 from ...targets import family as family_module
 from ...targets.family import FAMILIES, Shape, rope_keys, windows
+from ...targets.source import digest
 from . import bank, int8, q4, q56
 from . import forward as lean
 from .forward import Layer, LeanLM
@@ -39,9 +40,11 @@ KEY = "draftwise"  # the safetensors metadata entry that describes the pack
 def pack_file(path: Path, precision: str, gguf: Path | None = None) -> Path:
     """Where the pack of the checkpoint directory `path` at `precision` (q4: on `gguf`'s blocks) lives."""
     parts = [precision, *(Path(m.__file__).read_text() for m in (*LAYOUT, sys.modules[__name__]))]
-    for f in sorted(path.glob("*.safetensors")) + ([gguf] if gguf else []):
+    for f in sorted(path.glob("*.safetensors")):
         st = f.stat()
         parts += [str(f.resolve()), str(st.st_size), str(st.st_mtime_ns)]
+    if gguf:
+        parts.append(digest(gguf))  # its bytes: the same file in another place keeps the pack
     where = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
     built = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     return cache_dir("packed") / f"{path.name}-{where}-{precision}-{built}.safetensors"
