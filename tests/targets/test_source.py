@@ -59,3 +59,24 @@ def test_a_conversion_under_the_old_path_key_is_adopted_not_converted_again(smal
     monkeypatch.setattr(source, "_convert_gguf", lambda *a: converted.append(a))
     assert source.resolve(str(gguf)) == new and (new / "config.json").is_file() and not legacy.exists()
     assert not converted and not pack.exists()
+
+
+def test_a_new_conversion_removes_older_ones_whose_file_is_gone(small_q4_gguf, tmp_path, monkeypatch):
+    import shutil
+
+    monkeypatch.setenv("DRAFTWISE_CACHE", str(tmp_path / "cache"))
+    gone, kept, new = (tmp_path / d / "small-q4_1.gguf" for d in ("gone", "kept", "new"))
+    for copy in (gone, kept, new):
+        copy.parent.mkdir()
+        shutil.copy(small_q4_gguf, copy)
+    with open(kept, "ab") as f:  # three versions of the file: other bytes, other conversions
+        f.write(b"\0" * 64)
+    with open(new, "ab") as f:
+        f.write(b"\0" * 128)
+    orphan, alive = source.resolve(str(gone)), source.resolve(str(kept))
+    pack = tmp_path / "cache" / "packed" / f"{orphan.name}-0000-q4-0000.safetensors"
+    pack.parent.mkdir(parents=True, exist_ok=True)
+    pack.write_bytes(b"old")
+    gone.unlink()
+    fresh = source.resolve(str(new))
+    assert fresh.is_dir() and alive.is_dir() and not orphan.exists() and not pack.exists()

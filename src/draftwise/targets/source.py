@@ -129,7 +129,21 @@ def _cached_gguf(gguf: Path, name: str) -> Path:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    _forget_orphans(name, out)
     return out
+
+
+def _forget_orphans(name: str, kept: Path) -> None:
+    """At a new conversion, the older ones of the same name whose recorded file is gone are removed with their packs
+    (each holds ~4 bytes a parameter): left by a deleted clone or an older key. A copy elsewhere that was not loaded
+    since converts again when it next is."""
+    for folder in cache_dir("models").glob(f"{name}-*"):
+        source = converted_from(folder)
+        if folder == kept or ".tmp" in folder.name or source is None or source.is_file():
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        for pack in cache_dir("packed").glob(f"{folder.name}-*.safetensors"):
+            pack.unlink(missing_ok=True)
 
 
 def _adopt_legacy(gguf: Path, name: str, out: Path) -> None:
