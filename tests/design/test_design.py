@@ -718,11 +718,15 @@ def test_tuned_lookup_settings_are_decided_with_intervals(tiny_dir, tmp_path):
         assert decision["chosen"] in (decision["tie"] or [decision["leader"]])
         assert len(decision["speedup"]) == sum(r["method"] == method for r in tune["rows"])
     from draftwise import specs
+    from draftwise.sd.families import drafter_kind
 
     model, lookup, model_gamma = specs.split_hybrid(done["hybrid"]["spec"])  # the better lookup, the best model drafter
     better = max(("ngram", "suffix"), key=lambda m: done[m]["predicted_tokens_per_s"])
     assert lookup == done[better]["spec"] and done["hybrid"]["gamma"] == done[better]["gamma"]
-    assert model_gamma >= 1 and "distill-" in model or model.startswith("layers:")
+    # the model-level drafter its prediction ranks first: a distilled cut, a layer subset or the feature head (on a
+    # tiny random model their predictions are near ties, so which one is timing's call)
+    assert model_gamma >= 1 and drafter_kind(model) in ("model", "feature")
+    assert "distill-" in model or model.startswith(("layers:", "feature:"))
 
 
 def synthetic_pipeline(tiny_dir, tmp_path, speedups: dict[str, list[float]], kinds: dict[str, str]) -> design.Pipeline:
