@@ -109,9 +109,11 @@ def _cached_gguf(gguf: Path, name: str) -> Path:
     file it came from (the q4 runtime reads that file's blocks); one whose file is gone is pointed at this one."""
     stat = gguf.stat()
     out = cache_dir("models") / f"{name}-{digest(gguf)[:12]}"
-    _adopt_legacy(gguf, name, out)
+    _adopt_legacy(gguf, stat, name, out)
     if (out / "config.json").is_file():
-        _point_at(out, gguf)
+        was = converted_from(out)
+        if was is None or not was.is_file():  # the file it was converted from is gone: the same bytes are here
+            _record_source(out, gguf)
         return out
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -121,7 +123,7 @@ def _cached_gguf(gguf: Path, name: str) -> Path:
             isolate.run(_convert_gguf, gguf, tmp, label=f"converting {gguf.name}")
         else:
             _convert_gguf(gguf, tmp)
-        (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": str(gguf), "size": stat.st_size}, indent=1))
+        _record_source(tmp, gguf)
         try:
             os.replace(tmp, out)  # atomic: another process either sees the whole directory or converts itself
         except OSError:
@@ -142,15 +144,13 @@ def _forget_orphans(name: str, kept: Path) -> None:
         if folder == kept or ".tmp" in folder.name or source is None or source.is_file():
             continue
         shutil.rmtree(folder, ignore_errors=True)
-        for pack in cache_dir("packed").glob(f"{folder.name}-*.safetensors"):
-            pack.unlink(missing_ok=True)
+        _forget_packs(folder)
 
 
-def _adopt_legacy(gguf: Path, name: str, out: Path) -> None:
+def _adopt_legacy(gguf: Path, stat: os.stat_result, name: str, out: Path) -> None:
     """A conversion of this very file under the key draftwise used before keys were by bytes (path, size, time) is
     moved to `out` rather than converted again (minutes and ~7 GB for a 1.5B); its packs, named after the old folder,
     are removed (the next load builds them under the new name)."""
-    stat = gguf.stat()
     old = out.with_name(f"{name}-{_legacy_key(gguf, stat)}")
     if not (old / "config.json").is_file() or out.exists():
         return
@@ -158,21 +158,24 @@ def _adopt_legacy(gguf: Path, name: str, out: Path) -> None:
         os.replace(old, out)
     except OSError:
         return  # another process moved or converted it first
-    for pack in cache_dir("packed").glob(f"{old.name}-*.safetensors"):
-        pack.unlink(missing_ok=True)
+    _forget_packs(old)
 
 
 def _legacy_key(gguf: Path, stat: os.stat_result) -> str:
     return hashlib.sha256(f"{gguf}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
 
 
-def _point_at(directory: Path, gguf: Path) -> None:
-    """Record `gguf` as the file `directory` was converted from where the recorded one is gone (same bytes)."""
-    was = converted_from(directory)
-    if was is None or not was.is_file():
-        tmp = directory / f"{SOURCE_FILE}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"gguf": str(gguf), "size": gguf.stat().st_size}, indent=1))
-        os.replace(tmp, directory / SOURCE_FILE)
+def _forget_packs(folder: Path) -> None:
+    """The packs built from a model folder (`runtimes.lean.packed` names them after it)."""
+    for pack in cache_dir("packed").glob(f"{folder.name}-*.safetensors"):
+        pack.unlink(missing_ok=True)
+
+
+def _record_source(directory: Path, gguf: Path) -> None:
+    """Write which GGUF file `directory` was converted from (`converted_from` reads it), atomically."""
+    tmp = directory / f"{SOURCE_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps({"gguf": str(gguf), "size": gguf.stat().st_size}, indent=1))
+    os.replace(tmp, directory / SOURCE_FILE)
 
 
 def converted_from(directory: Path) -> Path | None:
